@@ -1,0 +1,78 @@
+"""Fusion rules and the catalog of known CANN pass names.
+
+A rule is a (name, section) pair because CANN's switch file keeps GraphFusion and
+UBFusion passes in separate sections and a rule written in the wrong section is
+silently ignored. Names are case-sensitive and never normalised.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+
+class Section(str, enum.Enum):
+    """The two sections of ``fusion_switch.cfg``; the value is CANN's spelling."""
+
+    GRAPH = "GraphFusion"
+    UB = "UBFusion"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, text: str) -> "Section":
+        """Accept CANN's spelling and the ``fusion_result.json`` spelling."""
+        aliases = {
+            "GraphFusion": cls.GRAPH,
+            "graph_fusion": cls.GRAPH,
+            "UBFusion": cls.UB,
+            "ub_fusion": cls.UB,
+        }
+        try:
+            return aliases[text]
+        except KeyError:
+            raise ValueError(
+                f"unknown fusion section {text!r}: use GraphFusion or UBFusion"
+            ) from None
+
+
+@dataclass(frozen=True, order=True)
+class Rule:
+    """One fusion pass as it is written into ``fusion_switch.cfg``."""
+
+    name: str
+    section: Section
+
+    def __str__(self) -> str:
+        return self.name
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "section": self.section.value}
+
+
+_CATALOG_FILES = {Section.GRAPH: "graph_fusion.txt", Section.UB: "ub_fusion.txt"}
+
+
+@lru_cache(maxsize=1)
+def catalog() -> dict[str, Section]:
+    """Known CANN pass names with their section.
+
+    The list is incomplete (every CANN release adds passes), so absence from it is
+    a reason to warn, never to refuse a name that fired in the user's artifacts.
+    """
+    known: dict[str, Section] = {}
+    data = resources.files("fusion_dd") / "data"
+    for section, filename in _CATALOG_FILES.items():
+        for line in (data / filename).read_text(encoding="utf-8").splitlines():
+            name = line.strip()
+            if name and not name.startswith("#"):
+                known.setdefault(name, section)
+    return known
+
+
+def catalog_section(name: str) -> Section | None:
+    """The section of a known pass name, or None when the catalog lacks it."""
+    return catalog().get(name)

@@ -1,0 +1,197 @@
+"""Reading and writing CANN's ``fusion_switch.cfg``.
+
+The writer is the one place that decides what a trial's compiler sees, so it
+follows FE's parser exactly (DESIGN.md 2.1):
+
+* JSON ``{"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}``; other allowed
+  top-level keys are ``Priority`` and ``ExceptionalPassOfO1Level``; values are
+  exactly ``"on"`` or ``"off"``.
+* An exact pass name beats ``"ALL"``, and CANN's built-in config beats a user
+  ``"ALL"``. So every candidate gets an explicit exact entry; ``ALL`` is never
+  written unless the user's own base cfg has it.
+* The old line format (``PassName:on`` per line, both sections) is read too.
+
+The reader reports problems as ``UsageError`` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+from .rules import Rule, Section
+
+ALL = "ALL"
+_TOP_LEVEL_KEYS = ("Switch", "Priority", "ExceptionalPassOfO1Level")
+_VALUES = {"on": True, "off": False}
+
+
+@dataclass(frozen=True)
+class SwitchFile:
+    """The content of one switch file, as CANN would apply it.
+
+    ``entries`` maps each section to its exact entries (``"ALL"`` included) as
+    booleans. ``line_format`` is True when the file used the old per-line format,
+    whose entries apply to both sections. ``extra`` keeps the other top-level keys
+    (``Priority``, ``ExceptionalPassOfO1Level``) so a base cfg survives rewriting.
+    """
+
+    entries: Mapping[Section, Mapping[str, bool]] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    line_format: bool = False
+
+    def state(self, name: str, section: Section) -> bool | None:
+        """On/off for one pass under CANN's precedence; None when the file is silent."""
+        section_entries = self.entries.get(section, {})
+        if name in section_entries:
+            return section_entries[name]
+        return section_entries.get(ALL)
+
+    def names(self) -> list[tuple[str, Section]]:
+        """Every exact (non-``ALL``) entry with its section, in file order."""
+        return [
+            (name, section)
+            for section, section_entries in self.entries.items()
+            for name in section_entries
+            if name != ALL
+        ]
+
+
+def parse_switch_text(text: str, source: str = "fusion_switch.cfg") -> SwitchFile:
+    """Parse a switch file's text; ``source`` names it in error messages."""
+    if text.lstrip().startswith("{"):
+        return _parse_json(text, source)
+    return _parse_lines(text, source)
+
+
+def load_switch_file(path: str | Path) -> SwitchFile:
+    """Read and parse a switch file, with a clear error when it is missing."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: switch file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read switch file ({exc})") from None
+    return parse_switch_text(text, str(path))
+
+
+def _parse_json(text: str, source: str) -> SwitchFile:
+    try:
+        document = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{source}:{exc.lineno}: not valid JSON ({exc.msg}); "
+            'expected {"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}'
+        ) from None
+    except _DuplicateKey as exc:
+        raise UsageError(f"{source}: duplicate key {exc.args[0]!r}") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{source}: the top level must be a JSON object")
+    for key in document:
+        if key not in _TOP_LEVEL_KEYS:
+            raise UsageError(
+                f"{source}: unknown top-level key {key!r}; CANN accepts only "
+                + ", ".join(_TOP_LEVEL_KEYS)
+            )
+    switch = document.get("Switch", {})
+    if not isinstance(switch, dict):
+        raise UsageError(f"{source}: 'Switch' must be an object")
+    entries: dict[Section, dict[str, bool]] = {}
+    for section_name, section_entries in switch.items():
+        if section_name not in (Section.GRAPH.value, Section.UB.value):
+            raise UsageError(
+                f"{source}: unknown section 'Switch.{section_name}'; "
+                "use GraphFusion or UBFusion"
+            )
+        if not isinstance(section_entries, dict):
+            raise UsageError(f"{source}: 'Switch.{section_name}' must be an object")
+        section = Section(section_name)
+        entries[section] = {}
+        for name, value in section_entries.items():
+            if value not in _VALUES:
+                raise UsageError(
+                    f"{source}: 'Switch.{section_name}.{name}' is {value!r}; "
+                    'CANN accepts exactly "on" or "off"'
+                )
+            entries[section][name] = _VALUES[value]
+    extra = {key: document[key] for key in document if key != "Switch"}
+    return SwitchFile(entries=entries, extra=extra)
+
+
+def _parse_lines(text: str, source: str) -> SwitchFile:
+    seen: dict[str, bool] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        name, sep, value = line.rpartition(":")
+        if not sep or not name or value not in _VALUES:
+            raise UsageError(
+                f"{source}:{number}: expected 'PassName:on' or 'PassName:off', "
+                f"got {line!r}"
+            )
+        if name in seen:
+            raise UsageError(
+                f"{source}:{number}: {name!r} is listed twice; CANN refuses duplicates"
+            )
+        seen[name] = _VALUES[value]
+    entries = {Section.GRAPH: dict(seen), Section.UB: dict(seen)}
+    return SwitchFile(entries=entries, line_format=True)
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
+def render_switch(
+    candidates: Iterable[Rule],
+    enabled: Iterable[Rule],
+    base: SwitchFile | None = None,
+) -> str:
+    """The JSON text of a switch file for one configuration.
+
+    Every candidate gets an exact entry, ``"on"`` when it is in ``enabled``,
+    ``"off"`` otherwise. Entries of the base cfg for rules outside the candidate
+    set are kept (an old line-format base is written into both sections, which is
+    what CANN does with it); everything else stays at CANN's default.
+    """
+    candidate_list = list(candidates)
+    enabled_set = set(enabled)
+    unknown = enabled_set.difference(candidate_list)
+    if unknown:
+        names = ", ".join(sorted(rule.name for rule in unknown))
+        raise ValueError(f"enabled rules are not candidates: {names}")
+    sections: dict[str, dict[str, str]] = {
+        Section.GRAPH.value: {},
+        Section.UB.value: {},
+    }
+    candidate_keys = {(rule.name, rule.section) for rule in candidate_list}
+    if base is not None:
+        for section, section_entries in base.entries.items():
+            for name, on in section_entries.items():
+                if (name, section) not in candidate_keys:
+                    sections[section.value][name] = "on" if on else "off"
+    for rule in sorted(candidate_list):
+        sections[rule.section.value][rule.name] = (
+            "on" if rule in enabled_set else "off"
+        )
+    document: dict[str, Any] = {
+        "Switch": {name: entries for name, entries in sections.items() if entries}
+    }
+    if base is not None:
+        document.update(base.extra)
+    return json.dumps(document, indent=2) + "\n"
