@@ -1,0 +1,254 @@
+"""The ``fusion-dd`` command: parses arguments, calls the engine, prints. No search logic here.
+
+Exit codes: 0 the search finished (a refusal such as "nothing to debug" is an
+answer too), 2 usage or config error, 3 budget exhausted, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import typer
+
+from . import __version__
+from .config import DEFAULT_CONFIG_NAME, SearchConfig, describe_devices, load_config, parse_config, parse_devices
+from .engine import EXIT_INTERRUPTED, EXIT_USAGE, Engine, SearchResult
+from .errors import UsageError
+from .journal import JOURNAL_NAME, read_records
+from .progress import ConsoleEvents
+from .report import summary_lines
+from .state import replay
+from .status import status_lines
+from .switch import render_switch
+from .trial import PLACEHOLDERS, substitute
+
+app = typer.Typer(
+    name="fusion-dd",
+    help="Find the operator-fusion rules that break a network's accuracy, by delta debugging over real trainings.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+ConfigOption = typer.Option(None, "-c", "--config", help=f"Config file (default ./{DEFAULT_CONFIG_NAME}).")
+BudgetOption = typer.Option(None, "--budget", help="Maximum trainings over the whole search, resumes included.")
+DevicesOption = typer.Option(
+    None, "--devices", help='Device pool: "0,1,2,3" (one training each) or "0,1;2,3" (groups).'
+)
+JobsOption = typer.Option(None, "--jobs", help="Shorthand for --devices 0..N-1.")
+StateDirOption = typer.Option(None, "--state-dir", help="Where the journal, trials and report live.")
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    typer.echo(f"fusion-dd: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _devices_override(devices: str | None, jobs: int | None) -> tuple[tuple[str, ...], ...] | None:
+    if devices is not None and jobs is not None:
+        raise UsageError("--devices and --jobs: give one of them, not both")
+    if jobs is not None:
+        if jobs < 1:
+            raise UsageError("--jobs: must be at least 1")
+        return tuple((str(index),) for index in range(jobs))
+    if devices is not None:
+        return parse_devices(devices, "--devices")
+    return None
+
+
+def _load(
+    config_path: Path | None,
+    *,
+    budget: int | None,
+    devices: str | None,
+    jobs: int | None,
+    state_dir: Path | None,
+) -> SearchConfig:
+    config = load_config(config_path or Path(DEFAULT_CONFIG_NAME))
+    return config.with_overrides(budget=budget, devices=_devices_override(devices, jobs), state_dir=state_dir)
+
+
+def _install_sigterm() -> None:
+    """SIGTERM stops a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def run_engine(config: SearchConfig) -> SearchResult:
+    """Run (or resume) a search with the console display and print its summary."""
+    events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
+    events.start()
+    _install_sigterm()
+    try:
+        result = Engine(config, events).run()
+    finally:
+        events.close()
+    typer.echo("")
+    for line in summary_lines(result.report, config.state_dir):
+        typer.echo(line)
+    return result
+
+
+def _dry_run(config: SearchConfig) -> None:
+    rules = list(config.rules)
+    echo = typer.echo
+    echo(f"config: {config.source}")
+    echo(f"{len(rules)} candidate rules:")
+    for rule in rules:
+        echo(f"  {rule.section.value:<12} {rule.name}")
+    echo("")
+    echo("first switch files (each trial gets a fresh one):")
+    echo("baseline, all candidates off:")
+    echo(render_switch(rules, [], config.base_cfg).rstrip())
+    echo("all candidates on:")
+    echo(render_switch(rules, rules, config.base_cfg).rstrip())
+    echo("")
+    echo("command lines (trial 0001 shown; each trial has its own directory):")
+    trial_dir = config.state_dir / "trials" / "0001"
+    for device in config.train.devices:
+        values = {
+            "switch_file": str(trial_dir / "fusion_switch.cfg"),
+            "trial_dir": str(trial_dir),
+            "metrics_file": str(trial_dir / "metrics.jsonl"),
+            "device": ",".join(device),
+            "trial_id": "0001",
+        }
+        argv = [substitute(part, values) for part in config.train.command]
+        workdir = substitute(config.train.workdir, values)
+        echo(f"  {config.train.device_env}={values['device']} (in {workdir}) " + " ".join(_quote(a) for a in argv))
+    extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
+    echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
+    echo("")
+    parallel = len(config.train.devices)
+    references = config.score.baseline_repeats * (config.score.baseline_metric is None) + (
+        config.score.all_on_metric is None
+    )
+    typical = references + 2 * max(1, math.ceil(math.log2(max(2, len(rules))))) + 1
+    budget = config.search.budget
+    echo(f"trainings: about {min(typical, budget)} for one culprit (2 references, the search, the fix check); at most {budget} (budget)")
+    if config.train.timeout:
+        hours = math.ceil(budget / parallel) * config.train.timeout / 3600
+        echo(
+            f"time: at most {hours:.1f} h on {parallel} device slot(s) if every training ran to its "
+            f"{config.train.timeout / 3600:.2g} h timeout"
+        )
+    echo(f"state directory: {config.state_dir}")
+    echo("nothing was launched (dry run)")
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+@app.command()
+def search(
+    config: Optional[Path] = ConfigOption,
+    budget: Optional[int] = BudgetOption,
+    devices: Optional[str] = DevicesOption,
+    jobs: Optional[int] = JobsOption,
+    state_dir: Optional[Path] = StateDirOption,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; launch nothing."),
+) -> None:
+    """Search for the fusion rules that break accuracy (resumes an unfinished search in the state directory)."""
+    loaded = _load(config, budget=budget, devices=devices, jobs=jobs, state_dir=state_dir)
+    if dry_run:
+        _dry_run(loaded)
+        return
+    raise typer.Exit(run_engine(loaded).exit_code)
+
+
+def _resume_config(state_dir: Path, config_path: Path | None) -> SearchConfig:
+    if config_path is not None:
+        return load_config(config_path)
+    records = read_records(state_dir / JOURNAL_NAME)
+    state = replay(records)
+    if state.start_record is None:
+        raise UsageError(f"{state_dir}: no search to resume here; start one with 'fusion-dd search'")
+    start = state.start_record
+    return parse_config(start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)))
+
+
+@app.command()
+def resume(
+    state_dir: Optional[Path] = StateDirOption,
+    budget: Optional[int] = BudgetOption,
+    devices: Optional[str] = DevicesOption,
+    jobs: Optional[int] = JobsOption,
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Continue an interrupted or budget-exhausted search; finished trainings are never repeated."""
+    directory = (state_dir or _default_state_dir(config)).resolve()
+    loaded = _resume_config(directory, config).with_overrides(
+        budget=budget, devices=_devices_override(devices, jobs), state_dir=directory
+    )
+    raise typer.Exit(run_engine(loaded).exit_code)
+
+
+def _default_state_dir(config_path: Path | None) -> Path:
+    path = config_path or Path(DEFAULT_CONFIG_NAME)
+    if path.is_file():
+        return load_config(path).state_dir
+    return Path(".fusion-dd")
+
+
+@app.command()
+def status(
+    state_dir: Optional[Path] = StateDirOption,
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Show the state of a running or stopped search, from its journal."""
+    directory = (state_dir or _default_state_dir(config)).resolve()
+    for line in status_lines(directory):
+        typer.echo(line)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"fusion-dd {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Show the version."),
+) -> None:
+    """fusion-dd: delta debugging of operator-fusion rules over real trainings."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: user errors become one line and exit code 2, never a traceback."""
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except UsageError as exc:
+        typer.echo(f"fusion-dd: error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("fusion-dd: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # click usage errors and friends
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            typer.echo("fusion-dd: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

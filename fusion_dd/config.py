@@ -1,0 +1,551 @@
+"""``fusion-dd.yaml`` -> a typed, validated ``SearchConfig``.
+
+Every problem is reported before anything is launched, as one line that names the
+file and the key (``fusion-dd.yaml: train.timeout: must be a positive number``),
+because a mistake found after the baseline training has cost hours.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UsageError
+from .metrics import DEFAULT_LOSS_PATTERN
+from .rules import Rule, Section
+from .switch import SwitchFile, load_switch_file
+
+DEFAULT_CONFIG_NAME = "fusion-dd.yaml"
+
+# The schema: every allowed key, so that a typo is reported with a suggestion.
+_SCHEMA: dict[str, Any] = {
+    "rules": {"GraphFusion": None, "UBFusion": None, "base_cfg": None, "from": None},
+    "train": {
+        "command": None,
+        "workdir": None,
+        "env": None,
+        "timeout": None,
+        "devices": None,
+        "device_env": None,
+        "kill_grace": None,
+    },
+    "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None},
+    "score": {
+        "tolerance": None,
+        "crash_is_failure": None,
+        "baseline_repeats": None,
+        "reference": None,
+        "baseline_metric": None,
+        "all_on_metric": None,
+    },
+    "search": {"strategy": None, "budget": None},
+    "state_dir": None,
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    command: tuple[str, ...]
+    workdir: str = "."
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout: float | None = 14400.0
+    devices: tuple[tuple[str, ...], ...] = (("0",),)
+    device_env: str = "ASCEND_DEVICE_ID"
+    kill_grace: float = 10.0
+
+
+@dataclass(frozen=True)
+class MetricConfig:
+    pattern: str | None = None
+    key: str = "accuracy"
+    goal: str = "max"
+    loss_pattern: str | None = DEFAULT_LOSS_PATTERN.pattern
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``auto``, an absolute amount, or a fraction of the baseline (``"2%"``)."""
+
+    mode: str  # "auto" | "absolute" | "relative"
+    value: float = 0.0
+
+    def describe(self) -> str:
+        if self.mode == "auto":
+            return "auto"
+        if self.mode == "relative":
+            return f"{self.value * 100:g}%"
+        return f"{self.value:g}"
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    tolerance: Tolerance = Tolerance("auto")
+    crash_is_failure: bool = False
+    baseline_repeats: int = 1
+    reference: float | None = None
+    baseline_metric: float | None = None
+    all_on_metric: float | None = None
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    strategy: str = "ddmin"
+    budget: int = 200
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Everything a search needs, resolved: paths are absolute, rules have sections."""
+
+    source: Path
+    rules: tuple[Rule, ...]
+    base_cfg: SwitchFile | None
+    base_cfg_path: Path | None
+    train: TrainConfig
+    metric: MetricConfig
+    score: ScoreConfig
+    search: SearchSettings
+    state_dir: Path
+    base_dir: Path
+    document: Any = None  # the parsed YAML, kept in the journal so that resume needs no config file
+
+    def definition(self) -> dict[str, Any]:
+        """What makes two searches the same search, for the journal and resume.
+
+        Budget, devices and timeouts are left out on purpose: a user may change
+        them when resuming without invalidating finished trainings.
+        """
+        base = None
+        if self.base_cfg is not None:
+            base = {
+                section.value: dict(entries)
+                for section, entries in self.base_cfg.entries.items()
+            }
+        return {
+            "rules": [rule.to_json() for rule in self.rules],
+            "base_cfg": base,
+            "command": list(self.train.command),
+            "workdir": self.train.workdir,
+            "env": dict(sorted(self.train.env.items())),
+            "metric": {
+                "pattern": self.metric.pattern,
+                "key": self.metric.key,
+                "goal": self.metric.goal,
+                "loss_pattern": self.metric.loss_pattern,
+            },
+            "score": {
+                "tolerance": self.score.tolerance.describe(),
+                "crash_is_failure": self.score.crash_is_failure,
+                "baseline_repeats": self.score.baseline_repeats,
+                "reference": self.score.reference,
+                "baseline_metric": self.score.baseline_metric,
+                "all_on_metric": self.score.all_on_metric,
+            },
+            "strategy": self.search.strategy,
+        }
+
+    def with_overrides(
+        self,
+        *,
+        budget: int | None = None,
+        devices: tuple[tuple[str, ...], ...] | None = None,
+        state_dir: Path | None = None,
+    ) -> "SearchConfig":
+        """Apply command-line overrides (``--budget``, ``--devices``/``--jobs``, ``--state-dir``)."""
+        config = self
+        if budget is not None:
+            if budget < 0:
+                raise UsageError("--budget: must be zero or a positive number of trainings")
+            config = replace(config, search=replace(config.search, budget=budget))
+        if devices is not None:
+            config = replace(config, train=replace(config.train, devices=devices))
+        if state_dir is not None:
+            config = replace(config, state_dir=state_dir.resolve())
+        return config
+
+
+class _Reader:
+    """Typed access to the YAML mapping with errors that name file and key."""
+
+    def __init__(self, source: Path) -> None:
+        self.source = source
+
+    def error(self, key: str, problem: str) -> UsageError:
+        return UsageError(f"{self.source}: {key}: {problem}")
+
+    def check_keys(self, mapping: Mapping[str, Any], schema: Mapping[str, Any], prefix: str) -> None:
+        for key in mapping:
+            if not isinstance(key, str) or key not in schema:
+                path = f"{prefix}{key}"
+                close = difflib.get_close_matches(str(key), list(schema), n=1)
+                hint = f"; did you mean '{prefix}{close[0]}'?" if close else ""
+                allowed = ", ".join(schema)
+                raise UsageError(
+                    f"{self.source}: {path}: unknown key{hint} (allowed here: {allowed})"
+                )
+
+    def mapping(self, value: Any, key: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.error(key, f"must be a mapping, got {type(value).__name__}")
+        return value
+
+    def number(self, value: Any, key: str, *, positive: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.error(key, f"must be a number, got {value!r}")
+        if positive and value <= 0:
+            raise self.error(key, f"must be a positive number, got {value!r}")
+        return float(value)
+
+    def integer(self, value: Any, key: str, *, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(key, f"must be a whole number, got {value!r}")
+        if value < minimum:
+            raise self.error(key, f"must be at least {minimum}, got {value}")
+        return value
+
+    def boolean(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.error(key, f"must be true or false, got {value!r}")
+        return value
+
+    def string(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.error(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(key)
+        self.key = key
+        self.line = line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: PyYAML silently keeps the last one,
+    which would hide a mistake such as two ``devices`` lines."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise _DuplicateKeyError(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_config(path: Path) -> SearchConfig:
+    """Read and validate a config file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path}: config file not found; write one (see the README's config "
+            "reference) or pass -c/--config"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read the config file ({exc})") from None
+    try:
+        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKeyError as exc:
+        raise UsageError(f"{path}:{exc.line}: duplicate key {exc.key!r}; YAML would silently keep the last one") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{path}{where}: not valid YAML ({problem})") from None
+    return parse_config(document, path)
+
+
+def parse_config(document: Any, source: Path) -> SearchConfig:
+    """Validate a parsed YAML document; ``source`` names it and anchors relative paths."""
+    reader = _Reader(Path(source))
+    source = Path(source).resolve()
+    if document is None:
+        document = {}
+    if not isinstance(document, Mapping):
+        raise UsageError(f"{reader.source}: the top level must be a mapping of sections")
+    reader.check_keys(document, _SCHEMA, "")
+    for section in ("rules", "train", "metric", "score", "search"):
+        reader.check_keys(reader.mapping(document.get(section), section), _SCHEMA[section], f"{section}.")
+    base_dir = source.parent
+
+    base_cfg_path, base_cfg = _read_base_cfg(reader, document.get("rules") or {}, base_dir)
+    rules = _read_rules(reader, reader.mapping(document.get("rules"), "rules"), base_dir)
+    train = _read_train(reader, reader.mapping(document.get("train"), "train"))
+    metric = _read_metric(reader, reader.mapping(document.get("metric"), "metric"))
+    score = _read_score(reader, reader.mapping(document.get("score"), "score"))
+    search = _read_search(reader, reader.mapping(document.get("search"), "search"))
+    state_dir_raw = document.get("state_dir", ".fusion-dd")
+    state_dir = (base_dir / reader.string(state_dir_raw, "state_dir")).resolve()
+    return SearchConfig(
+        source=source,
+        rules=rules,
+        base_cfg=base_cfg,
+        base_cfg_path=base_cfg_path,
+        train=train,
+        metric=metric,
+        score=score,
+        search=search,
+        state_dir=state_dir,
+        base_dir=base_dir,
+        document=document,
+    )
+
+
+def _read_base_cfg(
+    reader: _Reader, rules_section: Any, base_dir: Path
+) -> tuple[Path | None, SwitchFile | None]:
+    if not isinstance(rules_section, Mapping) or rules_section.get("base_cfg") is None:
+        return None, None
+    raw = reader.string(rules_section["base_cfg"], "rules.base_cfg")
+    path = (base_dir / raw).resolve()
+    if not path.is_file():
+        raise reader.error("rules.base_cfg", f"file not found: {path}")
+    return path, load_switch_file(path)
+
+
+def _read_rules(reader: _Reader, section: Mapping[str, Any], base_dir: Path) -> tuple[Rule, ...]:
+    rules: list[Rule] = []
+    seen: dict[str, str] = {}
+    if section.get("from") is not None:
+        rules.extend(_rules_from_artifacts(reader, section["from"], base_dir))
+        for rule in rules:
+            seen[rule.name] = f"rules.from ({rule.section.value})"
+    for section_enum in (Section.GRAPH, Section.UB):
+        key = f"rules.{section_enum.value}"
+        names = section.get(section_enum.value)
+        if names is None:
+            continue
+        if not isinstance(names, list):
+            raise reader.error(key, "must be a list of fusion pass names")
+        for index, name in enumerate(names):
+            if not isinstance(name, str) or not name.strip():
+                raise reader.error(f"{key}[{index}]", f"must be a pass name, got {name!r}")
+            if name != name.strip() or any(ch.isspace() for ch in name):
+                raise reader.error(
+                    f"{key}[{index}]",
+                    f"{name!r} contains white space; CANN pass names never do",
+                )
+            if name in seen:
+                raise reader.error(key, f"duplicate rule {name!r} (also in {seen[name]})")
+            seen[name] = key
+            rules.append(Rule(name, section_enum))
+    if not rules:
+        raise reader.error(
+            "rules",
+            "no candidate rules: list pass names under rules.GraphFusion / "
+            "rules.UBFusion (or rules.from: [fusion_result.json])",
+        )
+    return tuple(rules)
+
+
+def _rules_from_artifacts(reader: _Reader, raw: Any, base_dir: Path) -> list[Rule]:
+    """``rules.from``: candidate rules taken from the user's CANN artifacts."""
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw):
+        raise reader.error("rules.from", "must be a list of artifact paths")
+    try:
+        from .ascend import collect_candidates
+    except ImportError:  # pragma: no cover - the ascend package ships with fusion-dd
+        raise reader.error("rules.from", "reading artifacts is not available in this build") from None
+    paths = [(base_dir / p).resolve() for p in raw]
+    for path in paths:
+        if not path.exists():
+            raise reader.error("rules.from", f"not found: {path}")
+    candidates = collect_candidates(paths)
+    return list(candidates.rules)
+
+
+def _parse_command(reader: _Reader, raw: Any) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        try:
+            argv = shlex.split(raw)
+        except ValueError as exc:
+            raise reader.error("train.command", f"cannot split the command ({exc})") from None
+    elif isinstance(raw, list) and all(isinstance(arg, (str, int, float)) for arg in raw):
+        argv = [str(arg) for arg in raw]
+    else:
+        raise reader.error("train.command", "must be an argv list of strings (or one string)")
+    if not argv:
+        raise reader.error("train.command", "is empty: give the command that runs one training")
+    return tuple(argv)
+
+
+def parse_devices(raw: Any, key: str = "train.devices", reader: _Reader | None = None) -> tuple[tuple[str, ...], ...]:
+    """Device pool: one concurrent training per entry; an entry may be a group.
+
+    Accepted forms: ``[0, 1]``, ``[[0, 1], [2, 3]]``, ``"0,1,2"`` and ``"0,1;2,3"``
+    (the command-line spelling, where ``;`` separates groups).
+    """
+
+    def fail(problem: str) -> UsageError:
+        if reader is not None:
+            return reader.error(key, problem)
+        return UsageError(f"{key}: {problem}")
+
+    entries: list[tuple[str, ...]] = []
+    if isinstance(raw, str):
+        if ";" in raw:
+            groups = [group for group in raw.split(";") if group.strip()]
+            for group in groups:
+                ids = tuple(part.strip() for part in group.split(",") if part.strip())
+                if not ids:
+                    raise fail(f"empty device group in {raw!r}")
+                entries.append(ids)
+        else:
+            entries = [(part.strip(),) for part in raw.split(",") if part.strip()]
+    elif isinstance(raw, list):
+        for item in raw:
+            if isinstance(item, list):
+                ids = tuple(str(part) for part in item)
+                if not ids:
+                    raise fail("an empty device group")
+                entries.append(ids)
+            elif isinstance(item, (int, str)) and not isinstance(item, bool) and str(item).strip():
+                entries.append((str(item).strip(),))
+            else:
+                raise fail(f"device entries are ids or lists of ids, got {item!r}")
+    else:
+        raise fail(f"must be a list of device ids, got {raw!r}")
+    if not entries:
+        raise fail("no devices: give at least one device id")
+    flat = [device for entry in entries for device in entry]
+    duplicates = sorted({device for device in flat if flat.count(device) > 1})
+    if duplicates:
+        raise fail(
+            f"device {duplicates[0]} appears twice; two trainings must never share a device"
+        )
+    for device in flat:
+        if any(ch.isspace() for ch in device) or "," in device or ";" in device:
+            raise fail(f"invalid device id {device!r}")
+    return tuple(entries)
+
+
+def _read_train(reader: _Reader, section: Mapping[str, Any]) -> TrainConfig:
+    if section.get("command") is None:
+        raise reader.error("train.command", "missing: the command that runs one training")
+    command = _parse_command(reader, section["command"])
+    workdir = reader.string(section.get("workdir", "."), "train.workdir")
+    env_raw = reader.mapping(section.get("env"), "train.env")
+    env: dict[str, str] = {}
+    for name, value in env_raw.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise reader.error("train.env", f"invalid environment variable name {name!r}")
+        if value is None or isinstance(value, (dict, list)):
+            raise reader.error(f"train.env.{name}", "must be a string or number")
+        env[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    timeout_raw = section.get("timeout", 14400)
+    timeout = None if timeout_raw is None else reader.number(timeout_raw, "train.timeout", positive=True)
+    devices = parse_devices(section.get("devices", [0]), "train.devices", reader)
+    device_env = reader.string(section.get("device_env", "ASCEND_DEVICE_ID"), "train.device_env")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", device_env):
+        raise reader.error("train.device_env", f"invalid environment variable name {device_env!r}")
+    grace = reader.number(section.get("kill_grace", 10), "train.kill_grace", positive=True)
+    return TrainConfig(
+        command=command,
+        workdir=workdir,
+        env=env,
+        timeout=timeout,
+        devices=devices,
+        device_env=device_env,
+        kill_grace=grace,
+    )
+
+
+def _check_regex(reader: _Reader, raw: Any, key: str) -> str:
+    pattern = reader.string(raw, key)
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise reader.error(key, f"invalid regular expression ({exc})") from None
+    if compiled.groups < 1:
+        raise reader.error(
+            key, "the pattern needs a group around the value, e.g. 'accuracy[=:]\\s*(\\S+)'"
+        )
+    return pattern
+
+
+def _read_metric(reader: _Reader, section: Mapping[str, Any]) -> MetricConfig:
+    pattern = None
+    if section.get("pattern") is not None:
+        pattern = _check_regex(reader, section["pattern"], "metric.pattern")
+    key = reader.string(section.get("key", "accuracy"), "metric.key")
+    goal = section.get("goal", "max")
+    if goal not in ("max", "min"):
+        raise reader.error("metric.goal", f"must be 'max' (accuracy) or 'min' (loss), got {goal!r}")
+    loss_pattern: str | None = DEFAULT_LOSS_PATTERN.pattern
+    if "loss_pattern" in section:
+        raw = section["loss_pattern"]
+        loss_pattern = None if raw is None or raw == "" else _check_regex(reader, raw, "metric.loss_pattern")
+    return MetricConfig(pattern=pattern, key=key, goal=goal, loss_pattern=loss_pattern)
+
+
+def parse_tolerance(raw: Any, key: str = "score.tolerance") -> Tolerance:
+    if raw is None or raw == "auto":
+        return Tolerance("auto")
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            value = float(raw.strip()[:-1]) / 100.0
+        except ValueError:
+            value = -1.0
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"{key}: {raw!r} is not a percentage such as '2%'")
+        return Tolerance("relative", value)
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and math.isfinite(raw) and raw >= 0:
+        return Tolerance("absolute", float(raw))
+    raise UsageError(f"{key}: must be 'auto', a non-negative number or a percentage like '2%', got {raw!r}")
+
+
+def _read_score(reader: _Reader, section: Mapping[str, Any]) -> ScoreConfig:
+    try:
+        tolerance = parse_tolerance(section.get("tolerance", "auto"))
+    except UsageError as exc:
+        raise UsageError(f"{reader.source}: {exc}") from None
+
+    def optional_number(key: str) -> float | None:
+        value = section.get(key)
+        return None if value is None else reader.number(value, f"score.{key}")
+
+    return ScoreConfig(
+        tolerance=tolerance,
+        crash_is_failure=reader.boolean(section.get("crash_is_failure", False), "score.crash_is_failure"),
+        baseline_repeats=reader.integer(section.get("baseline_repeats", 1), "score.baseline_repeats", minimum=1),
+        reference=optional_number("reference"),
+        baseline_metric=optional_number("baseline_metric"),
+        all_on_metric=optional_number("all_on_metric"),
+    )
+
+
+def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
+    from .search import DEFAULT_STRATEGY, STRATEGIES
+
+    strategy = section.get("strategy", DEFAULT_STRATEGY)
+    if strategy not in STRATEGIES:
+        raise reader.error(
+            "search.strategy",
+            f"unknown strategy {strategy!r}; choose one of {', '.join(sorted(STRATEGIES))}",
+        )
+    budget = reader.integer(section.get("budget", 200), "search.budget", minimum=0)
+    return SearchSettings(strategy=strategy, budget=budget)
+
+
+def describe_devices(devices: Sequence[Sequence[str]]) -> str:
+    """The command-line spelling of a device pool, e.g. ``0,1;2,3`` or ``0,1``."""
+    if all(len(entry) == 1 for entry in devices):
+        return ",".join(entry[0] for entry in devices)
+    return ";".join(",".join(entry) for entry in devices)
+

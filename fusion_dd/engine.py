@@ -1,0 +1,378 @@
+"""The search loop: strategy <-> oracle (cache, journal, budget) <-> executor.
+
+One ``Engine.run`` is one coordinator session of a search. It takes the journal's
+lock, replays what earlier sessions finished, adopts trainings that were still
+running when an earlier coordinator died, checks the preconditions (baseline
+passes, all-on fails), and then lets the all-culprits layer drive the configured
+strategy against a ``TrainingOracle``. Every decision is journaled before anything
+depends on it, so the session can be killed at any moment and resumed.
+
+The engine prints nothing: it reports through ``SearchEvents`` so that the CLI
+decides between a live terminal display and plain lines.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import __version__
+from .config import SearchConfig
+from .errors import UsageError
+from .executor import Device, DevicePool, run_batch
+from .journal import Journal
+from .metrics import MetricSpec, classify, read_metric
+from .report import build_report, write_outputs
+from .rules import Rule
+from .scoring import Measurement, Preconditions, check_preconditions
+from .search import STRATEGIES
+from .search.culprits import CulpritSearch, find_culprits
+from .search.oracle import Outcome
+from .state import ConfigKey, SearchState, TrialState, definition_changes, encode_float, replay
+from .switch import render_switch
+from .trial import TrialRun, TrialSpec, adopt_trial, start_trial
+from .training_oracle import TrainingOracle
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_BUDGET = 3
+EXIT_INTERRUPTED = 130
+
+
+class SearchEvents(Protocol):
+    """What the engine tells its user interface; all methods must be thread-safe."""
+
+    def message(self, text: str) -> None: ...
+
+    def trial_started(self, trial: TrialState) -> None: ...
+
+    def trial_finished(self, trial: TrialState, outcome: Outcome | None) -> None: ...
+
+    def best_so_far(self, config: frozenset[Rule] | None) -> None: ...
+
+
+class QuietEvents:
+    """Events sink that ignores everything (library use and tests)."""
+
+    def message(self, text: str) -> None:
+        pass
+
+    def trial_started(self, trial: TrialState) -> None:
+        pass
+
+    def trial_finished(self, trial: TrialState, outcome: Outcome | None) -> None:
+        pass
+
+    def best_so_far(self, config: frozenset[Rule] | None) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    status: str  # found | budget_exhausted | baseline_fails | no_failure | interrupted
+    exit_code: int
+    report: dict[str, Any]
+    report_path: Path
+    fix_path: Path | None
+
+
+class Engine:
+    """One coordinator session of one search."""
+
+    def __init__(self, config: SearchConfig, events: SearchEvents | None = None) -> None:
+        self.config = config
+        self.events: SearchEvents = events or QuietEvents()
+        self.rules = list(config.rules)
+        self.rule_by_name = {rule.name: rule for rule in self.rules}
+        self.metric_spec = MetricSpec.from_text(
+            config.metric.pattern, config.metric.key, config.metric.goal, config.metric.loss_pattern
+        )
+        self.state = SearchState()
+        self._journal: Journal | None = None
+        self._journal_lock = threading.Lock()
+        self._threshold_preconditions: Preconditions | None = None
+        self._oracle: TrainingOracle | None = None
+
+    # -- journal ----------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        return self.config.state_dir
+
+    def _append(self, record: dict[str, Any]) -> None:
+        """Journal a record (durably) and apply it to the live state, atomically."""
+        assert self._journal is not None
+        record.setdefault("time", time.time())
+        with self._journal_lock:
+            self._journal.append(record)
+            self.state.apply(record)
+
+    def _open(self) -> None:
+        self._journal = Journal.open(self.state_dir)
+        self.state = replay(self._journal.records())
+        definition = self.config.definition()
+        if self.state.definition is None:
+            self._append(
+                {
+                    "type": "search_started",
+                    "definition": definition,
+                    "version": __version__,
+                    "config_path": str(self.config.source),
+                    "config_document": self.config.document,
+                }
+            )
+        elif self.state.definition != definition:
+            changes = ", ".join(definition_changes(self.state.definition, definition))
+            raise UsageError(
+                f"{self.state_dir}: holds a search with a different definition (changed: {changes}); "
+                "restore the old config, or use another --state-dir for the new search"
+            )
+
+    # -- trainings -----------------------------------------------------------------
+
+    def remaining_budget(self) -> int:
+        return max(0, self.config.search.budget - self.state.launched)
+
+    def _config_rules(self, names: frozenset[str]) -> list[Rule]:
+        return [self.rule_by_name[name] for name in sorted(names)]
+
+    def _train(self, key: ConfigKey, role: str, device: Device, cancel: threading.Event) -> TrialState | None:
+        """Launch one training on ``device`` and wait for it; None when it was cancelled."""
+        names, repeat = key
+        with self._journal_lock:
+            trial_id = f"{self.state.next_trial_number():04d}"
+            record = {
+                "type": "trial_started",
+                "trial_id": trial_id,
+                "config": sorted(names),
+                "repeat": repeat,
+                "device": list(device),
+                "trial_dir": f"trials/{trial_id}",
+                "role": role,
+                "time": time.time(),
+            }
+            assert self._journal is not None
+            self._journal.append(record)
+            self.state.apply(record)
+            trial = self.state.trials[trial_id]
+        self.events.trial_started(trial)
+        spec = TrialSpec(
+            trial_id=trial_id,
+            trial_dir=self.state_dir / trial.trial_dir,
+            command=self.config.train.command,
+            workdir=self.config.train.workdir,
+            base_dir=self.config.base_dir,
+            env=self.config.train.env,
+            device=device,
+            device_env=self.config.train.device_env,
+            timeout=self.config.train.timeout,
+            repeat=repeat,
+            switch_text=render_switch(self.rules, self._config_rules(names), self.config.base_cfg),
+            grace=self.config.train.kill_grace,
+        )
+        running = start_trial(spec)
+        run = running.wait(cancel)
+        return self._record_end(trial, run)
+
+    def _record_end(self, trial: TrialState, run: TrialRun) -> TrialState | None:
+        if run.cancelled:
+            self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": "cancelled"})
+            self.events.trial_finished(trial, None)
+            return None
+        reading = read_metric(run, self.metric_spec)
+        kind, reason = classify(run, reading)
+        self._append(
+            {
+                "type": "trial_finished",
+                "trial_id": trial.trial_id,
+                "kind": kind,
+                "value": encode_float(reading.value),
+                "reason": reason,
+                "exit_code": run.exit_code,
+                "signal": run.signal,
+                "duration": round(run.duration, 3),
+                "log": str(Path(trial.trial_dir) / run.log_path.name),
+            }
+        )
+        outcome = self._oracle.verdict_of(trial) if self._oracle is not None else None
+        self.events.trial_finished(trial, outcome)
+        return trial
+
+    def _launch_batch(
+        self,
+        keys: Sequence[ConfigKey],
+        stop_after: Callable[[TrialState], bool] | None,
+        role: str = "search",
+    ) -> dict[ConfigKey, TrialState]:
+        pool = DevicePool(self.config.train.devices)
+        jobs = [
+            (lambda device, cancel, key=key: self._train(key, role, device, cancel))
+            for key in keys
+        ]
+        results = run_batch(jobs, pool, stop_after=stop_after, cleanup_timeout=self.config.train.kill_grace + 30)
+        return {trial.key: trial for trial in results if trial is not None}
+
+    def _adopt_orphans(self) -> None:
+        """Trainings an earlier coordinator left running: take their results, never rerun them needlessly."""
+        orphans = self.state.open_trials()
+        if not orphans:
+            return
+        adopted: list[tuple[TrialState, Any]] = []
+        for trial in orphans:
+            handle = adopt_trial(self.state_dir / trial.trial_dir)
+            if handle is None:
+                self._append(
+                    {
+                        "type": "trial_cancelled",
+                        "trial_id": trial.trial_id,
+                        "reason": "lost: the coordinator stopped and the training never finished",
+                    }
+                )
+            else:
+                adopted.append((trial, handle))
+        if not adopted:
+            return
+        self.events.message(
+            f"adopting {len(adopted)} training(s) left running by the previous session; waiting for them"
+        )
+        pool = DevicePool([trial.device or (trial.trial_id,) for trial, _ in adopted])
+        jobs = [
+            (lambda device, cancel, trial=trial, handle=handle: self._record_end(trial, handle.wait(cancel)))
+            for trial, handle in adopted
+        ]
+        run_batch(jobs, pool, cleanup_timeout=self.config.train.kill_grace + 30)
+
+    # -- the search ------------------------------------------------------------------
+
+    def _measure_references(self) -> tuple[list[Measurement], Measurement] | None:
+        """Baseline (all candidates off) runs and the all-on run, in parallel; None when the budget ran out."""
+        score = self.config.score
+        everything = frozenset(rule.name for rule in self.rules)
+        keys: list[tuple[ConfigKey, str]] = []
+        if score.baseline_metric is None:
+            keys += [((frozenset(), repeat), "baseline") for repeat in range(score.baseline_repeats)]
+        if score.all_on_metric is None:
+            keys.append(((everything, 0), "all_on"))
+        cache = self.state.cache()
+        needed = [(key, role) for key, role in keys if key not in cache]
+        needed = needed[: self.remaining_budget()]
+        if needed:
+            pool = DevicePool(self.config.train.devices)
+            jobs = [
+                (lambda device, cancel, key=key, role=role: self._train(key, role, device, cancel))
+                for key, role in needed
+            ]
+            run_batch(jobs, pool, cleanup_timeout=self.config.train.kill_grace + 30)
+        cache = self.state.cache()
+        if any(key not in cache for key, _ in keys):
+            return None
+        if score.baseline_metric is not None:
+            baseline = [Measurement("metric", score.baseline_metric, "given as score.baseline_metric")]
+        else:
+            baseline = [cache[(frozenset(), r)].measurement for r in range(score.baseline_repeats)]  # type: ignore[misc]
+        if score.all_on_metric is not None:
+            all_on = Measurement("metric", score.all_on_metric, "given as score.all_on_metric")
+        else:
+            all_on = cache[(everything, 0)].measurement  # type: ignore[assignment]
+        return baseline, all_on  # type: ignore[return-value]
+
+    def run(self) -> SearchResult:
+        try:
+            self._open()
+            if self.state.finished is not None:
+                self.events.message("this search has already finished; showing its answer")
+                return self._result_from_finished()
+            self._append(
+                {
+                    "type": "session_started",
+                    "budget": self.config.search.budget,
+                    "devices": [list(entry) for entry in self.config.train.devices],
+                    "timeout": self.config.train.timeout,
+                    "version": __version__,
+                }
+            )
+            self._adopt_orphans()
+            return self._search()
+        except KeyboardInterrupt:
+            if self._journal is None:
+                raise
+            self._append({"type": "search_stopped", "reason": "interrupted"})
+            return self._stop("interrupted", EXIT_INTERRUPTED, None, None)
+        finally:
+            if self._journal is not None:
+                self._journal.close()
+
+    def _search(self) -> SearchResult:
+        references = self._measure_references()
+        if references is None:
+            self._append({"type": "search_stopped", "reason": "budget_exhausted"})
+            return self._stop("budget_exhausted", EXIT_BUDGET, None, None)
+        baseline, all_on = references
+        pre = check_preconditions(
+            baseline,
+            all_on,
+            tolerance=self.config.score.tolerance,
+            goal=self.config.metric.goal,
+            reference=self.config.score.reference,
+            crash_is_failure=self.config.score.crash_is_failure,
+        )
+        self._threshold_preconditions = pre
+        if not pre.ok:
+            return self._finish(pre.status, pre, None)
+        assert pre.threshold is not None
+        self.events.message(pre.message)
+        self._oracle = TrainingOracle(
+            threshold=pre.threshold,
+            crash_is_failure=self.config.score.crash_is_failure,
+            cached=lambda key: self.state.cache().get(key),
+            launch=self._launch_batch,
+            remaining_budget=self.remaining_budget,
+        )
+        strategy = STRATEGIES[self.config.search.strategy]
+        result = find_culprits(
+            self.rules,
+            self._oracle,
+            strategy,
+            parallelism=len(self.config.train.devices),
+        )
+        if result.exhausted:
+            self.events.best_so_far(result.smallest_failing)
+            self._append({"type": "search_stopped", "reason": "budget_exhausted"})
+            return self._stop("budget_exhausted", EXIT_BUDGET, pre, result)
+        return self._finish("found", pre, result)
+
+    # -- endings ------------------------------------------------------------------------
+
+    def _report(self, status: str, pre: Preconditions | None, result: CulpritSearch | None) -> dict[str, Any]:
+        return build_report(
+            config=self.config,
+            state=self.state,
+            status=status,
+            preconditions=pre,
+            result=result,
+            rounds=self._oracle.rounds if self._oracle is not None else None,
+        )
+
+    def _finish(self, status: str, pre: Preconditions, result: CulpritSearch | None) -> SearchResult:
+        report = self._report(status, pre, result)
+        self._append({"type": "search_finished", "status": status, "report": report})
+        return self._write(status, EXIT_OK, report)
+
+    def _stop(
+        self, status: str, exit_code: int, pre: Preconditions | None, result: CulpritSearch | None
+    ) -> SearchResult:
+        report = self._report(status, pre, result)
+        return self._write(status, exit_code, report)
+
+    def _write(self, status: str, exit_code: int, report: dict[str, Any]) -> SearchResult:
+        report_path, fix_path = write_outputs(self.state_dir, report, self.rules, self.config.base_cfg)
+        return SearchResult(status, exit_code, report, report_path, fix_path)
+
+    def _result_from_finished(self) -> SearchResult:
+        assert self.state.finished is not None
+        report = self.state.finished["report"]
+        return self._write(report["status"], EXIT_OK, report)

@@ -1,0 +1,130 @@
+"""Parallel trainings over a pool of devices, through joblib's threading backend.
+
+Each joblib task only waits on its training's supervisor process, so threads are
+enough locally; the same ``Parallel`` call runs on a dask cluster through joblib's
+dask backend when one machine is not enough (DESIGN.md 4.5).
+
+Why the results are collected in list order: a search strategy asks "which is the
+first failing configuration of these, in this order". Answering with whichever
+training finished first would make the answer, and so the whole search, depend on
+timing, and resume (which replays the strategy) would diverge. So a failure at
+position i only cancels positions after i; positions before i still run to the end.
+
+Devices: a task takes a device from the pool before it launches and returns it
+when its training has ended, so two trainings never share a device.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from joblib import Parallel, delayed
+
+R = TypeVar("R")
+Device = tuple[str, ...]
+Job = Callable[[Device, threading.Event], R]
+
+
+class DevicePool:
+    """The free devices; blocking take, always give back."""
+
+    def __init__(self, devices: Sequence[Device]) -> None:
+        self.size = len(devices)
+        self._free: queue.Queue[Device] = queue.Queue()
+        for device in devices:
+            self._free.put(tuple(device))
+
+    def take(self, cancel: threading.Event) -> Device | None:
+        """A free device, or None once ``cancel`` is set while waiting."""
+        while not cancel.is_set():
+            try:
+                return self._free.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        return None
+
+    def give_back(self, device: Device) -> None:
+        self._free.put(device)
+
+
+class BatchRun(Generic[R]):
+    """One batch of jobs, with in-order cancellation and a clean stop on interrupt."""
+
+    def __init__(self, jobs: Sequence[Job[R]], pool: DevicePool) -> None:
+        self.jobs = list(jobs)
+        self.pool = pool
+        self.cancel = [threading.Event() for _ in self.jobs]
+        self._active = 0
+        self._active_lock = threading.Condition()
+
+    def _task(self, index: int) -> tuple[int, R | None]:
+        with self._active_lock:
+            self._active += 1
+        try:
+            if self.cancel[index].is_set():
+                return index, None
+            device = self.pool.take(self.cancel[index])
+            if device is None:
+                return index, None
+            try:
+                if self.cancel[index].is_set():
+                    return index, None
+                return index, self.jobs[index](device, self.cancel[index])
+            finally:
+                self.pool.give_back(device)
+        finally:
+            with self._active_lock:
+                self._active -= 1
+                self._active_lock.notify_all()
+
+    def cancel_all(self) -> None:
+        for event in self.cancel:
+            event.set()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no task is running; used after an interrupt so no training is orphaned."""
+        deadline = time.monotonic() + timeout
+        with self._active_lock:
+            while self._active:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._active_lock.wait(remaining)
+        return True
+
+    def run(self, stop_after: Callable[[R], bool] | None, cleanup_timeout: float) -> list[R | None]:
+        """Run every job; once job i satisfies ``stop_after``, jobs after i are cancelled.
+
+        Returns one entry per job, None for a job that never launched.
+        """
+        results: list[R | None] = [None] * len(self.jobs)
+        if not self.jobs:
+            return results
+        n_jobs = max(1, min(self.pool.size, len(self.jobs)))
+        try:
+            with Parallel(n_jobs=n_jobs, backend="threading", return_as="generator_unordered") as parallel:
+                for index, result in parallel(delayed(self._task)(i) for i in range(len(self.jobs))):
+                    results[index] = result
+                    if stop_after is not None and result is not None and stop_after(result):
+                        for later in range(index + 1, len(self.jobs)):
+                            self.cancel[later].set()
+        except BaseException:
+            self.cancel_all()
+            self.wait_idle(cleanup_timeout)
+            raise
+        return results
+
+
+def run_batch(
+    jobs: Sequence[Job[R]],
+    pool: DevicePool,
+    *,
+    stop_after: Callable[[R], bool] | None = None,
+    cleanup_timeout: float = 60.0,
+) -> list[R | None]:
+    """Run jobs over the device pool; see ``BatchRun.run``."""
+    return BatchRun(jobs, pool).run(stop_after, cleanup_timeout)

@@ -1,0 +1,214 @@
+"""What a search hands back: ``report.json`` for programs, a summary for people, and the fix cfg.
+
+Everything here is derived from the journal's state plus the search result, so a
+report can always be rebuilt from the journal alone.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .config import SearchConfig
+from .rules import Rule
+from .scoring import Preconditions, Threshold
+from .search.culprits import CulpritSearch
+from .state import SearchState, TrialState
+from .supervisor import write_json_atomic
+from .switch import SwitchFile, render_switch
+
+REPORT_NAME = "report.json"
+FIX_NAME = "fusion_switch.cfg"
+
+STATUS_TEXT = {
+    "found": "culprits found",
+    "budget_exhausted": "budget exhausted before the search finished",
+    "baseline_fails": "refused: the baseline (all candidates off) does not pass",
+    "no_failure": "refused: all candidates on does not fail",
+    "interrupted": "interrupted",
+}
+
+
+def _number(value: float | None) -> float | str | None:
+    if value is None or math.isfinite(value):
+        return value
+    return str(value)
+
+
+def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failure: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "trial_id": trial.trial_id,
+        "role": trial.role,
+        "configuration": sorted(trial.config),
+        "repeat": trial.repeat,
+        "device": ",".join(trial.device),
+        "trial_dir": trial.trial_dir,
+    }
+    measurement = trial.measurement
+    if measurement is not None and trial.finished is not None:
+        outcome = None
+        if threshold is not None:
+            outcome = threshold.verdict(measurement, crash_is_failure).value
+        entry.update(
+            outcome=outcome,
+            kind=measurement.kind,
+            metric=_number(measurement.value),
+            reason=measurement.reason,
+            duration=trial.finished.get("duration"),
+            log=trial.finished.get("log"),
+        )
+    elif trial.cancelled is not None:
+        entry.update(outcome="cancelled", reason=trial.cancelled.get("reason", ""))
+    else:
+        entry.update(outcome="running")
+    return entry
+
+
+def _rules_json(rules: frozenset[Rule]) -> list[dict[str, str]]:
+    return [rule.to_json() for rule in sorted(rules)]
+
+
+def build_report(
+    *,
+    config: SearchConfig,
+    state: SearchState,
+    status: str,
+    preconditions: Preconditions | None,
+    result: CulpritSearch | None,
+    rounds: int | None,
+) -> dict[str, Any]:
+    threshold = preconditions.threshold if preconditions is not None else None
+    cache = state.cache()
+    baseline_runs = [
+        trial.measurement.value
+        for (names, _repeat), trial in sorted(cache.items(), key=lambda item: item[0][1])
+        if not names and trial.measurement is not None
+    ]
+    everything = frozenset(rule.name for rule in config.rules)
+    all_on_trial = cache.get((everything, 0))
+    report: dict[str, Any] = {
+        "status": status,
+        "message": preconditions.message if preconditions is not None and not preconditions.ok else STATUS_TEXT[status],
+        "version": __version__,
+        "candidates": [rule.to_json() for rule in config.rules],
+        "trainings": state.launched,
+        "budget": config.search.budget,
+        "rounds": rounds,
+        "strategy": config.search.strategy,
+        "baseline": _number(threshold.baseline) if threshold else (
+            config.score.baseline_metric if config.score.baseline_metric is not None else None
+        ),
+        "baseline_runs": [_number(value) for value in baseline_runs],
+        "all_on": _number(
+            config.score.all_on_metric
+            if config.score.all_on_metric is not None
+            else (all_on_trial.measurement.value if all_on_trial and all_on_trial.measurement else None)
+        ),
+        "threshold": None,
+        "culprits": [],
+        "switched_off": [],
+        "fix_verified": False,
+        "fix_config": None,
+        "smallest_failing": None,
+    }
+    if threshold is not None:
+        report["threshold"] = {
+            "goal": threshold.goal,
+            "baseline": _number(threshold.baseline),
+            "tolerance": _number(threshold.tolerance),
+            "limit": _number(threshold.limit),
+            "tolerance_setting": config.score.tolerance.describe(),
+        }
+    if result is not None:
+        report["culprits"] = [
+            {
+                "rules": _rules_json(culprit.rules),
+                "kind": culprit.kind,
+                "switched_off": sorted(rule.name for rule in culprit.switched_off),
+                "reason": culprit.reason,
+            }
+            for culprit in result.culprit_sets
+        ]
+        switched_off = sorted({rule.name for culprit in result.culprit_sets for rule in culprit.switched_off})
+        report["switched_off"] = switched_off
+        report["fix_verified"] = bool(result.fix_verified)
+        if status == "found":
+            report["fix_config"] = FIX_NAME
+            report["fix_reason"] = (
+                "the fix configuration was trained and passes"
+                if result.fix_verified
+                else "the fix configuration was not confirmed by a passing training"
+            )
+        if result.smallest_failing is not None:
+            report["smallest_failing"] = sorted(rule.name for rule in result.smallest_failing)
+    if status == "budget_exhausted":
+        report["continue_with"] = (
+            f"fusion-dd resume --state-dir {config.state_dir} --budget {config.search.budget + max(10, config.search.budget // 2)}"
+        )
+    report["trials"] = [
+        _trial_entry(trial, threshold, config.score.crash_is_failure) for trial in state.trials.values()
+    ]
+    return report
+
+
+def write_outputs(
+    state_dir: Path, report: dict[str, Any], rules: list[Rule], base: SwitchFile | None
+) -> tuple[Path, Path | None]:
+    """Write report.json and, when the search found its answer, the fix cfg (both atomically)."""
+    report_path = state_dir / REPORT_NAME
+    write_json_atomic(report_path, report)
+    fix_path = None
+    if report["status"] == "found":
+        off = set(report["switched_off"])
+        enabled = [rule for rule in rules if rule.name not in off]
+        fix_path = state_dir / FIX_NAME
+        tmp = fix_path.with_name(f".{FIX_NAME}.tmp")
+        tmp.write_text(render_switch(rules, enabled, base), encoding="utf-8")
+        tmp.replace(fix_path)
+    return report_path, fix_path
+
+
+def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list[str]:
+    """The human-readable end of a search."""
+    lines = [f"fusion-dd: {report['message']}"]
+    threshold = report.get("threshold")
+    if report.get("baseline") is not None:
+        lines.append(f"  baseline (all candidates off): {report['baseline']}")
+    if report.get("all_on") is not None:
+        lines.append(f"  all candidates on:             {report['all_on']}")
+    if threshold:
+        comparison = "<" if threshold["goal"] == "max" else ">"
+        lines.append(
+            f"  a configuration fails when its metric {comparison} {threshold['limit']:.6g} "
+            f"(tolerance {threshold['tolerance']:.6g}, {threshold['tolerance_setting']})"
+        )
+    rounds = report.get("rounds")
+    lines.append(
+        f"  trainings launched: {report['trainings']} of budget {report['budget']}"
+        + (f", {rounds} rounds this session" if rounds else "")
+    )
+    culprits = report.get("culprits") or []
+    if culprits:
+        lines.append("")
+        lines.append(f"  {'#':<3}{'kind':<13}{'rules':<58}switch off")
+        for index, culprit in enumerate(culprits, start=1):
+            names = ", ".join(f"{rule['name']} ({rule['section']})" for rule in culprit["rules"])
+            lines.append(f"  {index:<3}{culprit['kind']:<13}{names:<58}{', '.join(culprit['switched_off'])}")
+        for index, culprit in enumerate(culprits, start=1):
+            if culprit["kind"] != "independent" and culprit.get("reason"):
+                lines.append(f"  ({index}) {culprit['reason']}")
+    if report["status"] == "found":
+        verified = "verified: trained and passes" if report["fix_verified"] else "NOT verified"
+        where = f"{state_dir / FIX_NAME}" if state_dir is not None else FIX_NAME
+        lines.append("")
+        lines.append(f"  fix config ({verified}): {where}")
+        lines.append(f"  switched off: {', '.join(report['switched_off']) or 'nothing'}; every other fusion stays on")
+    if report.get("smallest_failing") and report["status"] != "found":
+        lines.append(f"  smallest failing configuration so far: {len(report['smallest_failing'])} rules on")
+    if report.get("continue_with"):
+        lines.append(f"  continue with: {report['continue_with']}")
+    if state_dir is not None:
+        lines.append(f"  report: {state_dir / REPORT_NAME}")
+    return lines

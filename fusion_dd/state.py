@@ -1,0 +1,164 @@
+"""The state of a search, rebuilt by replaying its journal.
+
+Pure: records in, state out. The engine, ``fusion-dd status`` and the report all
+read a search through this one function, so they can never disagree about which
+trainings finished, how much budget was used or which trainings were lost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .scoring import Measurement
+
+ConfigKey = tuple[frozenset[str], int]  # (names of the rules switched on, repeat)
+
+
+def encode_float(value: float | None) -> float | str | None:
+    """JSON has no NaN/Inf; the journal spells them as strings."""
+    if value is None or math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def decode_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    return float(value)
+
+
+@dataclass
+class TrialState:
+    """One training as the journal knows it."""
+
+    trial_id: str
+    config: frozenset[str]
+    repeat: int
+    device: tuple[str, ...]
+    trial_dir: str
+    started_at: float
+    role: str = "search"
+    finished: dict[str, Any] | None = None
+    cancelled: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> ConfigKey:
+        return (self.config, self.repeat)
+
+    @property
+    def open(self) -> bool:
+        """Started, and neither finished nor given up: it may still be running."""
+        return self.finished is None and self.cancelled is None
+
+    @property
+    def measurement(self) -> Measurement | None:
+        if self.finished is None:
+            return None
+        return Measurement(
+            kind=self.finished["kind"],
+            value=decode_float(self.finished.get("value")),
+            reason=self.finished.get("reason", ""),
+        )
+
+
+@dataclass
+class SearchState:
+    definition: dict[str, Any] | None = None
+    started_at: float | None = None
+    trials: dict[str, TrialState] = field(default_factory=dict)
+    finished: dict[str, Any] | None = None
+    stops: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    start_record: dict[str, Any] | None = None
+
+    @property
+    def launched(self) -> int:
+        """Trainings launched over the whole search, resumes included: what the budget caps."""
+        return len(self.trials)
+
+    def cache(self) -> dict[ConfigKey, TrialState]:
+        """Finished trainings by (configuration, repeat); the first finished one wins."""
+        result: dict[ConfigKey, TrialState] = {}
+        for trial in self.trials.values():
+            if trial.finished is not None and trial.key not in result:
+                result[trial.key] = trial
+        return result
+
+    def open_trials(self) -> list[TrialState]:
+        return [trial for trial in self.trials.values() if trial.open]
+
+    def next_trial_number(self) -> int:
+        return len(self.trials) + 1
+
+    def apply(self, record: dict[str, Any]) -> None:
+        """Take one journal record into account (replay and live updates share this)."""
+        kind = record.get("type")
+        if kind == "search_started":
+            if self.definition is None:
+                self.definition = record["definition"]
+                self.started_at = record.get("time")
+                self.start_record = record
+        elif kind == "session_started":
+            self.sessions.append(record)
+        elif kind == "trial_started":
+            trial_id = record["trial_id"]
+            self.trials[trial_id] = TrialState(
+                trial_id=trial_id,
+                config=frozenset(record["config"]),
+                repeat=int(record.get("repeat", 0)),
+                device=tuple(record.get("device", ())),
+                trial_dir=record["trial_dir"],
+                started_at=record.get("time", 0.0),
+                role=record.get("role", "search"),
+            )
+        elif kind == "trial_finished":
+            trial = self.trials.get(record["trial_id"])
+            if trial is not None:
+                trial.finished = record
+        elif kind == "trial_cancelled":
+            trial = self.trials.get(record["trial_id"])
+            if trial is not None and trial.finished is None:
+                trial.cancelled = record
+        elif kind == "search_stopped":
+            self.stops.append(record)
+        elif kind == "search_finished":
+            self.finished = record
+
+
+def replay(records: Iterable[dict[str, Any]]) -> SearchState:
+    """Fold journal records into the search state."""
+    state = SearchState()
+    for record in records:
+        state.apply(record)
+    return state
+
+
+def definition_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Which parts of a search definition differ, named as config keys."""
+    names = {
+        "rules": "rules",
+        "base_cfg": "rules.base_cfg",
+        "command": "train.command",
+        "workdir": "train.workdir",
+        "env": "train.env",
+        "strategy": "search.strategy",
+    }
+    changes: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) == new.get(key):
+            continue
+        if isinstance(old.get(key), dict) and isinstance(new.get(key), dict) and key in ("metric", "score"):
+            for sub in sorted(set(old[key]) | set(new[key])):
+                if old[key].get(sub) != new[key].get(sub):
+                    changes.append(f"{key}.{sub}")
+        else:
+            changes.append(names.get(key, key))
+    return changes
+
+
+def config_names(config: Sequence[Any] | frozenset[Any]) -> list[str]:
+    """A configuration as the sorted list of rule names the journal stores."""
+    return sorted(str(getattr(item, "name", item)) for item in config)

@@ -1,0 +1,139 @@
+"""fusion-dd.yaml validation: every mistake is one line naming the key, exit code 2, nothing launched."""
+
+import textwrap
+
+import pytest
+
+from fusion_dd.cli import main
+from fusion_dd.config import load_config, parse_devices
+from fusion_dd.errors import UsageError
+from fusion_dd.rules import Section
+
+GOOD = """\
+rules:
+  GraphFusion: [ConvBatchnormFusionPass, SoftmaxFusionPass]
+  UBFusion: [TbeEltwiseFusionPass]
+train:
+  command: ["python", "train.py", "--fusion-switch", "{switch_file}"]
+  devices: [0, 1]
+metric:
+  pattern: 'accuracy[=:]\\s*(\\S+)'
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "fusion-dd.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_good_config_with_defaults(tmp_path):
+    config = load_config(write(tmp_path, GOOD))
+    assert [rule.name for rule in config.rules] == [
+        "ConvBatchnormFusionPass",
+        "SoftmaxFusionPass",
+        "TbeEltwiseFusionPass",
+    ]
+    assert config.rules[2].section is Section.UB
+    assert config.train.devices == (("0",), ("1",))
+    assert config.train.device_env == "ASCEND_DEVICE_ID"
+    assert config.metric.goal == "max"
+    assert config.search.budget == 200
+    assert config.state_dir == (tmp_path / ".fusion-dd").resolve()
+
+
+def test_command_string_is_split_with_shlex(tmp_path):
+    config = load_config(write(tmp_path, GOOD.replace(
+        'command: ["python", "train.py", "--fusion-switch", "{switch_file}"]',
+        "command: python 'my train.py' --cfg {switch_file}",
+    )))
+    assert config.train.command == ("python", "my train.py", "--cfg", "{switch_file}")
+
+
+def test_definition_ignores_budget_devices_and_timeouts(tmp_path):
+    config = load_config(write(tmp_path, GOOD))
+    changed = config.with_overrides(budget=5, devices=(("7",),))
+    assert config.definition() == changed.definition()
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("  devices: [0, 1]", "  devices: [0, 1]\n  comand: x", "train.comand: unknown key; did you mean 'train.command'?"),
+        ("  devices: [0, 1]", "  timeout: soon", "train.timeout: must be a number"),
+        ("  devices: [0, 1]", "  timeout: -5", "train.timeout: must be a positive number"),
+        ("  devices: [0, 1]", "  devices: [0, 0]", "train.devices: device 0 appears twice"),
+        (
+            "  GraphFusion: [ConvBatchnormFusionPass, SoftmaxFusionPass]\n  UBFusion: [TbeEltwiseFusionPass]",
+            "  GraphFusion: []",
+            "rules: no candidate rules",
+        ),
+        ("  devices: [0, 1]", "  devices: [0, 1]\n  devices: [2]", "duplicate key 'devices'"),
+        ("[TbeEltwiseFusionPass]", "[ConvBatchnormFusionPass]", "duplicate rule 'ConvBatchnormFusionPass'"),
+        ("'accuracy[=:]\\s*(\\S+)'", "'accuracy[=:]\\s*\\S+'", "metric.pattern: the pattern needs a group"),
+        ("'accuracy[=:]\\s*(\\S+)'", "'accuracy[(\\S+)'", "metric.pattern: invalid regular expression"),
+        ("metric:", "metric:\n  goal: up", "metric.goal: must be 'max' (accuracy) or 'min' (loss)"),
+        ("metric:", "score:\n  tolerance: lots\nmetric:", "score.tolerance: must be 'auto'"),
+        ("metric:", "search:\n  strategy: magic\nmetric:", "search.strategy: unknown strategy 'magic'"),
+        ("metric:", "search:\n  budget: -1\nmetric:", "search.budget: must be at least 0"),
+        ("metric:", "rules2: {}\nmetric:", "rules2: unknown key; did you mean 'rules'?"),
+        ("  command: [", "  workdir: 3\n  command: [", "train.workdir: must be a non-empty string"),
+        ("metric:", "score:\n  baseline_repeats: 0\nmetric:", "score.baseline_repeats: must be at least 1"),
+    ],
+)
+def test_config_errors_name_the_key_and_exit_2(tmp_path, capsys, old, new, message):
+    assert old in GOOD
+    path = write(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(SystemExit) as info:
+        main(["search", "-c", str(path)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert str(path) in err or path.name in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / ".fusion-dd").exists(), "nothing may be launched or written"
+
+
+def test_missing_command(tmp_path):
+    with pytest.raises(UsageError, match="train.command: missing"):
+        load_config(write(tmp_path, "rules:\n  GraphFusion: [A]\n"))
+
+
+def test_missing_config_file(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["search", "-c", str(tmp_path / "absent.yaml")])
+    assert info.value.code == 2
+    assert "config file not found" in capsys.readouterr().err
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    with pytest.raises(UsageError, match=r"fusion-dd.yaml:\d+: not valid YAML"):
+        load_config(write(tmp_path, "rules:\n  GraphFusion: [A\ntrain: {}\n"))
+
+
+def test_base_cfg_missing_and_malformed(tmp_path):
+    with pytest.raises(UsageError, match="rules.base_cfg: file not found"):
+        load_config(write(tmp_path, GOOD.replace("rules:", "rules:\n  base_cfg: base.cfg")))
+    (tmp_path / "base.cfg").write_text("A:on\nA:off\n")
+    with pytest.raises(UsageError, match=r"base.cfg:2: 'A' is listed twice"):
+        load_config(write(tmp_path, GOOD.replace("rules:", "rules:\n  base_cfg: base.cfg")))
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("0,1,2", (("0",), ("1",), ("2",))),
+        ("0,1;2,3", (("0", "1"), ("2", "3"))),
+        ([0, [1, 2]], (("0",), ("1", "2"))),
+    ],
+)
+def test_device_pool_spellings(raw, expected):
+    assert parse_devices(raw) == expected
+
+
+def test_cli_overrides_are_validated(tmp_path, capsys):
+    path = write(tmp_path, GOOD)
+    with pytest.raises(SystemExit) as info:
+        main(["search", "-c", str(path), "--jobs", "2", "--devices", "0"])
+    assert info.value.code == 2
+    assert "--devices and --jobs" in capsys.readouterr().err

@@ -1,0 +1,71 @@
+"""Verdicts against the baseline and the preconditions of a search."""
+
+import math
+
+import pytest
+
+from fusion_dd.config import Tolerance
+from fusion_dd.scoring import Measurement, Threshold, check_preconditions, resolve_tolerance
+from fusion_dd.search.oracle import Outcome
+
+
+def metric(value):
+    return Measurement("metric", value)
+
+
+def test_auto_tolerance_is_ten_percent_of_the_gap_not_a_midpoint():
+    assert resolve_tolerance(Tolerance("auto"), [0.90], metric(0.50)) == pytest.approx(0.04)
+
+
+def test_auto_tolerance_widens_to_three_sigma_of_repeated_baselines():
+    tolerance = resolve_tolerance(Tolerance("auto"), [0.90, 0.80, 0.85], metric(0.84))
+    assert tolerance == pytest.approx(3 * 0.05)
+
+
+def test_auto_tolerance_with_nan_all_on_is_one_percent_of_baseline():
+    assert resolve_tolerance(Tolerance("auto"), [0.80], Measurement("nonfinite", math.nan)) == pytest.approx(0.008)
+
+
+def test_relative_and_absolute_tolerance():
+    assert resolve_tolerance(Tolerance("relative", 0.02), [0.5], metric(0.1)) == pytest.approx(0.01)
+    assert resolve_tolerance(Tolerance("absolute", 0.3), [0.5], metric(0.1)) == 0.3
+
+
+def test_verdicts_for_max_and_min_goals():
+    accuracy = Threshold(baseline=0.9, tolerance=0.05, goal="max")
+    assert accuracy.verdict(metric(0.86)) is Outcome.PASS
+    assert accuracy.verdict(metric(0.84)) is Outcome.FAIL
+    loss = Threshold(baseline=1.0, tolerance=0.1, goal="min")
+    assert loss.verdict(metric(1.05)) is Outcome.PASS
+    assert loss.verdict(metric(1.2)) is Outcome.FAIL
+
+
+def test_nan_fails_and_crash_is_unresolved_unless_configured():
+    threshold = Threshold(baseline=0.9, tolerance=0.05, goal="max")
+    assert threshold.verdict(Measurement("nonfinite", math.nan)) is Outcome.FAIL
+    assert threshold.verdict(Measurement("crash", None, "exit code 1")) is Outcome.UNRESOLVED
+    assert threshold.verdict(Measurement("timeout"), crash_is_failure=True) is Outcome.FAIL
+
+
+def test_preconditions_ok():
+    result = check_preconditions([metric(0.9)], metric(0.5), tolerance=Tolerance("auto"), goal="max")
+    assert result.ok and result.threshold.limit == pytest.approx(0.86)
+
+
+def test_baseline_nan_refuses():
+    result = check_preconditions(
+        [Measurement("nonfinite", math.nan)], metric(0.5), tolerance=Tolerance("auto"), goal="max"
+    )
+    assert result.status == "baseline_fails" and "not among the candidates" in result.message
+
+
+def test_baseline_worse_than_reference_refuses():
+    result = check_preconditions(
+        [metric(0.70)], metric(0.5), tolerance=Tolerance("auto"), goal="max", reference=0.9
+    )
+    assert result.status == "baseline_fails"
+
+
+def test_all_on_within_tolerance_is_nothing_to_debug():
+    result = check_preconditions([metric(0.9)], metric(0.9), tolerance=Tolerance("absolute", 0.01), goal="max")
+    assert result.status == "no_failure" and "nothing to debug" in result.message
