@@ -1,0 +1,345 @@
+"""What a finished training measured, and what kind of result that is.
+
+The metric is read from the training's own output (the last match of the user's
+regex) or from the metrics file it appended to (the last record with the metric
+key), as DESIGN.md 4.3 promises. NaN or Inf anywhere, in the metric or in any
+loss, is recorded separately: a diverged training is the precision failure
+fusion-dd hunts for, even when the training still exits 0 or crashes afterwards.
+
+Logs can be hundreds of MB, so they are streamed line by line and never loaded
+whole; a pattern therefore matches within one line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal as signal_module
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import UsageError
+from .trial import TrialRun
+
+#: Default for :attr:`MetricSpec.loss_pattern`: ``loss 0.3``, ``loss=nan``,
+#: ``Loss: inf`` (case-insensitive; ``loss_scale`` does not match).
+DEFAULT_LOSS_PATTERN = re.compile(r"loss[=:\s]\s*(\S+)", re.IGNORECASE)
+
+Goal = Literal["max", "min"]
+Kind = Literal["metric", "nonfinite", "crash", "timeout", "cancelled", "no_metric"]
+KINDS: tuple[str, ...] = ("metric", "nonfinite", "crash", "timeout", "cancelled", "no_metric")
+
+_STRAY = ",;:()[]{}<>'\"%|"
+_BLOCK_BYTES = 1 << 20
+# "info"/"INFO" is in nearly every log line and is never a number: skip it.
+_INF_NOT_INFO = re.compile(rb"inf(?!o)")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """Where the metric is and which direction is better.
+
+    ``pattern`` None means "read the metrics file": the last record that has
+    ``key``. ``loss_pattern`` None switches the loss scan of the log off (the
+    metrics file's ``loss`` values are always checked).
+    """
+
+    pattern: re.Pattern[str] | None = None
+    key: str = "accuracy"
+    goal: Goal = "max"
+    loss_pattern: re.Pattern[str] | None = field(default=DEFAULT_LOSS_PATTERN)
+
+    def __post_init__(self) -> None:
+        if self.goal not in ("max", "min"):
+            raise ValueError(f"goal must be 'max' or 'min', got {self.goal!r}")
+        for name in ("pattern", "loss_pattern"):
+            compiled = getattr(self, name)
+            if compiled is not None and compiled.groups < 1:
+                raise ValueError(
+                    f"{name} '{compiled.pattern}' needs a capturing group around the number"
+                )
+
+    @classmethod
+    def from_text(
+        cls,
+        pattern: str | None,
+        key: str = "accuracy",
+        goal: str = "max",
+        loss_pattern: str | None = DEFAULT_LOSS_PATTERN.pattern,
+        where: str = "metric",
+    ) -> "MetricSpec":
+        """Build from configuration strings; ``where`` names the config key in errors."""
+        compiled = _compile(pattern, f"{where}.pattern") if pattern is not None else None
+        loss = None
+        if loss_pattern is not None:
+            flags = re.IGNORECASE if loss_pattern == DEFAULT_LOSS_PATTERN.pattern else 0
+            loss = _compile(loss_pattern, f"{where}.loss_pattern", flags)
+        if goal not in ("max", "min"):
+            raise UsageError(f"{where}.goal: {goal!r} is not valid; use 'max' or 'min'")
+        if not key:
+            raise UsageError(f"{where}.key: must not be empty")
+        return cls(pattern=compiled, key=key, goal=goal, loss_pattern=loss)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class MetricReading:
+    """The metric of one run (None when absent) and whether anything went NaN/Inf.
+
+    ``detail`` is a human-readable sentence: where the value came from, or why
+    there is none, or where the first non-finite value was seen.
+    """
+
+    value: float | None
+    nonfinite: bool
+    detail: str
+
+
+def read_metric(run: TrialRun, spec: MetricSpec) -> MetricReading:
+    """Read the metric and scan for NaN/Inf in the run's log and metrics file."""
+    log = _scan_log(Path(run.log_path), spec)
+    records = _scan_metrics_file(Path(run.metrics_path), spec.key)
+    nonfinite = log.first_nonfinite or records.first_nonfinite
+
+    value: float | None
+    if spec.pattern is not None:
+        value, detail = _value_from_log(log, spec)
+    else:
+        value, detail = _value_from_records(records, spec.key)
+    if value is not None and not math.isfinite(value):
+        nonfinite = nonfinite or f"metric is {value}"
+    if nonfinite:
+        prefix = f"non-finite value: {nonfinite}"
+        detail = prefix if value is None else f"{prefix}; {detail}"
+    return MetricReading(value=value, nonfinite=bool(nonfinite), detail=detail)
+
+
+def classify(run: TrialRun, reading: MetricReading) -> tuple[Kind, str]:
+    """What kind of result a run is, with a one-line reason.
+
+    NaN/Inf wins over everything: it is a precision failure whatever the exit
+    code. Then the ways a run can end without a trustworthy metric. A run that
+    exits 0 with a finite metric is ``"metric"``.
+    """
+    if reading.nonfinite:
+        return "nonfinite", reading.detail
+    if run.cancelled:
+        return "cancelled", "cancelled"
+    if run.timed_out:
+        limit = run.timeout if run.timeout is not None else run.duration
+        return "timeout", f"timed out after {limit:g} s"
+    if run.error:
+        return "crash", run.error
+    if run.signal is not None:
+        return "crash", f"killed by signal {run.signal}{_signal_name(run.signal)}"
+    if run.exit_code is None:
+        return "crash", "no exit status recorded"
+    if run.exit_code != 0:
+        return "crash", f"exit code {run.exit_code}"
+    if reading.value is None:
+        return "no_metric", reading.detail
+    return "metric", reading.detail
+
+
+# --- parsing -------------------------------------------------------------------
+
+
+def parse_number(token: Any) -> float | None:
+    """A float from a log token or a JSON value; None when it is not a number.
+
+    Stray punctuation around log tokens is dropped (``0.91,`` ``(nan)``
+    ``93.1%``), and the spellings Python and JSON writers use for NaN/Inf
+    (``nan``, ``NaN``, ``-inf``, ``Infinity``) are accepted.
+    """
+    if isinstance(token, bool) or token is None:
+        return None
+    if isinstance(token, (int, float)):
+        return float(token)
+    if not isinstance(token, str):
+        return None
+    text = token.strip().strip(_STRAY).rstrip(".")
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+@dataclass
+class _LogScan:
+    matches: int = 0
+    last_token: str | None = None
+    last_line: int = 0
+    first_nonfinite: str = ""
+
+
+@dataclass
+class _RecordScan:
+    with_key: int = 0
+    last_value: Any = None
+    last_line: int = 0
+    skipped: int = 0
+    first_nonfinite: str = ""
+
+
+def _iter_blocks(path: Path) -> Iterator[list[bytes]]:
+    """A possibly huge file as lists of whole lines of about 1 MB, streamed."""
+    try:
+        handle = open(path, "rb")
+    except OSError:
+        return
+    with handle:
+        while True:
+            lines = handle.readlines(_BLOCK_BYTES)
+            if not lines:
+                return
+            yield lines
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a possibly non-UTF-8 file, streamed."""
+    number = 0
+    for lines in _iter_blocks(path):
+        for raw in lines:
+            number += 1
+            yield number, raw.decode("utf-8", "replace")
+
+
+def _scan_log(path: Path, spec: MetricSpec) -> _LogScan:
+    """One pass over output.log: every metric match, and the first non-finite loss.
+
+    Every NaN/Inf spelling that ``float`` accepts contains "nan" or "inf", so a
+    block without those letters cannot hold a non-finite loss and the loss
+    pattern is not even tried on it: the scan of a long healthy log costs
+    little more than reading it.
+    """
+    scan = _LogScan()
+    pattern, loss_pattern = spec.pattern, spec.loss_pattern
+    number = 0
+    for lines in _iter_blocks(path):
+        check_loss = (
+            loss_pattern is not None
+            and not scan.first_nonfinite
+            and _may_hold_nonfinite(b"".join(lines))
+        )
+        if pattern is None and not check_loss:
+            number += len(lines)
+            continue
+        for raw in lines:
+            number += 1
+            line = raw.decode("utf-8", "replace")
+            if pattern is not None:
+                for match in pattern.finditer(line):
+                    token = match.group(1)
+                    scan.matches += 1
+                    scan.last_token, scan.last_line = token, number
+                    _note_nonfinite(scan, token, f"metric {token!r} at {path.name} line {number}")
+            if check_loss and not scan.first_nonfinite:
+                for match in loss_pattern.finditer(line):  # type: ignore[union-attr]
+                    token = match.group(1)
+                    _note_nonfinite(scan, token, f"loss {token!r} at {path.name} line {number}")
+    return scan
+
+
+def _may_hold_nonfinite(block: bytes) -> bool:
+    # lower() + literal searches: a case-insensitive regex is ten times slower.
+    low = block.lower()
+    return b"nan" in low or _INF_NOT_INFO.search(low) is not None
+
+
+def _note_nonfinite(scan: _LogScan | _RecordScan, token: Any, where: str) -> None:
+    if scan.first_nonfinite:
+        return
+    number = parse_number(token)
+    if number is not None and not math.isfinite(number):
+        scan.first_nonfinite = where
+
+
+def _scan_metrics_file(path: Path, key: str) -> _RecordScan:
+    scan = _RecordScan()
+    for number, line, complete in _tail_safe_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if complete:  # a torn last line is expected; anything else is noted
+                scan.skipped += 1
+            continue
+        if not isinstance(record, dict):
+            scan.skipped += 1
+            continue
+        for name in ("loss", key):
+            if name in record:
+                _note_nonfinite(
+                    scan, record[name], f"{name} {record[name]!r} at {path.name} line {number}"
+                )
+        if key in record and record[key] is not None:
+            scan.with_key += 1
+            scan.last_value, scan.last_line = record[key], number
+    return scan
+
+
+def _tail_safe_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """Lines of the metrics file, each flagged whether it ended with a newline."""
+    for number, line in _iter_lines(path):
+        complete = line.endswith("\n")
+        yield number, line.rstrip("\r\n"), complete
+
+
+def _value_from_log(scan: _LogScan, spec: MetricSpec) -> tuple[float | None, str]:
+    assert spec.pattern is not None
+    if scan.last_token is None:
+        return None, f"no match of pattern '{spec.pattern.pattern}' in output.log"
+    value = parse_number(scan.last_token)
+    if value is None:
+        return None, (
+            f"the last match of pattern '{spec.pattern.pattern}' (output.log line "
+            f"{scan.last_line}) is not a number: {scan.last_token!r}"
+        )
+    plural = "match" if scan.matches == 1 else "matches"
+    return value, f"{value:g} from output.log line {scan.last_line} (last of {scan.matches} {plural})"
+
+
+def _value_from_records(scan: _RecordScan, key: str) -> tuple[float | None, str]:
+    skipped = f" ({scan.skipped} unreadable lines skipped)" if scan.skipped else ""
+    if scan.with_key == 0:
+        return None, f"no record with key {key!r} in metrics.jsonl{skipped}"
+    value = parse_number(scan.last_value)
+    if value is None:
+        return None, (
+            f"{key!r} in metrics.jsonl line {scan.last_line} is not a number: "
+            f"{scan.last_value!r}{skipped}"
+        )
+    return value, f"{key} {value:g} from metrics.jsonl line {scan.last_line}{skipped}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f" ({signal_module.Signals(number).name})"
+    except ValueError:
+        return ""
+
+
+def _compile(text: str, where: str, flags: int = 0) -> re.Pattern[str]:
+    try:
+        compiled = re.compile(text, flags)
+    except re.error as exc:
+        raise UsageError(f"{where}: '{text}' is not a valid regular expression ({exc})") from None
+    if compiled.groups < 1:
+        raise UsageError(
+            f"{where}: '{text}' needs a capturing group around the number, e.g. 'acc: (\\S+)'"
+        )
+    return compiled
+
+
+__all__ = [
+    "DEFAULT_LOSS_PATTERN",
+    "KINDS",
+    "MetricReading",
+    "MetricSpec",
+    "classify",
+    "parse_number",
+    "read_metric",
+]

@@ -1,0 +1,307 @@
+"""The tiny process that owns one training, so that no finished training is lost.
+
+fusion-dd (the coordinator) starts ``python -m fusion_dd.supervisor TRIAL_DIR`` in
+a session of its own. The supervisor, not the coordinator, is the training's
+parent: if the coordinator is killed (even with SIGKILL) the supervisor keeps
+going, enforces the timeout, and records how the training ended in
+``status.json``; a resumed coordinator adopts it by the pid in
+``supervisor.json`` (DESIGN.md 4.3, 4.4).
+
+Files in TRIAL_DIR (all JSON files are written atomically: temp file, fsync,
+``os.replace``, so a reader never sees half a file):
+
+* ``launch.json`` (input, written by :mod:`fusion_dd.trial`): ``argv`` (already
+  resolved), ``workdir``, ``env`` (the complete environment), ``timeout``
+  (seconds or null), ``grace`` (seconds between SIGTERM and SIGKILL),
+  ``trial_id``.
+* ``supervisor.json``: the supervisor's pid, then also the training's pid/pgid
+  and its start time.
+* ``output.log``: the training's stdout and stderr, combined.
+* ``status.json``: ``exit_code`` or ``signal``, ``timed_out``, ``cancelled``,
+  ``start``, ``end``, ``duration``, ``error`` (why the training could not run).
+* ``supervisor.log``: the supervisor's own stdout/stderr (normally empty).
+
+This module imports nothing heavy: it runs once per training and must start fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LAUNCH_FILE = "launch.json"
+SUPERVISOR_FILE = "supervisor.json"
+STATUS_FILE = "status.json"
+LOG_FILE = "output.log"
+SUPERVISOR_LOG_FILE = "supervisor.log"
+
+#: How often the supervisor looks at its training; short enough that a
+#: cancellation or a timeout is acted on promptly, long enough to cost nothing.
+_POLL_SECONDS = 0.05
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def write_json_atomic(path: Path, document: Any, mode: int = 0o644) -> None:
+    """Write JSON so that readers see the old file or the new one, never a torn one.
+
+    The fsync before the rename matters: the coordinator may be killed and the
+    machine may crash, and a status.json that exists must hold a whole record.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class _Stop:
+    """Why the supervisor is ending the training early (set from signal handlers)."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        self.cancelled = True
+
+
+def _become_subreaper() -> None:
+    """Adopt the training's orphaned grandchildren so they can be reaped.
+
+    Without this, a grandchild whose parent exited is re-parented to PID 1, and
+    in containers PID 1 often never reaps: the zombie keeps the process group
+    "alive" for ``killpg`` and the supervisor would wait out the whole grace
+    period. Linux only; elsewhere the supervisor still works, just less tidily.
+    """
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+class _Children:
+    """Reaps every child and remembers the training's own wait status.
+
+    The supervisor reaps with ``waitpid(-1)`` (it is a subreaper), so it cannot
+    let ``Popen.wait`` reap the training: whoever reaps first gets the status.
+    """
+
+    def __init__(self, training_pid: int) -> None:
+        self.training_pid = training_pid
+        self.training_status: int | None = None
+        self.training_end: float | None = None
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.training_pid:
+                self.training_status = status
+                self.training_end = time.time()
+
+    @property
+    def training_done(self) -> bool:
+        return self.training_status is not None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_group(pgid: int, children: _Children, grace: float) -> None:
+    """SIGTERM the whole group, give it ``grace`` seconds, then SIGKILL what is left.
+
+    The whole group, because trainings start data loaders and per-device workers
+    that would otherwise keep holding the accelerator.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + max(grace, 0.0)
+    while time.monotonic() < deadline:
+        children.reap()
+        if children.training_done and not _group_alive(pgid):
+            return
+        time.sleep(_POLL_SECONDS)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    # SIGKILL cannot be ignored; wait (boundedly) until the kernel has delivered it.
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        children.reap()
+        if children.training_done and not _group_alive(pgid):
+            return
+        time.sleep(_POLL_SECONDS)
+
+
+def _start_error(exc: OSError, argv: list[str], workdir: str) -> str:
+    """A one-line reason that tells the user what to fix."""
+    program = argv[0] if argv else ""
+    if not os.path.isdir(workdir):
+        return f"working directory not found: {workdir}"
+    if isinstance(exc, FileNotFoundError):
+        if os.sep in program and os.path.isfile(os.path.join(workdir, program)):
+            return f"cannot execute {program}: the interpreter in its #! line was not found"
+        return f"command not found: {program}"
+    if isinstance(exc, PermissionError):
+        return f"permission denied: {program} (is it executable?)"
+    return f"cannot start {program}: {exc.strerror or exc}"
+
+
+def run(trial_dir: Path) -> int:
+    """Run the training described by ``trial_dir/launch.json``; always try to leave a status."""
+    stop = _Stop()
+    signal.signal(signal.SIGTERM, stop.on_signal)
+    signal.signal(signal.SIGINT, stop.on_signal)
+    # The coordinator's terminal going away is not a reason to lose a training.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _become_subreaper()
+
+    record: dict[str, Any] = {"supervisor_pid": os.getpid(), "trial_dir": str(trial_dir)}
+    write_json_atomic(trial_dir / SUPERVISOR_FILE, record)
+
+    start = time.time()
+    status: dict[str, Any] = {
+        "trial_id": None,
+        "exit_code": None,
+        "signal": None,
+        "timed_out": False,
+        "cancelled": False,
+        "timeout": None,
+        "start": start,
+        "end": start,
+        "duration": 0.0,
+        "error": None,
+    }
+    try:
+        launch = json.loads((trial_dir / LAUNCH_FILE).read_text(encoding="utf-8"))
+        argv = [str(part) for part in launch["argv"]]
+        workdir = str(launch["workdir"])
+        env = {str(k): str(v) for k, v in launch["env"].items()}
+        timeout = launch.get("timeout")
+        timeout = float(timeout) if timeout is not None else None
+        grace = float(launch.get("grace", 10.0))
+        status["trial_id"] = launch.get("trial_id")
+        status["timeout"] = timeout
+        if not argv:
+            raise ValueError("the command is empty")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        status["error"] = f"unreadable {LAUNCH_FILE}: {exc}"
+        write_json_atomic(trial_dir / STATUS_FILE, status)
+        return 0
+
+    if stop.cancelled:  # cancelled while starting up: do not start the training
+        status.update(cancelled=True, end=time.time())
+        write_json_atomic(trial_dir / STATUS_FILE, status)
+        return 0
+
+    with open(trial_dir / LOG_FILE, "ab") as log:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            end = time.time()
+            status.update(error=_start_error(exc, argv, workdir), end=end, duration=end - start)
+            write_json_atomic(trial_dir / STATUS_FILE, status)
+            return 0
+
+    started = time.time()
+    status["start"] = started
+    pgid = proc.pid  # start_new_session makes the training its own group leader
+    record.update(training_pid=proc.pid, training_pgid=pgid, start=started)
+    write_json_atomic(trial_dir / SUPERVISOR_FILE, record)
+
+    children = _Children(proc.pid)
+    clock = time.monotonic()  # immune to wall-clock jumps during long trainings
+    deadline = clock + timeout if timeout is not None else None
+    while True:
+        children.reap()
+        if children.training_done:
+            break
+        if stop.cancelled:
+            status["cancelled"] = True
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            status["timed_out"] = True
+            break
+        time.sleep(_POLL_SECONDS)
+
+    # Also after a normal exit: leftovers of the group would hold the device.
+    if not children.training_done or _group_alive(pgid):
+        _kill_group(pgid, children, grace)
+    children.reap()
+    proc.returncode = 0  # reaped by us; keeps Popen from reaping or warning later
+
+    # The training's own end, not the cleanup of leftovers after it.
+    end = children.training_end or time.time()
+    if children.training_status is not None:
+        code = os.waitstatus_to_exitcode(children.training_status)
+        if code < 0:
+            status["signal"] = -code
+        else:
+            status["exit_code"] = code
+    else:
+        status["error"] = "the training could not be killed (still running)"
+    status.update(end=end, duration=end - started)
+    write_json_atomic(trial_dir / STATUS_FILE, status)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m fusion_dd.supervisor TRIAL_DIR", file=sys.stderr)
+        return 2
+    trial_dir = Path(args[0]).resolve()
+    try:
+        return run(trial_dir)
+    except Exception as exc:
+        # Last resort: a status that says what went wrong beats a trial that
+        # looks like it is still running. The traceback goes to supervisor.log.
+        if not (trial_dir / STATUS_FILE).exists():
+            now = time.time()
+            with contextlib.suppress(Exception):
+                write_json_atomic(
+                    trial_dir / STATUS_FILE,
+                    {"exit_code": None, "signal": None, "timed_out": False,
+                     "cancelled": False, "start": now, "end": now, "duration": 0.0,
+                     "error": f"supervisor failed: {exc!r}"},
+                )
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

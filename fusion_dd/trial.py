@@ -1,0 +1,524 @@
+"""One training of the user's network, run under a supervisor that outlives us.
+
+A trial is one training on one configuration. Trainings take hours, so this
+module never runs the training as its own child: it starts
+:mod:`fusion_dd.supervisor` in a new session, which owns the training, enforces
+the timeout and writes ``status.json``. If fusion-dd dies (Ctrl-C, SIGKILL, a
+lost SSH session), the training goes on, and :func:`adopt_trial` picks it up on
+resume (DESIGN.md 4.3).
+
+The training is told where its files are in two ways, because frameworks differ
+in what they can read: placeholders inside the command's argv elements, and
+environment variables (see :data:`PLACEHOLDERS`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fusion_dd
+
+from .supervisor import (
+    LAUNCH_FILE,
+    LOG_FILE,
+    STATUS_FILE,
+    SUPERVISOR_FILE,
+    SUPERVISOR_LOG_FILE,
+    write_json_atomic,
+)
+
+SWITCH_FILE = "fusion_switch.cfg"
+METRICS_FILE = "metrics.jsonl"
+
+#: Placeholder name -> environment variable carrying the same value. The device
+#: goes into the configured device variable instead (``TrialSpec.device_env``).
+PLACEHOLDERS: Mapping[str, str | None] = {
+    "switch_file": "FUSION_DD_SWITCH_FILE",
+    "trial_dir": "FUSION_DD_TRIAL_DIR",
+    "metrics_file": "FUSION_DD_METRICS_FILE",
+    "device": None,
+    "trial_id": "FUSION_DD_TRIAL_ID",
+}
+REPEAT_ENV = "FUSION_DD_REPEAT"
+WORK_PATH_ENV = "ASCEND_WORK_PATH"
+_SUPERVISOR_MODULE = "fusion_dd.supervisor"
+_TOKEN = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything needed to run one training; placeholders still unresolved."""
+
+    trial_id: str
+    trial_dir: Path
+    command: Sequence[str]
+    workdir: str
+    base_dir: Path
+    env: Mapping[str, str]
+    device: Sequence[str]
+    device_env: str
+    timeout: float | None
+    repeat: int
+    switch_text: str
+    grace: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise ValueError("the training command is empty")
+        if self.repeat < 0:
+            raise ValueError(f"repeat must be >= 0, got {self.repeat}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {self.timeout}")
+        if self.grace < 0:
+            raise ValueError(f"grace must be >= 0, got {self.grace}")
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """How one training ended, as recorded by its supervisor.
+
+    ``exit_code`` is set when the training exited, ``signal`` when a signal killed
+    it; both are None when it never ran (then ``error`` says why, e.g.
+    ``"command not found: xyz"``). ``start``/``end`` are wall-clock epoch seconds.
+    """
+
+    trial_id: str
+    trial_dir: Path
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    cancelled: bool
+    duration: float
+    start: float
+    end: float
+    log_path: Path
+    metrics_path: Path
+    error: str | None = None
+    timeout: float | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """Exited 0 on its own (says nothing about the metric)."""
+        return (
+            self.exit_code == 0
+            and self.error is None
+            and not self.timed_out
+            and not self.cancelled
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON types, for the journal."""
+        return {
+            "trial_id": self.trial_id,
+            "trial_dir": str(self.trial_dir),
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "timed_out": self.timed_out,
+            "cancelled": self.cancelled,
+            "duration": self.duration,
+            "start": self.start,
+            "end": self.end,
+            "log_path": str(self.log_path),
+            "metrics_path": str(self.metrics_path),
+            "error": self.error,
+            "timeout": self.timeout,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TrialRun":
+        return cls(
+            trial_id=str(data["trial_id"]),
+            trial_dir=Path(data["trial_dir"]),
+            exit_code=data.get("exit_code"),
+            signal=data.get("signal"),
+            timed_out=bool(data.get("timed_out", False)),
+            cancelled=bool(data.get("cancelled", False)),
+            duration=float(data.get("duration", 0.0)),
+            start=float(data.get("start", 0.0)),
+            end=float(data.get("end", 0.0)),
+            log_path=Path(data["log_path"]),
+            metrics_path=Path(data["metrics_path"]),
+            error=data.get("error"),
+            timeout=data.get("timeout"),
+        )
+
+
+def substitute(argv_element: str, values: Mapping[str, str]) -> str:
+    """Replace every ``{name}`` whose name is in ``values``; leave everything else.
+
+    Not ``str.format``: commands legitimately contain braces (``awk '{print
+    $1}'``, JSON, shell ``${VAR}``), and an unknown ``{x}`` must reach the
+    training unchanged rather than fail. Substituted values are not scanned
+    again, so a path containing ``{device}`` stays literal.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        return values.get(match.group(1), match.group(0))
+
+    return _TOKEN.sub(replace, argv_element)
+
+
+def placeholder_values(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, str]:
+    """The value of each placeholder for this trial (absolute paths)."""
+    directory = trial_dir if trial_dir is not None else _absolute(spec.trial_dir)
+    return {
+        "switch_file": str(directory / SWITCH_FILE),
+        "trial_dir": str(directory),
+        "metrics_file": str(directory / METRICS_FILE),
+        "device": ",".join(str(d) for d in spec.device),
+        "trial_id": spec.trial_id,
+    }
+
+
+def resolve_launch(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, Any]:
+    """argv, workdir and the complete environment the training will get.
+
+    The user's extra env values may use placeholders too (``{trial_dir}/cache``).
+    fusion-dd's own variables win over inherited and user values, since they
+    are the contract; ``ASCEND_WORK_PATH`` defaults to the trial directory so
+    that every trial gets its own compiler work directory, unless the user set
+    it deliberately.
+    """
+    directory = trial_dir if trial_dir is not None else _absolute(spec.trial_dir)
+    values = placeholder_values(spec, directory)
+    argv = [substitute(str(part), values) for part in spec.command]
+    workdir = substitute(spec.workdir, values) if spec.workdir else ""
+    workdir_path = Path(workdir).expanduser()
+    if not workdir_path.is_absolute():
+        workdir_path = _absolute(spec.base_dir) / workdir_path
+    env = dict(os.environ)
+    env.update({str(k): substitute(str(v), values) for k, v in spec.env.items()})
+    for name, variable in PLACEHOLDERS.items():
+        if variable is not None:
+            env[variable] = values[name]
+    env[REPEAT_ENV] = str(spec.repeat)
+    if spec.device_env:
+        env[spec.device_env] = values["device"]
+    env.setdefault(WORK_PATH_ENV, str(directory))
+    return {
+        "trial_id": spec.trial_id,
+        "argv": argv,
+        "workdir": os.path.normpath(str(workdir_path)),
+        "env": env,
+        "timeout": spec.timeout,
+        "grace": spec.grace,
+    }
+
+
+def start_trial(spec: TrialSpec) -> "RunningTrial":
+    """Prepare the trial directory and start its supervisor; returns at once.
+
+    Always starts afresh: files of an earlier attempt in the same directory
+    (status, log, metrics) are replaced, so a stale metric can never be read as
+    this run's. On resume, call :func:`adopt_trial` first.
+    """
+    trial_dir = Path(spec.trial_dir)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    trial_dir = trial_dir.resolve()
+    for stale in (STATUS_FILE, SUPERVISOR_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (trial_dir / stale).unlink()
+    (trial_dir / SWITCH_FILE).write_text(spec.switch_text, encoding="utf-8")
+    (trial_dir / METRICS_FILE).write_bytes(b"")
+    (trial_dir / LOG_FILE).write_bytes(b"")
+    # 0600: the launch record holds the complete environment, secrets included.
+    write_json_atomic(trial_dir / LAUNCH_FILE, resolve_launch(spec, trial_dir), mode=0o600)
+    with open(trial_dir / SUPERVISOR_LOG_FILE, "ab") as supervisor_log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", _SUPERVISOR_MODULE, str(trial_dir)],
+            cwd=trial_dir,
+            env=_supervisor_env(),
+            stdin=subprocess.DEVNULL,
+            # Never our stdout: if we die, a write to a dead pipe would kill it.
+            stdout=supervisor_log,
+            stderr=subprocess.STDOUT,
+            # Own session: Ctrl-C on our terminal must not reach the training;
+            # we cancel it explicitly, and it must survive our death.
+            start_new_session=True,
+            close_fds=True,
+        )
+    return RunningTrial(spec.trial_id, trial_dir, pid=process.pid, process=process)
+
+
+def adopt_trial(trial_dir: str | os.PathLike[str]) -> "RunningTrial | None":
+    """Reattach to a trial started by an earlier coordinator, if it can still count.
+
+    Finished (status.json exists): a handle whose ``wait`` returns at once.
+    Still supervised: a handle that waits for it. Otherwise the training never
+    finished and must run again; any orphaned training processes of this trial
+    are killed first so that they do not keep holding the device.
+    """
+    directory = Path(trial_dir)
+    if not directory.is_dir():
+        return None
+    directory = directory.resolve()
+    trial_id = _trial_id_of(directory)
+    if (directory / STATUS_FILE).exists():
+        return RunningTrial(trial_id, directory, pid=None, process=None)
+    record = _read_json(directory / SUPERVISOR_FILE) or {}
+    pid = record.get("supervisor_pid")
+    if not (isinstance(pid, int) and _is_our_supervisor(pid, directory)):
+        # supervisor.json may not exist yet if we died right after the launch.
+        pid = _find_supervisor(directory)
+    if pid is not None:
+        return RunningTrial(trial_id, directory, pid=pid, process=None)
+    if (directory / STATUS_FILE).exists():  # finished while we looked
+        return RunningTrial(trial_id, directory, pid=None, process=None)
+    _kill_strays(directory)
+    return None
+
+
+class RunningTrial:
+    """Handle on a supervised training: poll it, wait for it, cancel it.
+
+    Either our own child (``process`` set, reaped by us) or adopted from an
+    earlier coordinator (only the pid, re-checked each time against pid reuse).
+    """
+
+    def __init__(
+        self,
+        trial_id: str,
+        trial_dir: Path,
+        pid: int | None,
+        process: subprocess.Popen[bytes] | None,
+    ) -> None:
+        self.trial_id = trial_id
+        self.trial_dir = trial_dir
+        self.pid = pid
+        self._process = process
+        self._cancel_sent = False
+        self._result: TrialRun | None = None
+
+    def poll(self) -> TrialRun | None:
+        """The result if the trial has ended, else None; never blocks for long."""
+        if self._result is not None:
+            return self._result
+        result = self._read_status()
+        if result is None and not self._supervisor_alive():
+            result = self._read_status()  # it may have finished just now
+            if result is None:
+                result = self._lost()
+        if result is not None:
+            self._reap()
+            self._result = result
+        return result
+
+    def wait(
+        self, cancel: threading.Event | None = None, poll: float = 0.2
+    ) -> TrialRun:
+        """Block until the trial ends; when ``cancel`` is set, cancel it and keep waiting.
+
+        After cancelling, the wait lasts until the supervisor has killed the
+        training's process group (at most its grace period), so the device is
+        free when this returns.
+        """
+        while True:
+            result = self.poll()
+            if result is not None:
+                return result
+            if cancel is not None and not self._cancel_sent:
+                if cancel.is_set():
+                    self.cancel()
+                    continue
+                cancel.wait(poll)
+            else:
+                time.sleep(poll)
+
+    def cancel(self) -> None:
+        """Ask the supervisor to kill the training (SIGTERM, grace, SIGKILL); do not wait."""
+        if self._result is not None or self.pid is None:
+            return
+        if self._process is not None:
+            if self._process.poll() is not None:
+                return
+        elif not _is_our_supervisor(self.pid, self.trial_dir):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGTERM)
+        self._cancel_sent = True
+
+    def _supervisor_alive(self) -> bool:
+        if self._process is not None:
+            return self._process.poll() is None
+        return self.pid is not None and _is_our_supervisor(self.pid, self.trial_dir)
+
+    def _reap(self) -> None:
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=10)
+
+    def _paths(self) -> dict[str, Path]:
+        return {
+            "log_path": self.trial_dir / LOG_FILE,
+            "metrics_path": self.trial_dir / METRICS_FILE,
+        }
+
+    def _read_status(self) -> TrialRun | None:
+        status = _read_json(self.trial_dir / STATUS_FILE)
+        if status is None:
+            return None
+        launch = _read_json(self.trial_dir / LAUNCH_FILE) or {}
+        return TrialRun(
+            trial_id=self.trial_id,
+            trial_dir=self.trial_dir,
+            exit_code=status.get("exit_code"),
+            signal=status.get("signal"),
+            timed_out=bool(status.get("timed_out", False)),
+            cancelled=bool(status.get("cancelled", False)),
+            duration=float(status.get("duration", 0.0)),
+            start=float(status.get("start", 0.0)),
+            end=float(status.get("end", 0.0)),
+            error=status.get("error"),
+            timeout=status.get("timeout", launch.get("timeout")),
+            **self._paths(),
+        )
+
+    def _lost(self) -> TrialRun:
+        """The supervisor died without a status (e.g. SIGKILL, OOM killer)."""
+        _kill_strays(self.trial_dir)
+        record = _read_json(self.trial_dir / SUPERVISOR_FILE) or {}
+        now = time.time()
+        start = float(record.get("start", now))
+        code = self._process.returncode if self._process is not None else None
+        how = f" (exit status {code})" if code is not None else ""
+        return TrialRun(
+            trial_id=self.trial_id,
+            trial_dir=self.trial_dir,
+            exit_code=None,
+            signal=None,
+            timed_out=False,
+            cancelled=self._cancel_sent,
+            duration=max(now - start, 0.0),
+            start=start,
+            end=now,
+            error=f"supervisor died without a status{how}; see {SUPERVISOR_LOG_FILE}",
+            timeout=(_read_json(self.trial_dir / LAUNCH_FILE) or {}).get("timeout"),
+            **self._paths(),
+        )
+
+    def __repr__(self) -> str:
+        return f"RunningTrial({self.trial_id!r}, pid={self.pid})"
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def _absolute(path: Path | str) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(str(path))))
+
+
+def _supervisor_env() -> dict[str, str]:
+    """Our environment, plus whatever makes ``fusion_dd`` importable in a fresh python."""
+    env = dict(os.environ)
+    package_root = str(Path(fusion_dd.__file__).resolve().parent.parent)
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = package_root + (os.pathsep + existing if existing else "")
+    return env
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a file written atomically; None when absent or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _trial_id_of(trial_dir: Path) -> str:
+    launch = _read_json(trial_dir / LAUNCH_FILE) or {}
+    trial_id = launch.get("trial_id")
+    return str(trial_id) if trial_id is not None else trial_dir.name
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode("utf-8", "surrogateescape") for part in raw.split(b"\0") if part]
+
+
+def _is_our_supervisor(pid: int, trial_dir: Path) -> bool:
+    """Is ``pid`` alive AND the supervisor of this trial (not a reused pid)?
+
+    A zombie has an empty cmdline and so counts as dead, which is right: it can
+    no longer write a status.
+    """
+    if pid <= 0:
+        return False
+    if not Path("/proc/self/cmdline").exists():  # no procfs: trust the pid
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    argv = _cmdline(pid)
+    if not argv or _SUPERVISOR_MODULE not in argv:
+        return False
+    return str(trial_dir) in argv
+
+
+def _pids() -> list[int]:
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    return [int(name) for name in names if name.isdigit()]
+
+
+def _find_supervisor(trial_dir: Path) -> int | None:
+    for pid in _pids():
+        if pid != os.getpid() and _is_our_supervisor(pid, trial_dir):
+            return pid
+    return None
+
+
+def _kill_strays(trial_dir: Path) -> int:
+    """SIGKILL processes left from a trial whose supervisor died; returns how many.
+
+    They are recognised by ``FUSION_DD_TRIAL_DIR`` in their initial environment,
+    which every process of the training inherits, so a reused pid is never hit.
+    """
+    marker = f"{PLACEHOLDERS['trial_dir']}={trial_dir}".encode("utf-8", "surrogateescape")
+    killed = 0
+    me = os.getpid()
+    for pid in _pids():
+        if pid == me:
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+__all__ = [
+    "PLACEHOLDERS",
+    "RunningTrial",
+    "TrialRun",
+    "TrialSpec",
+    "adopt_trial",
+    "placeholder_values",
+    "resolve_launch",
+    "start_trial",
+    "substitute",
+]

@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""A fake training for fusion-dd's tests: fast, scriptable, and honest about its inputs.
+
+It behaves like the user's training as fusion-dd sees it (DESIGN.md 4.3): it
+prints ``step N loss X`` lines and a final ``accuracy: X`` to stdout, appends
+``{"step": .., "loss": .., "accuracy": ..}`` records to ``$FUSION_DD_METRICS_FILE``,
+and reads its ``fusion_switch.cfg`` to decide how well it trained.
+
+Run it as ``[sys.executable, FAKE_TRAIN, ...options]``. Tests locate it with
+``Path(__file__).parent / "fakes" / "fake_train.py"``.
+
+Simulated fusion bugs (read from ``--switch-file``, default ``$FUSION_DD_SWITCH_FILE``):
+
+  --culprits A,B         each of these rules alone breaks the training when on ("OR")
+  --pair C+D             the training breaks only when C and D are both on ("AND");
+                         repeatable, any number of names joined by "+"
+
+  A rule is on when the file's state for it is True, or None (silent file =
+  CANN's default, which is on). Its section is taken from the file's entries
+  (else from the catalog, else GraphFusion). Each item may end with
+  ``:EFFECT``: ``low`` (accuracy drops to --bad-accuracy; the default), ``nan``
+  (loss diverges to NaN), ``crash`` (exit code 3 before the metric), ``hang``
+  (never finishes). E.g. ``--culprits A:nan,B --pair C+D:crash``. When several
+  effects apply, the worst wins (hang > crash > nan > low).
+
+Whole-run behaviour, independent of the switch file:
+
+  --accuracy X           accuracy of a healthy run (default 0.9)
+  --bad-accuracy X       accuracy of a broken run (default 0.5)
+  --steps N              number of step lines (default 5)
+  --sleep S              seconds of "training", spread over the steps (default 0)
+  --nan                  the loss becomes NaN halfway through
+  --exit-code N          exit with N after the steps, before the metric (a crash)
+  --hang                 after the steps, sleep until killed
+  --ignore-sigterm       ignore SIGTERM, so only the supervisor's SIGKILL ends it
+  --spawn-child          start a grandchild in the same process group that sleeps
+                         (and ignores SIGTERM too with --ignore-sigterm); its pid is
+                         printed as ``child pid N``
+  --no-metric            print no metric and write no metric record
+  --metric-times K       print the metric K times; only the last is the real value
+  --metric-name NAME     metric label and metrics-file key (default "accuracy")
+  --no-metrics-file      do not touch $FUSION_DD_METRICS_FILE
+  --noise SIGMA          add Gaussian noise to the accuracy, seeded by --seed, the
+                         configuration and $FUSION_DD_REPEAT (so it is reproducible)
+  --flip-repeats 0,2     on these $FUSION_DD_REPEAT values the verdict flips
+                         (healthy reports --bad-accuracy and broken reports
+                         --accuracy): a deterministic flaky training
+
+Observability for tests:
+
+  --launch-log PATH      append one JSON line per launch, at start:
+                         {"on": [sorted names switched on by exact entries],
+                          "repeat": R, "trial_id": ID, "device": D}
+                         (D from ASCEND_DEVICE_ID, ASCEND_RT_VISIBLE_DEVICES or
+                         CUDA_VISIBLE_DEVICES, the first one set)
+                         (flock + O_APPEND: parallel launches never interleave)
+  --print-env NAME       print ``env NAME=value`` (``<unset>`` when unset); repeatable
+  --print-cwd            print ``cwd PATH``
+  --print-argv           print ``argv JSON``
+
+Any other argument is ignored, like a real training's own flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_SEVERITY = {"low": 1, "nan": 2, "crash": 3, "hang": 4}
+CRASH_EXIT_CODE = 3
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="fake training for fusion-dd tests")
+    parser.add_argument("--switch-file", default=os.environ.get("FUSION_DD_SWITCH_FILE"))
+    parser.add_argument("--culprits", default="")
+    parser.add_argument("--pair", action="append", default=[])
+    parser.add_argument("--accuracy", type=float, default=0.9)
+    parser.add_argument("--bad-accuracy", type=float, default=0.5)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--nan", action="store_true")
+    parser.add_argument("--exit-code", type=int, default=None)
+    parser.add_argument("--hang", action="store_true")
+    parser.add_argument("--ignore-sigterm", action="store_true")
+    parser.add_argument("--spawn-child", action="store_true")
+    parser.add_argument("--no-metric", action="store_true")
+    parser.add_argument("--metric-times", type=int, default=1)
+    parser.add_argument("--metric-name", default="accuracy")
+    parser.add_argument("--no-metrics-file", action="store_true")
+    parser.add_argument("--noise", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--flip-repeats", default="")
+    parser.add_argument("--launch-log", default=None)
+    parser.add_argument("--print-env", action="append", default=[])
+    parser.add_argument("--print-cwd", action="store_true")
+    parser.add_argument("--print-argv", action="store_true")
+    # Unknown arguments are ignored, as a real training's own flags would be
+    # (tests pass placeholders such as --cfg={switch_file} and read them back
+    # with --print-argv).
+    args, _unknown = parser.parse_known_args(argv)
+    return args
+
+
+def _split_effect(item: str) -> tuple[str, str]:
+    body, sep, effect = item.rpartition(":")
+    if not sep:
+        return item, "low"
+    if effect not in _SEVERITY:
+        raise SystemExit(f"fake_train: unknown effect {effect!r} in {item!r}")
+    return body, effect
+
+
+def _bug_groups(args: argparse.Namespace) -> list[tuple[list[str], str]]:
+    """Each simulated bug as (rules that must all be on, effect)."""
+    groups: list[tuple[list[str], str]] = []
+    for item in filter(None, (part.strip() for part in args.culprits.split(","))):
+        name, effect = _split_effect(item)
+        groups.append(([name], effect))
+    for item in args.pair:
+        body, effect = _split_effect(item.strip())
+        groups.append(([name for name in body.split("+") if name], effect))
+    return groups
+
+
+def _load_switch(path: str | None):  # -> fusion_dd.switch.SwitchFile | None
+    if not path:
+        return None
+    try:
+        from fusion_dd.switch import load_switch_file
+    except ImportError:  # run from a checkout without installing
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from fusion_dd.switch import load_switch_file
+    return load_switch_file(path)
+
+
+def _is_on(switch, name: str) -> bool:
+    """CANN's view: on unless the file switches it off (silence means default on)."""
+    from fusion_dd.rules import Section, catalog_section
+
+    sections = [section for entry, section in switch.names() if entry == name]
+    if not sections:
+        sections = [catalog_section(name) or Section.GRAPH]
+    return any(switch.state(name, section) is not False for section in sections)
+
+
+def _enabled_names(switch) -> list[str]:
+    """Names switched on by an exact entry: the configuration fusion-dd wrote."""
+    if switch is None:
+        return []
+    return sorted({name for name, section in switch.names() if switch.state(name, section)})
+
+
+def _append_line(path: str, line: str) -> None:
+    """One whole line per writer, even with many trainings appending at once."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, (line + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _device() -> str | None:
+    for variable in ("ASCEND_DEVICE_ID", "ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        if variable in os.environ:
+            return os.environ[variable]
+    return None
+
+
+def _spawn_child(ignore_sigterm: bool) -> int:
+    code = "import signal, time\n"
+    if ignore_sigterm:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    code += "time.sleep(3600)\n"
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
+    return child.pid
+
+
+def _sleep_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    repeat = int(os.environ.get("FUSION_DD_REPEAT", "0") or 0)
+
+    switch = _load_switch(args.switch_file)
+    effect = None
+    if switch is not None:
+        for names, bug_effect in _bug_groups(args):
+            if all(_is_on(switch, name) for name in names):
+                if effect is None or _SEVERITY[bug_effect] > _SEVERITY[effect]:
+                    effect = bug_effect
+    enabled = _enabled_names(switch)
+
+    if args.launch_log:
+        _append_line(
+            args.launch_log,
+            json.dumps(
+                {
+                    "on": enabled,
+                    "repeat": repeat,
+                    "trial_id": os.environ.get("FUSION_DD_TRIAL_ID"),
+                    "device": _device(),
+                },
+                sort_keys=True,
+            ),
+        )
+
+    if args.spawn_child:
+        print(f"child pid {_spawn_child(args.ignore_sigterm)}", flush=True)
+    for name in args.print_env:
+        print(f"env {name}={os.environ.get(name, '<unset>')}", flush=True)
+    if args.print_cwd:
+        print(f"cwd {os.getcwd()}", flush=True)
+    if args.print_argv:
+        print(f"argv {json.dumps(sys.argv)}", flush=True)
+
+    metrics_path = None if args.no_metrics_file else os.environ.get("FUSION_DD_METRICS_FILE")
+    metrics = open(metrics_path, "a", encoding="utf-8") if metrics_path else None
+
+    def record(entry: dict) -> None:
+        if metrics is not None:
+            metrics.write(json.dumps(entry) + "\n")  # NaN as the bare JSON token
+            metrics.flush()
+
+    diverges = args.nan or effect == "nan"
+    loss = float("nan")
+    for step in range(1, args.steps + 1):
+        loss = 2.0 * 0.7**step + 0.1
+        if diverges and step > args.steps // 2:
+            loss = float("nan")
+        print(f"step {step} loss {loss:.4f}", flush=True)
+        record({"step": step, "loss": loss})
+        if args.sleep > 0:
+            time.sleep(args.sleep / max(args.steps, 1))
+
+    if args.hang or effect == "hang":
+        print("hanging", flush=True)
+        _sleep_forever()
+    if effect == "crash":
+        print("Traceback (most recent call last):\nRuntimeError: simulated fused-kernel crash",
+              file=sys.stderr, flush=True)
+        return CRASH_EXIT_CODE
+    if args.exit_code is not None:
+        print(f"simulated crash, exit code {args.exit_code}", file=sys.stderr, flush=True)
+        return args.exit_code
+    if args.no_metric:
+        print("done (no metric)", flush=True)
+        return 0
+
+    broken = effect is not None
+    flips = {int(part) for part in args.flip_repeats.split(",") if part.strip()}
+    if repeat in flips:
+        broken = not broken
+    accuracy = args.bad_accuracy if broken else args.accuracy
+    if args.noise > 0:
+        rng = random.Random(f"{args.seed}|{repeat}|{','.join(enabled)}")
+        accuracy += rng.gauss(0.0, args.noise)
+    for decoy in range(args.metric_times - 1, 0, -1):
+        value = accuracy - 0.1 * decoy
+        print(f"{args.metric_name}: {value:.6g}", flush=True)
+        record({"step": args.steps, args.metric_name: value})
+    print(f"{args.metric_name}: {accuracy:.6g}", flush=True)
+    record({"step": args.steps, "loss": loss, args.metric_name: accuracy})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""The CLI end to end, through real subprocesses, against the fake training in tests/fakes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fusion_dd.rules import catalog
+from fusion_dd.switch import load_switch_file
+
+FAKE_TRAIN = Path(__file__).resolve().parent / "fakes" / "fake_train.py"
+GRAPH = [name for name, section in catalog().items() if section.value == "GraphFusion"][:24]
+UB = [name for name, section in catalog().items() if section.value == "UBFusion"][:6]
+CULPRIT = GRAPH[13]
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+
+
+def fusion_dd(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fusion_dd.cli", *args],
+        cwd=cwd,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def write_config(tmp_path: Path, *train_args: str, budget: int = 100, **sections) -> Path:
+    document = {
+        "rules": {"GraphFusion": GRAPH, "UBFusion": UB},
+        "train": {
+            "command": [sys.executable, str(FAKE_TRAIN), "--launch-log", "launch.log", *train_args],
+            "devices": [0, 1],
+            "timeout": 120,
+        },
+        "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
+        "search": {"budget": budget},
+    }
+    for key, value in sections.items():
+        document.setdefault(key, {}).update(value)
+    path = tmp_path / "fusion-dd.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def launches(tmp_path: Path) -> list[tuple[tuple[str, ...], int]]:
+    log = tmp_path / "launch.log"
+    if not log.exists():
+        return []
+    return [
+        (tuple(record["on"]), record["repeat"])
+        for record in map(json.loads, log.read_text().splitlines())
+    ]
+
+
+def test_search_finds_planted_culprit_with_two_devices(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT)
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "culprits found" in result.stdout
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found"
+    assert report["culprits"] == [
+        {
+            "rules": [{"name": CULPRIT, "section": "GraphFusion"}],
+            "kind": "independent",
+            "switched_off": [CULPRIT],
+            "reason": report["culprits"][0]["reason"],
+        }
+    ]
+    assert report["fix_verified"] is True
+    assert report["trainings"] == len(report["trials"]) == len(launches(tmp_path))
+    assert {trial["device"] for trial in report["trials"]} == {"0", "1"}
+    fix = load_switch_file(tmp_path / ".fusion-dd" / "fusion_switch.cfg")
+    for name in GRAPH + UB:
+        section = "GraphFusion" if name in GRAPH else "UBFusion"
+        assert fix.entries[section][name] is (name != CULPRIT)
+    assert len(set(launches(tmp_path))) == len(launches(tmp_path)), "a configuration was trained twice"
+
+    again = fusion_dd("search", cwd=tmp_path)
+    assert again.returncode == 0
+    assert "already finished" in again.stderr
+    assert CULPRIT in again.stdout
+    assert len(launches(tmp_path)) == report["trainings"], "a finished search must not train again"
+
+    status = fusion_dd("status", cwd=tmp_path)
+    assert status.returncode == 0
+    assert "state: finished" in status.stdout
+
+
+def test_interacting_pair_is_found_and_one_rule_switched_off(tmp_path):
+    pair = f"{GRAPH[3]}+{UB[2]}"
+    write_config(tmp_path, "--pair", pair)
+    result = fusion_dd("search", "--jobs", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    (culprit,) = report["culprits"]
+    assert culprit["kind"] == "interacting"
+    assert {rule["name"] for rule in culprit["rules"]} == {GRAPH[3], UB[2]}
+    assert len(culprit["switched_off"]) == 1 and culprit["reason"]
+    assert report["fix_verified"] is True
+
+
+def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, budget=5)
+    first = fusion_dd("search", cwd=tmp_path)
+    assert first.returncode == 3, first.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "budget_exhausted"
+    assert report["trainings"] == 5
+    assert "fusion-dd resume" in report["continue_with"]
+    second = fusion_dd("resume", "--state-dir", ".fusion-dd", "--budget", "60", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found"
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    assert len(set(launches(tmp_path))) == len(launches(tmp_path)) == report["trainings"]
+
+
+def test_resume_after_sigkill_never_retrains_a_finished_configuration(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.6")
+    state = tmp_path / ".fusion-dd"
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "fusion_dd.cli", "search"],
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert time.monotonic() < deadline, "the search never got going"
+            journal = state / "journal.jsonl"
+            text = journal.read_text() if journal.exists() else ""
+            if text.count('"trial_finished"') >= 4 and text.count('"trial_started"') > text.count('"trial_finished"'):
+                break
+            time.sleep(0.05)
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait(timeout=30)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+    resumed = fusion_dd("resume", "--state-dir", str(state), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == "found"
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    launched = launches(tmp_path)
+    assert len(set(launched)) == len(launched), "a finished configuration was trained twice"
+
+
+def test_changed_definition_is_refused_with_what_changed(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, budget=3)
+    assert fusion_dd("search", cwd=tmp_path).returncode == 3
+    write_config(tmp_path, "--culprits", CULPRIT, budget=3, metric={"goal": "min"})
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "metric.goal" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_baseline_failure_is_an_answer_not_an_error(tmp_path):
+    write_config(tmp_path, "--nan")
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "baseline_fails"
+    assert "not among the candidates" in report["message"]
+
+
+def test_nothing_to_debug(tmp_path):
+    write_config(tmp_path)
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0
+    assert json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())["status"] == "no_failure"
+
+
+def test_dry_run_launches_nothing(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT)
+    result = fusion_dd("search", "--dry-run", "--devices", "4,5;6,7", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ASCEND_DEVICE_ID=4,5" in result.stdout and "ASCEND_DEVICE_ID=6,7" in result.stdout
+    assert f'"{CULPRIT}": "off"' in result.stdout
+    assert "nothing was launched" in result.stdout
+    assert not (tmp_path / ".fusion-dd").exists()
+    assert not (tmp_path / "launch.log").exists()
+
+
+def test_held_lock_is_a_clear_error(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT)
+    state = tmp_path / ".fusion-dd"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from fusion_dd.journal import Journal;"
+            "j = Journal.open(Path(sys.argv[1])); print('locked', flush=True); time.sleep(60)",
+            str(state),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        result = fusion_dd("search", cwd=tmp_path)
+        assert result.returncode == 2
+        assert "another fusion-dd" in result.stderr
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+        holder.stdout.close()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 130), (signal.SIGINT, 130)])
+def test_sigterm_and_ctrl_c_stop_cleanly(tmp_path, sig, code):
+    write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "30")
+    state = tmp_path / ".fusion-dd"
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "fusion_dd.cli", "search"],
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (state / "trials" / "0002" / "supervisor.json").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)
+    coordinator.send_signal(sig)
+    out, err = coordinator.communicate(timeout=60)
+    assert coordinator.returncode == code, err
+    assert "Traceback" not in err
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == "interrupted"
+    assert {trial["outcome"] for trial in report["trials"]} == {"cancelled"}
+    for trial_dir in (state / "trials").iterdir():
+        status = json.loads((trial_dir / "status.json").read_text())
+        assert status["cancelled"] is True

@@ -1,0 +1,235 @@
+"""Reading a run's metric and classifying the run, on hand-written logs and metrics files."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusion_dd.errors import UsageError
+from fusion_dd.metrics import MetricSpec, classify, parse_number, read_metric
+from fusion_dd.trial import TrialRun
+
+ACC = MetricSpec.from_text(r"accuracy: (\S+)")
+FROM_FILE = MetricSpec()
+
+
+def make_run(
+    directory: Path,
+    log: str | bytes | None = None,
+    metrics: str | None = None,
+    **status: object,
+) -> TrialRun:
+    directory.mkdir(parents=True, exist_ok=True)
+    log_path, metrics_path = directory / "output.log", directory / "metrics.jsonl"
+    if log is not None:
+        data = log.encode() if isinstance(log, str) else log
+        log_path.write_bytes(data)
+    if metrics is not None:
+        metrics_path.write_text(metrics)
+    fields: dict = dict(
+        trial_id="t1", trial_dir=directory, exit_code=0, signal=None, timed_out=False,
+        cancelled=False, duration=12.0, start=100.0, end=112.0, log_path=log_path,
+        metrics_path=metrics_path, error=None, timeout=30.0,
+    )
+    fields.update(status)
+    return TrialRun(**fields)
+
+
+def test_last_match_of_the_pattern_wins(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "accuracy: 0.1\nstep 1 loss 0.5\naccuracy: 0.2\naccuracy: 0.93,\n")
+    reading = read_metric(run, ACC)
+    assert reading.value == pytest.approx(0.93)
+    assert not reading.nonfinite
+    assert "line 4" in reading.detail and "last of 3" in reading.detail
+    assert classify(run, reading) == ("metric", reading.detail)
+
+
+@settings(deadline=None, max_examples=30)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=32), min_size=1, max_size=8))
+def test_last_match_wins_for_any_values(tmp_path_factory: pytest.TempPathFactory, values: list[float]) -> None:
+    directory = tmp_path_factory.mktemp("run")
+    log = "".join(f"epoch {i} loss 0.1 accuracy: {v!r}\n" for i, v in enumerate(values))
+    assert read_metric(make_run(directory, log), ACC).value == values[-1]
+
+
+def test_no_match_is_no_metric_with_the_pattern_in_the_reason(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "step 1 loss 0.4\ndone\n")
+    reading = read_metric(run, ACC)
+    kind, reason = classify(run, reading)
+    assert (kind, reading.value) == ("no_metric", None)
+    assert "no match of pattern" in reason and "accuracy: (\\S+)" in reason
+
+
+def test_a_last_match_that_is_not_a_number_is_no_metric(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "accuracy: 0.5\naccuracy: N/A\n")
+    kind, reason = classify(run, read_metric(run, ACC))
+    assert kind == "no_metric" and "'N/A'" in reason
+
+
+def test_metrics_file_last_record_with_the_key(tmp_path: Path) -> None:
+    metrics = (
+        '{"step": 1, "loss": 0.9}\n'
+        '{"step": 2, "loss": 0.5, "accuracy": 0.7}\n'
+        "garbage in the middle\n"
+        '{"step": 3, "loss": 0.4, "accuracy": 0.8}\n'
+        '{"step": 4, "loss": 0.3}\n'
+        '{"step": 5, "accuracy": 0.'  # torn: the training died mid-write
+    )
+    reading = read_metric(make_run(tmp_path, metrics=metrics), FROM_FILE)
+    assert reading.value == pytest.approx(0.8)
+    assert not reading.nonfinite
+    assert "line 4" in reading.detail
+
+
+def test_metrics_file_value_as_string_and_custom_key(tmp_path: Path) -> None:
+    run = make_run(tmp_path, metrics='{"step": 1, "top1": "0.75"}\n')
+    assert read_metric(run, MetricSpec(key="top1")).value == pytest.approx(0.75)
+
+
+def test_metrics_file_without_the_key(tmp_path: Path) -> None:
+    run = make_run(tmp_path, metrics='{"step": 1, "loss": 0.3}\n')
+    reading = read_metric(run, FROM_FILE)
+    kind, reason = classify(run, reading)
+    assert kind == "no_metric" and "no record with key 'accuracy'" in reason
+
+
+def test_missing_files_are_no_metric_not_an_error(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "never-ran")
+    assert classify(run, read_metric(run, FROM_FILE))[0] == "no_metric"
+    assert classify(run, read_metric(run, ACC))[0] == "no_metric"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        '{"step": 3, "loss": NaN}',
+        '{"step": 3, "loss": Infinity}',
+        '{"step": 3, "loss": -Infinity}',
+        '{"step": 3, "loss": "nan"}',
+        '{"step": 3, "loss": "inf"}',
+        '{"step": 3, "accuracy": NaN}',
+    ],
+)
+def test_nonfinite_in_the_metrics_file(tmp_path: Path, record: str) -> None:
+    metrics = '{"step": 1, "loss": 0.5}\n' + record + '\n{"step": 4, "loss": 0.2, "accuracy": 0.9}\n'
+    reading = read_metric(make_run(tmp_path, metrics=metrics), FROM_FILE)
+    assert reading.nonfinite
+    assert "metrics.jsonl line 2" in reading.detail
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["step 7 loss nan", "loss=NaN, lr=0.1", "Loss: inf", "train loss -inf.", "loss:\tInfinity"],
+)
+def test_nonfinite_loss_in_the_log(tmp_path: Path, line: str) -> None:
+    log = f"INFO start\nstep 1 loss 0.5\n{line}\naccuracy: 0.9\n"
+    run = make_run(tmp_path, log, exit_code=0)
+    reading = read_metric(run, ACC)
+    assert reading.nonfinite and reading.value == pytest.approx(0.9)
+    assert classify(run, reading)[0] == "nonfinite"
+    assert "line 3" in reading.detail
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["INFO loss_scale: inf", "loss 0.25", "loss scale: inf", "nan_count=0 loss 1.5", "INFO: loss nanny"],
+)
+def test_finite_or_unrelated_values_are_not_nonfinite(tmp_path: Path, line: str) -> None:
+    reading = read_metric(make_run(tmp_path, f"{line}\naccuracy: 0.9\n"), ACC)
+    assert not reading.nonfinite
+
+
+def test_nonfinite_metric_match(tmp_path: Path) -> None:
+    reading = read_metric(make_run(tmp_path, "accuracy: nan\naccuracy: 0.9\n"), ACC)
+    assert reading.nonfinite and reading.value == pytest.approx(0.9)
+
+
+def test_nonfinite_found_deep_in_a_long_log(tmp_path: Path) -> None:
+    filler = "INFO step 100 loss 0.123 lr 0.0001 throughput 1234.5\n" * 40_000  # > 2 MB
+    log = filler + "step 40001 loss NaN\n" + filler + "accuracy: 0.9\n"
+    reading = read_metric(make_run(tmp_path, log), ACC)
+    assert reading.nonfinite and "line 40001" in reading.detail
+    assert reading.value == pytest.approx(0.9)
+
+
+def test_nonfinite_also_scanned_when_the_metric_comes_from_the_file(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "step 1 loss nan\n", metrics='{"step": 1, "accuracy": 0.9}\n')
+    assert read_metric(run, FROM_FILE).nonfinite
+
+
+def test_loss_scan_can_be_switched_off(tmp_path: Path) -> None:
+    spec = MetricSpec.from_text(r"accuracy: (\S+)", loss_pattern=None)
+    assert not read_metric(make_run(tmp_path, "loss nan\naccuracy: 0.9\n"), spec).nonfinite
+
+
+def test_custom_loss_pattern(tmp_path: Path) -> None:
+    spec = MetricSpec.from_text(r"acc=(\S+)", loss_pattern=r"objective\((\S+)\)")
+    assert read_metric(make_run(tmp_path, "objective(nan)\nacc=0.5\n"), spec).nonfinite
+
+
+def test_undecodable_bytes_do_not_break_reading(tmp_path: Path) -> None:
+    run = make_run(tmp_path, b"\xff\xfe garbage \x80\naccuracy: 0.61\n")
+    assert read_metric(run, ACC).value == pytest.approx(0.61)
+
+
+def test_nonfinite_wins_whatever_the_exit_code(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "step 3 loss nan\n", exit_code=1)
+    assert classify(run, read_metric(run, ACC))[0] == "nonfinite"
+    run = make_run(tmp_path, "step 3 loss nan\n", exit_code=None, signal=9, timed_out=True)
+    assert classify(run, read_metric(run, ACC))[0] == "nonfinite"
+
+
+@pytest.mark.parametrize(
+    "status, expected",
+    [
+        ({"exit_code": 3}, ("crash", "exit code 3")),
+        ({"exit_code": None, "signal": 9}, ("crash", "killed by signal 9 (SIGKILL)")),
+        ({"exit_code": None, "error": "command not found: x"}, ("crash", "command not found: x")),
+        ({"exit_code": None, "signal": 9, "timed_out": True}, ("timeout", "timed out after 30 s")),
+        ({"exit_code": None, "signal": 15, "cancelled": True}, ("cancelled", "cancelled")),
+    ],
+)
+def test_classify_runs_without_a_trustworthy_metric(
+    tmp_path: Path, status: dict, expected: tuple[str, str]
+) -> None:
+    run = make_run(tmp_path, "accuracy: 0.9\n", **status)
+    assert classify(run, read_metric(run, ACC)) == expected
+
+
+@pytest.mark.parametrize(
+    "token, value",
+    [("0.91,", 0.91), ("(0.5)", 0.5), ("93.1%", 93.1), ("1e-3;", 1e-3), ("7.", 7.0), (".5", 0.5),
+     (3, 3.0), ("abc", None), (True, None), (None, None), ("", None)],
+)
+def test_parse_number(token: object, value: float | None) -> None:
+    assert parse_number(token) == value
+
+
+@pytest.mark.parametrize("token", ["nan", "NaN", "-nan", "inf", "-Infinity", "INF,", float("nan")])
+def test_parse_number_nonfinite(token: object) -> None:
+    number = parse_number(token)
+    assert number is not None and not math.isfinite(number)
+
+
+@settings(deadline=None, max_examples=50)
+@given(st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(["", ",", ";", ")", "."]))
+def test_parse_number_round_trips_printed_floats(value: float, suffix: str) -> None:
+    assert parse_number(repr(value) + suffix) == value
+
+
+def test_spec_from_text_errors_name_the_key() -> None:
+    with pytest.raises(UsageError, match=r"metric\.pattern: .*not a valid regular expression"):
+        MetricSpec.from_text("acc: ([0-9")
+    with pytest.raises(UsageError, match=r"metric\.pattern: .*capturing group"):
+        MetricSpec.from_text(r"acc: \S+")
+    with pytest.raises(UsageError, match=r"metric\.goal"):
+        MetricSpec.from_text(None, goal="up")
+    with pytest.raises(UsageError, match=r"score\.loss_pattern"):
+        MetricSpec.from_text(None, loss_pattern="(", where="score")
+    with pytest.raises(ValueError):
+        MetricSpec(pattern=re.compile("no group"))
