@@ -240,6 +240,10 @@ def test_sigterm_and_ctrl_c_stop_cleanly(tmp_path, sig, code):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     time.sleep(0.5)
+    status = fusion_dd("status", "--state-dir", str(state), cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert f"running (coordinator pid {coordinator.pid})" in status.stdout
+    assert "running #0001" in status.stdout and "running #0002" in status.stdout
     coordinator.send_signal(sig)
     out, err = coordinator.communicate(timeout=60)
     assert coordinator.returncode == code, err

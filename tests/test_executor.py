@@ -1,0 +1,71 @@
+"""The device pool executor: in-order answers, cancellation of what no longer matters, one training per device."""
+
+import threading
+import time
+
+import pytest
+
+from fusion_dd.executor import DevicePool, run_batch
+
+
+def make_job(log, value, delay, busy):
+    def job(device, cancel):
+        with busy["lock"]:
+            assert device not in busy["devices"], "two jobs on one device"
+            busy["devices"].add(device)
+        log.append(("start", value, device))
+        try:
+            deadline = time.monotonic() + delay
+            while time.monotonic() < deadline:
+                if cancel.is_set():
+                    return ("cancelled", value)
+                time.sleep(0.005)
+            return ("done", value)
+        finally:
+            with busy["lock"]:
+                busy["devices"].discard(device)
+
+    return job
+
+
+def busy_state():
+    return {"lock": threading.Lock(), "devices": set()}
+
+
+def test_all_jobs_run_and_devices_are_never_shared():
+    log, busy = [], busy_state()
+    jobs = [make_job(log, i, 0.02, busy) for i in range(10)]
+    results = run_batch(jobs, DevicePool([("0",), ("1",), ("2",)]))
+    assert results == [("done", i) for i in range(10)]
+    assert {device for _, _, device in log} <= {("0",), ("1",), ("2",)}
+
+
+def test_first_failure_in_list_order_cancels_only_later_jobs():
+    log, busy = [], busy_state()
+    # job 1 "fails" fast; job 0 is slow and must still finish; jobs 2.. are cancelled or never start.
+    delays = [0.3, 0.01, 0.5, 0.5, 0.5, 0.5]
+    jobs = [make_job(log, i, delay, busy) for i, delay in enumerate(delays)]
+    results = run_batch(jobs, DevicePool([("0",), ("1",), ("2",)]), stop_after=lambda r: r == ("done", 1))
+    assert results[0] == ("done", 0)
+    assert results[1] == ("done", 1)
+    for result in results[2:]:
+        assert result is None or result[0] == "cancelled"
+
+
+def test_an_interrupt_cancels_running_jobs_and_waits_for_them():
+    started = threading.Event()
+    finished = []
+
+    def slow(device, cancel):
+        started.set()
+        cancel.wait(30)
+        finished.append(device)
+        return "stopped"
+
+    def explode(device, cancel):
+        started.wait(10)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_batch([slow, explode], DevicePool([("0",), ("1",)]), cleanup_timeout=30)
+    assert finished == [("0",)]
