@@ -1,0 +1,74 @@
+"""Finding CANN artifacts in directories and loading graph dumps by path or glob.
+
+A dump directory written with ``DUMP_GE_GRAPH`` holds one ``ge_proto_*.txt`` per
+compile stage unless ``DUMP_GRAPH_LEVEL=3`` kept only the ``Build`` graph. The
+``Build`` graph is the one that runs, so when a directory has ``*_Build.txt``
+files the other stages are ignored: their passes are either in the final graph
+anyway or were undone, and parsing every stage costs time.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..errors import UsageError
+from .fusion_result import FILE_NAME as FUSION_RESULT
+from .graph import GraphModel, load_graph
+
+GRAPH_DUMP_GLOB = "ge_proto_*.txt"
+BUILD_SUFFIX = "_Build.txt"
+
+
+def graph_dumps_in(directory: Path) -> list[Path]:
+    """The graph dumps under a directory, only the ``Build`` stage when present."""
+    dumps = sorted(path for path in directory.rglob(GRAPH_DUMP_GLOB) if path.is_file())
+    build = [path for path in dumps if path.name.endswith(BUILD_SUFFIX)]
+    return build or dumps
+
+
+def fusion_results_in(directory: Path) -> list[Path]:
+    """Every ``fusion_result.json`` under a directory (e.g. ``$ASCEND_WORK_PATH/FE/<pid>/``)."""
+    return sorted(path for path in directory.rglob(FUSION_RESULT) if path.is_file())
+
+
+def artifacts_in(directory: Path) -> list[Path]:
+    """The files a directory argument stands for; an error when there are none."""
+    found = fusion_results_in(directory) + graph_dumps_in(directory)
+    if not found:
+        raise UsageError(
+            f"{directory}: no {FUSION_RESULT} or {GRAPH_DUMP_GLOB} found in this "
+            "directory; name the artifact files themselves"
+        )
+    return found
+
+
+def graph_paths(patterns: Iterable[str | Path]) -> list[Path]:
+    """Expand graph arguments: files, directories and glob patterns."""
+    paths: list[Path] = []
+    for pattern in patterns:
+        text = str(pattern)
+        if glob.has_magic(text) and not Path(text).exists():
+            matches = sorted(Path(match) for match in glob.glob(text, recursive=True))
+            if not matches:
+                raise UsageError(f"{text}: no file matches this pattern")
+            for match in matches:
+                paths.extend(graph_dumps_in(match) if match.is_dir() else [match])
+            continue
+        path = Path(text)
+        if path.is_dir():
+            dumps = graph_dumps_in(path)
+            if not dumps:
+                raise UsageError(f"{path}: no {GRAPH_DUMP_GLOB} graph dump in this directory")
+            paths.extend(dumps)
+        elif path.exists():
+            paths.append(path)
+        else:
+            raise UsageError(f"{path}: graph dump not found")
+    return list(dict.fromkeys(paths))
+
+
+def load_graphs(patterns: Iterable[str | Path]) -> list[GraphModel]:
+    """Load every graph dump named by files, directories or glob patterns."""
+    return [load_graph(path) for path in graph_paths(patterns)]

@@ -1,0 +1,119 @@
+"""Checking rule names before a search spends trainings on them.
+
+CANN silently ignores a misspelled name in ``fusion_switch.cfg``, so a search over
+a misspelled rule would "prove" that the rule is harmless. Names are checked
+against the rules that fired in the user's artifacts when there are any (they are
+authoritative: CANN wrote them), otherwise against the shipped catalog, which is
+incomplete: a name that fired is right even when the catalog lacks it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from ..rules import Rule, Section, catalog
+
+WarningKind = Literal["unknown", "never-fired", "section-mismatch"]
+
+
+@dataclass(frozen=True)
+class NameWarning:
+    """One problem with one candidate rule; ``str()`` is the message for users."""
+
+    rule: Rule
+    kind: WarningKind
+    message: str
+    suggestions: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def validate_names(
+    rules: Iterable[Rule],
+    fired: set[str] | None,
+    known_sections: Mapping[str, Iterable[Section]] | None = None,
+) -> list[NameWarning]:
+    """Warnings about candidate names, in the order of ``rules``.
+
+    ``fired`` holds the names that changed the graph in the user's artifacts, or
+    None when no artifact was given. ``known_sections`` holds the sections the
+    artifacts gave each name; they beat the catalog when checking sections.
+    """
+    known = catalog()
+    artifact_sections = {
+        name: set(sections) for name, sections in (known_sections or {}).items()
+    }
+    vocabulary = set(known) | set(artifact_sections) | set(fired or ())
+    warnings: list[NameWarning] = []
+    for rule in rules:
+        name = rule.name
+        did_fire = fired is not None and name in fired
+        if not did_fire and name not in known and name not in artifact_sections:
+            suggestions = closest_names(name, vocabulary)
+            hint = f" (did you mean {', '.join(suggestions)}?)" if suggestions else ""
+            warnings.append(
+                NameWarning(
+                    rule,
+                    "unknown",
+                    f"{name} ({rule.section}) is not a known CANN pass name{hint}; "
+                    "CANN silently ignores a misspelled name",
+                    suggestions,
+                )
+            )
+        if fired is not None and not did_fire:
+            warnings.append(
+                NameWarning(
+                    rule,
+                    "never-fired",
+                    f"{name} ({rule.section}) never fired in the given artifacts: "
+                    "switching it cannot change this network",
+                )
+            )
+        expected = artifact_sections.get(name) or (
+            {known[name]} if name in known else set()
+        )
+        if expected and rule.section not in expected:
+            other = " or ".join(sorted(section.value for section in expected))
+            warnings.append(
+                NameWarning(
+                    rule,
+                    "section-mismatch",
+                    f"{name} is listed under {rule.section} but is a {other} pass; "
+                    "CANN ignores an entry in the wrong section",
+                )
+            )
+    return warnings
+
+
+def closest_names(name: str, vocabulary: Iterable[str], limit: int = 3) -> tuple[str, ...]:
+    """The known spellings closest to ``name``, ignoring case.
+
+    Pass names share long suffixes (``...FusionPass``), so many unrelated names
+    look similar; only the matches about as close as the best one are kept.
+    """
+    by_lower: dict[str, list[str]] = {}
+    for known in sorted(set(vocabulary)):
+        if known != name:
+            by_lower.setdefault(known.lower(), []).append(known)
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(name.lower())
+    scored = []
+    for lower in by_lower:
+        matcher.set_seq1(lower)
+        if matcher.real_quick_ratio() >= _CUTOFF and matcher.quick_ratio() >= _CUTOFF:
+            ratio = matcher.ratio()
+            if ratio >= _CUTOFF:
+                scored.append((ratio, lower))
+    if not scored:
+        return ()
+    best = max(ratio for ratio, _ in scored)
+    close = sorted((-ratio, lower) for ratio, lower in scored if ratio >= best - _MARGIN)
+    return tuple(spelling for _, lower in close for spelling in by_lower[lower])[:limit]
+
+
+_CUTOFF = 0.75
+_MARGIN = 0.05

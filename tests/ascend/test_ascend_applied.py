@@ -1,0 +1,55 @@
+"""The check that a trial's switch file reached the compiler."""
+
+from __future__ import annotations
+
+from fusion_dd.ascend import check_switch_applied, find_fusion_results, read_trial_results
+from fusion_dd.ascend.fusion_result import parse_fusion_result
+from fusion_dd.rules import Rule, Section
+
+A = Rule("ConvBatchnormFusionPass", Section.GRAPH)
+B = Rule("TbeEltwiseFusionPass", Section.UB)
+
+
+def result(dumps, graph=None, ub=None):
+    sections = {}
+    if graph is not None:
+        sections["graph_fusion"] = graph
+    if ub is not None:
+        sections["ub_fusion"] = ub
+    return parse_fusion_result(dumps.fusion_result_text({"g": sections}), "fusion_result.json")
+
+
+def test_switched_off_rule_that_fired_means_the_switch_was_ignored(dumps):
+    check = check_switch_applied([result(dumps, graph={A.name: 1}, ub={})], [A, B], enabled=[B])
+    assert check.status == "ignored"
+    assert check.fired_while_off == (A,)
+    assert "ConvBatchnormFusionPass (GraphFusion) fired although switched off" in check.message
+    assert "fusion_switch_file" in check.message and "cache" in check.message
+
+
+def test_all_on_and_none_fired_is_suspicious(dumps):
+    check = check_switch_applied([result(dumps, graph={}, ub={})], [A, B], enabled=[A, B])
+    assert check.status == "ignored"
+    assert "none fired" in check.message
+
+
+def test_obeyed_switch_is_applied(dumps):
+    assert check_switch_applied([result(dumps, graph={}, ub={B.name: 2})], [A, B], [B]).status == "applied"
+    # A rule switched off in the wrong section proves nothing about the wiring.
+    other = Rule(A.name, Section.UB)
+    assert check_switch_applied([result(dumps, graph={A.name: 1}, ub={})], [other], []).status == "applied"
+
+
+def test_without_result_or_coverage_the_switch_is_unverified(dumps):
+    assert check_switch_applied([], [A], [A]).status == "unverified"
+    only_graph = result(dumps, graph={})
+    assert check_switch_applied([only_graph], [B], [B]).status == "unverified"
+
+
+def test_trial_results_are_found_under_the_work_path(tmp_path, dumps):
+    assert find_fusion_results(tmp_path / "absent") == []
+    fe = tmp_path / "FE" / "4242"
+    fe.mkdir(parents=True)
+    (fe / "fusion_result.json").write_text(dumps.fusion_result_text({"g": {"graph_fusion": {A.name: 1}}}))
+    results = read_trial_results(tmp_path)
+    assert [r.fired() for r in results] == [[A]]
