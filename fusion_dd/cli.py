@@ -7,7 +7,7 @@ answer too), 2 usage or config error, 3 budget exhausted, 130 interrupted.
 from __future__ import annotations
 
 import math
-import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -82,8 +82,14 @@ def _install_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _warn(config: SearchConfig) -> None:
+    for warning in config.warnings:
+        typer.echo(f"fusion-dd: warning: {warning}", err=True)
+
+
 def run_engine(config: SearchConfig) -> SearchResult:
     """Run (or resume) a search with the console display and print its summary."""
+    _warn(config)
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
     events.start()
     _install_sigterm()
@@ -123,7 +129,7 @@ def _dry_run(config: SearchConfig) -> None:
         }
         argv = [substitute(part, values) for part in config.train.command]
         workdir = substitute(config.train.workdir, values)
-        echo(f"  {config.train.device_env}={values['device']} (in {workdir}) " + " ".join(_quote(a) for a in argv))
+        echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
     echo("")
@@ -144,12 +150,6 @@ def _dry_run(config: SearchConfig) -> None:
     echo("nothing was launched (dry run)")
 
 
-def _quote(arg: str) -> str:
-    import shlex
-
-    return shlex.quote(arg)
-
-
 @app.command()
 def search(
     config: Optional[Path] = ConfigOption,
@@ -162,6 +162,7 @@ def search(
     """Search for the fusion rules that break accuracy (resumes an unfinished search in the state directory)."""
     loaded = _load(config, budget=budget, devices=devices, jobs=jobs, state_dir=state_dir)
     if dry_run:
+        _warn(loaded)
         _dry_run(loaded)
         return
     raise typer.Exit(run_engine(loaded).exit_code)
@@ -210,6 +211,76 @@ def status(
     directory = (state_dir or _default_state_dir(config)).resolve()
     for line in status_lines(directory):
         typer.echo(line)
+
+
+@app.command()
+def rules(
+    sources: list[Path] = typer.Argument(
+        ..., help="fusion_result.json, ge_proto_*.txt / atc JSON graph dumps, fusion_switch.cfg, rule lists, or directories."
+    ),
+    output_format: str = typer.Option("yaml", "--format", help="yaml (pastes into fusion-dd.yaml), txt or json."),
+    where: Optional[str] = typer.Option(None, "--where", help="Show where this rule acted in the given graph dumps."),
+    keep_unfired: bool = typer.Option(
+        False, "--keep-unfired", help="Keep listed rules that the artifacts show never fired."
+    ),
+) -> None:
+    """Print the candidate rules found in CANN artifacts, or where a rule acted in a graph."""
+    from .ascend import collect_candidates, format_locations, format_rules, graph_paths, load_graphs
+    from .ascend import where as where_rule
+
+    if where is not None:
+        graphs = load_graphs(graph_paths(sources))
+        fused = where_rule(graphs, where)
+        if not fused:
+            typer.echo(f"fusion-dd: warning: {where} produced no fused op in these graphs", err=True)
+            return
+        typer.echo(format_locations({fused[0].rule: fused}).rstrip())
+        return
+    if output_format not in ("yaml", "txt", "json"):
+        raise UsageError(f"--format: {output_format!r} is not one of yaml, txt, json")
+    candidates = collect_candidates(sources, keep_unfired=keep_unfired)
+    for warning in candidates.warnings:
+        typer.echo(f"fusion-dd: warning: {warning}", err=True)
+    if candidates.dropped:
+        names = ", ".join(rule.name for rule in candidates.dropped)
+        typer.echo(f"fusion-dd: left out because they never fired (keep them with --keep-unfired): {names}", err=True)
+    typer.echo(format_rules(candidates, output_format), nl=False)
+
+
+@app.command()
+def init(
+    sources: list[Path] = typer.Option([], "--from", help="Artifacts to take the candidate rules from (repeatable)."),
+    command: Optional[str] = typer.Option(None, "--command", help="The command that runs one training."),
+    framework: str = typer.Option("generic", "--framework", help="tf1, tf2, torchair, mindspore or generic."),
+    output: Path = typer.Option(Path(DEFAULT_CONFIG_NAME), "-o", "--output", help="Where to write the config."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+) -> None:
+    """Write a commented fusion-dd.yaml for your training."""
+    from .init_config import FRAMEWORKS, render_init_config
+
+    if framework not in FRAMEWORKS:
+        raise UsageError(f"--framework: {framework!r} is not one of {', '.join(FRAMEWORKS)}")
+    if output.exists() and not force:
+        raise UsageError(f"{output}: already exists; pass --force to overwrite it")
+    found: list = []
+    if sources:
+        from .ascend import collect_candidates
+
+        candidates = collect_candidates(sources)
+        for warning in candidates.warnings:
+            typer.echo(f"fusion-dd: warning: {warning}", err=True)
+        found = list(candidates.rules)
+    argv = None
+    if command is not None:
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise UsageError(f"--command: cannot split {command!r} ({exc})") from None
+    text = render_init_config(
+        rules=found, sources=[str(path) for path in sources], command=argv, framework=framework
+    )
+    output.write_text(text, encoding="utf-8")
+    typer.echo(f"wrote {output} ({len(found)} candidate rules); check it with: fusion-dd search --dry-run -c {output}")
 
 
 def _version_callback(value: bool) -> None:

@@ -27,7 +27,14 @@ DEFAULT_CONFIG_NAME = "fusion-dd.yaml"
 
 # The schema: every allowed key, so that a typo is reported with a suggestion.
 _SCHEMA: dict[str, Any] = {
-    "rules": {"GraphFusion": None, "UBFusion": None, "base_cfg": None, "from": None},
+    "rules": {
+        "GraphFusion": None,
+        "UBFusion": None,
+        "base_cfg": None,
+        "from": None,
+        "keep_unfired": None,
+        "graphs": None,
+    },
     "train": {
         "command": None,
         "workdir": None,
@@ -116,6 +123,8 @@ class SearchConfig:
     state_dir: Path
     base_dir: Path
     document: Any = None  # the parsed YAML, kept in the journal so that resume needs no config file
+    warnings: tuple[str, ...] = ()  # name problems worth telling the user before hours of training
+    graphs: tuple[str, ...] = ()  # graph dumps of the all-on run, to name each culprit's layers
 
     def definition(self) -> dict[str, Any]:
         """What makes two searches the same search, for the journal and resume.
@@ -283,7 +292,9 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
     base_dir = source.parent
 
     base_cfg_path, base_cfg = _read_base_cfg(reader, document.get("rules") or {}, base_dir)
-    rules = _read_rules(reader, reader.mapping(document.get("rules"), "rules"), base_dir)
+    rules_section = reader.mapping(document.get("rules"), "rules")
+    rules, warnings = _read_rules(reader, rules_section, base_dir)
+    graphs = _read_graphs(reader, rules_section, base_dir)
     train = _read_train(reader, reader.mapping(document.get("train"), "train"))
     metric = _read_metric(reader, reader.mapping(document.get("metric"), "metric"))
     score = _read_score(reader, reader.mapping(document.get("score"), "score"))
@@ -302,6 +313,8 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         state_dir=state_dir,
         base_dir=base_dir,
         document=document,
+        warnings=warnings,
+        graphs=graphs,
     )
 
 
@@ -317,13 +330,30 @@ def _read_base_cfg(
     return path, load_switch_file(path)
 
 
-def _read_rules(reader: _Reader, section: Mapping[str, Any], base_dir: Path) -> tuple[Rule, ...]:
+def _read_rules(
+    reader: _Reader, section: Mapping[str, Any], base_dir: Path
+) -> tuple[tuple[Rule, ...], tuple[str, ...]]:
+    """The candidate rules and the warnings about their names.
+
+    Rules listed by hand are checked against the rules that fired in the artifacts
+    of ``rules.from`` (authoritative) or else against the catalog, because CANN
+    silently ignores a misspelled name and a search over it would prove nothing.
+    """
+    keep_unfired = reader.boolean(section.get("keep_unfired", False), "rules.keep_unfired")
     rules: list[Rule] = []
-    seen: dict[str, str] = {}
+    warnings: list[str] = []
+    fired: set[str] | None = None
+    known_sections: dict[str, set[Section]] = {}
     if section.get("from") is not None:
-        rules.extend(_rules_from_artifacts(reader, section["from"], base_dir))
-        for rule in rules:
-            seen[rule.name] = f"rules.from ({rule.section.value})"
+        candidates = _rules_from_artifacts(reader, section["from"], base_dir, keep_unfired)
+        rules.extend(candidates.rules)
+        warnings.extend(candidates.warnings)
+        fired = candidates.fired
+        for rule in candidates.rules:
+            known_sections.setdefault(rule.name, set()).add(rule.section)
+    seen = {rule.name for rule in rules}
+    listed: list[Rule] = []
+    listed_keys: dict[str, str] = {}
     for section_enum in (Section.GRAPH, Section.UB):
         key = f"rules.{section_enum.value}"
         names = section.get(section_enum.value)
@@ -339,35 +369,50 @@ def _read_rules(reader: _Reader, section: Mapping[str, Any], base_dir: Path) -> 
                     f"{key}[{index}]",
                     f"{name!r} contains white space; CANN pass names never do",
                 )
-            if name in seen:
-                raise reader.error(key, f"duplicate rule {name!r} (also in {seen[name]})")
-            seen[name] = key
-            rules.append(Rule(name, section_enum))
+            if name in listed_keys:
+                raise reader.error(key, f"duplicate rule {name!r} (also in {listed_keys[name]})")
+            listed_keys[name] = key
+            listed.append(Rule(name, section_enum))
+    from .ascend import validate_names
+
+    for warning in validate_names(listed, fired, known_sections):
+        warnings.append(warning.message)
+        if warning.kind == "never-fired" and not keep_unfired:
+            listed.remove(warning.rule)
+    rules.extend(rule for rule in listed if rule.name not in seen)
     if not rules:
         raise reader.error(
             "rules",
             "no candidate rules: list pass names under rules.GraphFusion / "
             "rules.UBFusion (or rules.from: [fusion_result.json])",
         )
-    return tuple(rules)
+    return tuple(rules), tuple(warnings)
 
 
-def _rules_from_artifacts(reader: _Reader, raw: Any, base_dir: Path) -> list[Rule]:
+def _rules_from_artifacts(reader: _Reader, raw: Any, base_dir: Path, keep_unfired: bool) -> Any:
     """``rules.from``: candidate rules taken from the user's CANN artifacts."""
+    from .ascend import collect_candidates
+
     if isinstance(raw, str):
         raw = [raw]
     if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw):
         raise reader.error("rules.from", "must be a list of artifact paths")
-    try:
-        from .ascend import collect_candidates
-    except ImportError:  # pragma: no cover - the ascend package ships with fusion-dd
-        raise reader.error("rules.from", "reading artifacts is not available in this build") from None
     paths = [(base_dir / p).resolve() for p in raw]
     for path in paths:
         if not path.exists():
             raise reader.error("rules.from", f"not found: {path}")
-    candidates = collect_candidates(paths)
-    return list(candidates.rules)
+    return collect_candidates(paths, keep_unfired=keep_unfired)
+
+
+def _read_graphs(reader: _Reader, section: Mapping[str, Any], base_dir: Path) -> tuple[str, ...]:
+    raw = section.get("graphs")
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
+        raise reader.error("rules.graphs", "must be a list of graph dump paths or glob patterns")
+    return tuple(str(base_dir / p) for p in raw)
 
 
 def _parse_command(reader: _Reader, raw: Any) -> tuple[str, ...]:

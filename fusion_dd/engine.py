@@ -35,6 +35,7 @@ from .search.oracle import Outcome
 from .state import ConfigKey, SearchState, TrialState, definition_changes, encode_float, replay
 from .switch import render_switch
 from .trial import TrialRun, TrialSpec, adopt_trial, start_trial
+from .ascend import SwitchCheck, check_switch_applied, read_trial_results
 from .training_oracle import TrainingOracle
 
 EXIT_OK = 0
@@ -78,6 +79,10 @@ class SearchResult:
     report: dict[str, Any]
     report_path: Path
     fix_path: Path | None
+
+
+class SwitchIgnored(Exception):
+    """A trial's fusion_result.json shows the compiler did not apply its switch file."""
 
 
 class Engine:
@@ -185,6 +190,7 @@ class Engine:
             return None
         reading = read_metric(run, self.metric_spec)
         kind, reason = classify(run, reading)
+        check = self._check_switch(trial)
         self._append(
             {
                 "type": "trial_finished",
@@ -196,11 +202,22 @@ class Engine:
                 "signal": run.signal,
                 "duration": round(run.duration, 3),
                 "log": str(Path(trial.trial_dir) / run.log_path.name),
+                "switch_check": check.status,
             }
         )
         outcome = self._oracle.verdict_of(trial) if self._oracle is not None else None
         self.events.trial_finished(trial, outcome)
+        if check.status == "ignored":
+            raise SwitchIgnored(f"trial #{trial.trial_id}: {check.message}")
         return trial
+
+    def _check_switch(self, trial: TrialState) -> SwitchCheck:
+        """Did the compiler obey this trial's switch file? (fusion_result.json in the trial directory.)"""
+        try:
+            results = read_trial_results(self.state_dir / trial.trial_dir)
+        except UsageError as exc:
+            return SwitchCheck("unverified", f"unreadable fusion_result.json: {exc}")
+        return check_switch_applied(results, self.rules, self._config_rules(trial.config))
 
     def _launch_batch(
         self,
@@ -280,9 +297,20 @@ class Engine:
             all_on = cache[(everything, 0)].measurement  # type: ignore[assignment]
         return baseline, all_on  # type: ignore[return-value]
 
+    def _refuse_ignored_switch(self) -> None:
+        """Trainings whose switch file was ignored make every result in this state directory meaningless."""
+        for trial in self.state.trials.values():
+            if trial.finished is not None and trial.finished.get("switch_check") == "ignored":
+                raise UsageError(
+                    f"{self.state_dir}: trial #{trial.trial_id} was trained with its switch file ignored by the "
+                    "compiler, so the results here prove nothing; fix the wiring (see the README) and start "
+                    "over with another --state-dir"
+                )
+
     def run(self) -> SearchResult:
         try:
             self._open()
+            self._refuse_ignored_switch()
             if self.state.finished is not None:
                 self.events.message("this search has already finished; showing its answer")
                 return self._result_from_finished()
@@ -297,6 +325,10 @@ class Engine:
             )
             self._adopt_orphans()
             return self._search()
+        except SwitchIgnored as exc:
+            self._append({"type": "search_stopped", "reason": "switch_ignored"})
+            self._stop("switch_ignored", EXIT_USAGE, None, None, message=str(exc))
+            raise UsageError(str(exc)) from None
         except KeyboardInterrupt:
             if self._journal is None:
                 raise
@@ -347,7 +379,9 @@ class Engine:
 
     # -- endings ------------------------------------------------------------------------
 
-    def _report(self, status: str, pre: Preconditions | None, result: CulpritSearch | None) -> dict[str, Any]:
+    def _report(
+        self, status: str, pre: Preconditions | None, result: CulpritSearch | None, message: str | None = None
+    ) -> dict[str, Any]:
         return build_report(
             config=self.config,
             state=self.state,
@@ -355,6 +389,7 @@ class Engine:
             preconditions=pre,
             result=result,
             rounds=self._oracle.rounds if self._oracle is not None else None,
+            message=message,
         )
 
     def _finish(self, status: str, pre: Preconditions, result: CulpritSearch | None) -> SearchResult:
@@ -363,9 +398,14 @@ class Engine:
         return self._write(status, EXIT_OK, report)
 
     def _stop(
-        self, status: str, exit_code: int, pre: Preconditions | None, result: CulpritSearch | None
+        self,
+        status: str,
+        exit_code: int,
+        pre: Preconditions | None,
+        result: CulpritSearch | None,
+        message: str | None = None,
     ) -> SearchResult:
-        report = self._report(status, pre, result)
+        report = self._report(status, pre, result, message)
         return self._write(status, exit_code, report)
 
     def _write(self, status: str, exit_code: int, report: dict[str, Any]) -> SearchResult:

@@ -7,6 +7,7 @@ report can always be rebuilt from the journal alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ STATUS_TEXT = {
     "baseline_fails": "refused: the baseline (all candidates off) does not pass",
     "no_failure": "refused: all candidates on does not fail",
     "interrupted": "interrupted",
+    "switch_ignored": "stopped: the compiler ignored the switch file",
 }
 
 
@@ -78,8 +80,12 @@ def build_report(
     preconditions: Preconditions | None,
     result: CulpritSearch | None,
     rounds: int | None,
+    message: str | None = None,
 ) -> dict[str, Any]:
     threshold = preconditions.threshold if preconditions is not None else None
+    if message is None:
+        refused = preconditions is not None and not preconditions.ok
+        message = preconditions.message if refused and preconditions is not None else STATUS_TEXT[status]
     cache = state.cache()
     baseline_runs = [
         trial.measurement.value
@@ -90,7 +96,7 @@ def build_report(
     all_on_trial = cache.get((everything, 0))
     report: dict[str, Any] = {
         "status": status,
-        "message": preconditions.message if preconditions is not None and not preconditions.ok else STATUS_TEXT[status],
+        "message": message,
         "version": __version__,
         "candidates": [rule.to_json() for rule in config.rules],
         "trainings": state.launched,
@@ -147,10 +153,56 @@ def build_report(
         report["continue_with"] = (
             f"fusion-dd resume --state-dir {config.state_dir} --budget {config.search.budget + max(10, config.search.budget // 2)}"
         )
+    report["switch_check"], report["warnings"] = _switch_evidence(state, report)
+    if config.graphs and report["culprits"]:
+        _add_layers(report, config.graphs)
     report["trials"] = [
         _trial_entry(trial, threshold, config.score.crash_is_failure) for trial in state.trials.values()
     ]
     return report
+
+
+def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[str, int], list[str]]:
+    """How many trials proved (through fusion_result.json) that their switch file was applied."""
+    counts: dict[str, int] = {}
+    for trial in state.trials.values():
+        if trial.finished is not None:
+            status = trial.finished.get("switch_check", "unverified")
+            counts[status] = counts.get(status, 0) + 1
+    warnings: list[str] = []
+    if counts and not counts.get("applied"):
+        warnings.append(
+            "no training left a fusion_result.json that fusion-dd could check, so it could not verify that the "
+            "switch files were applied (see the README: wiring the switch file, compile caches)"
+        )
+        baseline, all_on = report.get("baseline"), report.get("all_on")
+        if baseline is not None and baseline == all_on:
+            warnings.append(
+                "suspicious: the baseline and all-on trainings gave identical metrics; the switch file may not "
+                "be reaching the compiler"
+            )
+    return counts, warnings
+
+
+def _add_layers(report: dict[str, Any], graphs: Sequence[str]) -> None:
+    """Name the network layers each culprit rule fused, from graph dumps of an all-on run."""
+    from .ascend import graph_paths, load_graphs, rule_locations
+    from .errors import UsageError
+
+    try:
+        locations = rule_locations(load_graphs(graph_paths(graphs)))
+    except UsageError as exc:
+        report["warnings"].append(f"could not read the graph dumps in rules.graphs: {exc}")
+        return
+    by_name = {rule.name: fused for rule, fused in locations.items()}
+    for culprit in report["culprits"]:
+        culprit["where"] = {}
+        for rule in culprit["rules"]:
+            fused = by_name.get(rule["name"], [])
+            culprit["where"][rule["name"]] = {
+                "layers": list(dict.fromkeys(layer for op in fused for layer in op.layers())),
+                "fused_ops": [op.to_json() for op in fused],
+            }
 
 
 def write_outputs(
@@ -199,6 +251,10 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         for index, culprit in enumerate(culprits, start=1):
             if culprit["kind"] != "independent" and culprit.get("reason"):
                 lines.append(f"  ({index}) {culprit['reason']}")
+            for name, found in (culprit.get("where") or {}).items():
+                layers = ", ".join(found["layers"][:8]) or "no fused op in the graph dumps"
+                more = f" (+{len(found['layers']) - 8} more)" if len(found["layers"]) > 8 else ""
+                lines.append(f"  ({index}) {name} fused layers: {layers}{more}")
     if report["status"] == "found":
         verified = "verified: trained and passes" if report["fix_verified"] else "NOT verified"
         where = f"{state_dir / FIX_NAME}" if state_dir is not None else FIX_NAME
@@ -207,6 +263,8 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         lines.append(f"  switched off: {', '.join(report['switched_off']) or 'nothing'}; every other fusion stays on")
     if report.get("smallest_failing") and report["status"] != "found":
         lines.append(f"  smallest failing configuration so far: {len(report['smallest_failing'])} rules on")
+    for warning in report.get("warnings") or []:
+        lines.append(f"  warning: {warning}")
     if report.get("continue_with"):
         lines.append(f"  continue with: {report['continue_with']}")
     if state_dir is not None:

@@ -1,1 +1,28 @@
-"""Pure search strategies: they ask an oracle about configurations and never run anything."""
+"""Pure search strategies: they ask an oracle about configurations and never run anything.
+
+``STRATEGIES`` maps the names users may choose to minimizers with ddmin's
+signature ``(universe, oracle, failing=None)``; a strategy that also accepts a
+``parallelism`` keyword is told the number of devices. ``find_culprits`` wraps
+any of them to find every culprit set and a verified fix.
+"""
+
+from collections.abc import Callable
+
+from fusion_dd.search.bisection import bisect
+from fusion_dd.search.culprits import CulpritSearch, CulpritSet, default_choose_off, find_culprits
+from fusion_dd.search.ddmin import ddmin
+
+STRATEGIES: dict[str, Callable[..., frozenset]] = {"ddmin": ddmin, "bisect": bisect}
+
+DEFAULT_STRATEGY = "bisect"
+
+__all__ = [
+    "DEFAULT_STRATEGY",
+    "STRATEGIES",
+    "CulpritSearch",
+    "CulpritSet",
+    "bisect",
+    "ddmin",
+    "default_choose_off",
+    "find_culprits",
+]

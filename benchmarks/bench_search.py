@@ -1,0 +1,310 @@
+"""Benchmark the search strategies on synthetic failure models.
+
+    python benchmarks/bench_search.py [--quick] [--seeds N] [--no-write]
+
+Every fusion-dd strategy runs inside the all-culprits layer against a
+``SimulatedOracle``, so the numbers count what a user pays: trainings launched
+(the two precondition runs, every search training and the fix verification
+included) and rounds of parallel trainings on P devices. picire 21.8's ``DD``
+(the optional ``bench`` extra) runs on the same models for reference, repeated
+until no failure remains, with every call to its test counted (its per-iteration
+re-check included) plus the same preconditions and fix verification.
+
+The markdown section is printed and written into benchmarks/RESULTS.md between
+``<!-- bench_search:begin -->`` and ``<!-- bench_search:end -->``; the rest of
+that file is preserved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from fusion_dd.search import STRATEGIES, find_culprits  # noqa: E402
+from fusion_dd.search.simulate import (  # noqa: E402
+    SimulatedOracle,
+    any_of,
+    masked_model,
+    sets_model,
+)
+
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+BEGIN, END = "<!-- bench_search:begin -->", "<!-- bench_search:end -->"
+MODELS = ("OR", "AND", "mixed", "non-monotone")
+
+Model = Callable[[frozenset[int]], bool]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One planted failure: the predicate and the culprit sets a correct answer reports.
+
+    ``expected`` is None for non-monotone cases, whose 1-minimal failing sets are
+    not unique; their answers are checked against the predicate instead.
+    """
+
+    model: Model
+    expected: frozenset[frozenset[int]] | None
+    log2_space: float
+
+
+def plant(kind: str, n: int, d: int, seed: int) -> Case | None:
+    """Random culprit positions for a model; None where the model needs more rules."""
+    rng = random.Random(f"{kind}/{n}/{d}/{seed}")
+    if kind == "OR":
+        picks = rng.sample(range(n), d)
+        sets = [frozenset({p}) for p in picks]
+        return Case(sets_model(sets), frozenset(sets), math.log2(math.comb(n, d)))
+    if kind == "AND":
+        picks = rng.sample(range(n), d)
+        return Case(sets_model([picks]), frozenset({frozenset(picks)}), math.log2(math.comb(n, d)))
+    if kind == "mixed":  # one independent culprit plus one interacting set of d rules
+        if d < 2 or n < d + 1:
+            return None
+        picks = rng.sample(range(n), d + 1)
+        sets = [frozenset({picks[0]}), frozenset(picks[1:])]
+        return Case(sets_model(sets), frozenset(sets), math.log2(n * math.comb(n - 1, d)))
+    if kind == "non-monotone":  # d culprits, each masked by one rule unless another is on
+        if 3 * d > n:
+            return None
+        picks = rng.sample(range(n), 3 * d)
+        parts = [masked_model(*picks[3 * i : 3 * i + 3]) for i in range(d)]
+        return Case(any_of(*parts), None, math.log2(math.comb(n, d)))
+    raise ValueError(kind)
+
+
+def correct(case: Case, universe: frozenset[int], result) -> bool:
+    """Verified fix, and culprit sets that are exactly the planted ones (or, for a
+    non-monotone model, each a failing 1-minimal set by the model itself)."""
+    if not result.fix_verified or case.model(result.fix):
+        return False
+    found = [c.rules for c in result.culprit_sets]
+    if case.expected is not None:
+        return len(found) == len(case.expected) and frozenset(found) == case.expected
+    for rules in found:
+        if not case.model(rules) or any(case.model(rules - {r}) for r in rules if len(rules) > 1):
+            return False
+    return universe >= frozenset().union(*found)
+
+
+def run_strategy(name: str, case: Case, n: int, parallelism: int) -> tuple[int, int, bool]:
+    universe = list(range(n))
+    oracle = SimulatedOracle(case.model, parallelism=parallelism)
+    oracle.outcomes([frozenset(), frozenset(universe)])  # the engine's precondition round
+    result = find_culprits(universe, oracle, STRATEGIES[name], parallelism=parallelism)
+    return oracle.trainings, oracle.rounds, correct(case, frozenset(universe), result)
+
+
+def picire_available() -> bool:
+    try:
+        import picire  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_picire(case: Case, n: int) -> tuple[int, bool]:
+    """picire's sequential DD, repeated until the whole universe minus the switched-off rules passes."""
+    import picire
+
+    calls = 0
+
+    def test(config, _config_id):
+        nonlocal calls
+        calls += 1
+        return picire.Outcome.FAIL if case.model(frozenset(config)) else picire.Outcome.PASS
+
+    universe = list(range(n))
+    off: set[int] = set()
+    found = []
+    current = universe
+    fix_passes = False
+    for _ in range(n):
+        culprit = picire.DD(test)(list(current))
+        found.append(frozenset(culprit))
+        off.add(min(culprit))
+        current = [r for r in universe if r not in off]
+        calls += 1  # the fix verification
+        if not case.model(frozenset(current)):
+            fix_passes = True
+            break
+    ok = fix_passes
+    if case.expected is not None:
+        ok = ok and frozenset(found) == case.expected and len(found) == len(case.expected)
+    return calls + 2, ok
+
+
+def fmt(value: float) -> str:
+    return f"{value:g}" if value == int(value) else f"{value:.1f}"
+
+
+def bench(ns, ds, ps, seeds, models=MODELS):
+    """Rows of the results table: one per (model, n, d, P) that the model supports."""
+    names = list(STRATEGIES)
+    with_picire = picire_available()
+    rows = []
+    for kind in models:
+        for n in ns:
+            for d in ds:
+                cases = [plant(kind, n, d, s) for s in range(seeds)]
+                if any(c is None for c in cases):
+                    continue
+                bound = math.ceil(cases[0].log2_space)
+                picire_cell = None
+                for p in ps:
+                    row = {"model": kind, "n": n, "d": d, "P": p, "bound": bound}
+                    for name in names:
+                        runs = [run_strategy(name, c, n, p) for c in cases]
+                        row[name] = (
+                            statistics.median(r[0] for r in runs),
+                            statistics.median(r[1] for r in runs),
+                            all(r[2] for r in runs),
+                        )
+                    if with_picire and p == 1:
+                        runs = [run_picire(c, n) for c in cases]
+                        picire_cell = (statistics.median(r[0] for r in runs), all(r[1] for r in runs))
+                    row["picire"] = picire_cell if p == 1 else None
+                    rows.append(row)
+    return names, rows, with_picire
+
+
+def table(names, rows, with_picire) -> list[str]:
+    head = ["model", "n", "d", "P"]
+    for name in names:
+        head += [f"{name} trainings", f"{name} rounds", f"{name} correct"]
+    head += ["picire 21.8 trainings", "picire correct", "lower bound"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["model"], str(row["n"]), str(row["d"]), str(row["P"])]
+        for name in names:
+            t, r, ok = row[name]
+            cells += [fmt(t), fmt(r), "yes" if ok else "**NO**"]
+        pic = row["picire"]
+        if pic is None:
+            cells += ["n/a" if not with_picire else "-", "-"]
+        else:
+            cells += [fmt(pic[0]), "yes" if pic[1] else "**NO**"]
+        cells.append(str(row["bound"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def find_row(rows, model, n, d, p):
+    for row in rows:
+        if (row["model"], row["n"], row["d"], row["P"]) == (model, n, d, p):
+            return row
+    return None
+
+
+TARGETS = [
+    # (label, model, n, d, P, metric index: 0 trainings / 1 rounds, limit)
+    ("one culprit (d=1), trainings", "OR", 256, 1, 1, 0, 12),
+    ("AND d=3, trainings", "AND", 256, 3, 1, 0, 32),
+    ("OR d=3, all culprits + verified fix, trainings", "OR", 256, 3, 1, 0, 34),
+    ("mixed: 1 independent + 1 interacting pair, trainings", "mixed", 256, 2, 1, 0, 32),
+    ("one culprit among 256 on P=8, rounds", "OR", 256, 1, 8, 1, 5),
+]
+
+
+def targets(rows, strategy: str) -> list[str]:
+    lines = [
+        f"Targets for `{strategy}` (n=256, medians; trainings include the 2 preconditions and the fix verification):",
+        "",
+        "| target | value | limit | met |",
+        "|---|---|---|---|",
+    ]
+    for label, model, n, d, p, metric, limit in TARGETS:
+        row = find_row(rows, model, n, d, p)
+        if row is None:
+            lines.append(f"| {label} | not run | {limit} | - |")
+            continue
+        value = row[strategy][metric]
+        lines.append(f"| {label} | {fmt(value)} | {limit} | {'yes' if value <= limit else '**no**'} |")
+    all_ok = all(row[strategy][2] for row in rows)
+    lines.append(f"| every answer correct on every seed (all rows) | {'yes' if all_ok else 'no'} | yes | {'yes' if all_ok else '**no**'} |")
+    return lines
+
+
+def comparison(rows, challenger: str, reference: str = "ddmin") -> list[str]:
+    """Where the challenger is at least as good: trainings on one device, rounds on several."""
+    worse = []
+    for row in rows:
+        metric = 0 if row["P"] == 1 else 1
+        if row[challenger][metric] > row[reference][metric]:
+            worse.append(row)
+    lines = [
+        f"`{challenger}` vs `{reference}` (trainings when P=1, rounds when P>1): "
+        f"at least as good on {len(rows) - len(worse)} of {len(rows)} rows."
+    ]
+    for row in worse:
+        lines.append(f"- worse: {row['model']} n={row['n']} d={row['d']} P={row['P']}")
+    return lines
+
+
+def render(names, rows, with_picire, seeds: int, quick: bool) -> str:
+    out = [
+        BEGIN,
+        "## Search strategies (benchmarks/bench_search.py)",
+        "",
+        f"Generated by `python benchmarks/bench_search.py{' --quick' if quick else ''}`: "
+        f"medians over {seeds} seeds with random culprit positions. Every fusion-dd strategy runs "
+        "inside the all-culprits layer (`find_culprits`); trainings count everything launched: "
+        "2 preconditions + search + fix verification. picire 21.8 `DD` runs sequentially, repeated "
+        "until the fix passes, every call counted (its per-iteration re-check included) + 2 "
+        "preconditions + fix verifications; it is shown on P=1 rows only. Lower bound: "
+        "ceil(log2 of the number of possible planted structures) (C(n,d); n*C(n-1,d) for mixed). "
+        "mixed = 1 independent culprit + 1 interacting set of d rules; non-monotone = d culprits, "
+        "each hidden by a masking rule unless an unmasking rule is also on (answers checked as "
+        "failing and 1-minimal by the model).",
+        "",
+    ]
+    if not with_picire:
+        out += ["picire is not installed (`pip install picire==21.8`), so its column is n/a.", ""]
+    out += targets(rows, "bisect") + [""] + comparison(rows, "bisect") + [""]
+    out += table(names, rows, with_picire) + [END]
+    return "\n".join(out) + "\n"
+
+
+def write_section(text: str, path: Path = RESULTS) -> None:
+    """Replace this script's section, keep every other section of the file."""
+    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n\n"
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        new = head + text.rstrip("\n") + tail
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    path.write_text(new, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="n in {16, 256}, P in {1, 8}, 5 seeds")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per cell (default 11, quick 5)")
+    parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
+    args = parser.parse_args(argv)
+    seeds = args.seeds or (5 if args.quick else 11)
+    ns = (16, 256) if args.quick else (16, 64, 256, 1024)
+    ps = (1, 8) if args.quick else (1, 4, 8)
+    names, rows, with_picire = bench(ns, (1, 2, 3), ps, seeds)
+    text = render(names, rows, with_picire, seeds, args.quick)
+    print(text)
+    if not with_picire:
+        print("note: picire is not importable; its column is n/a", file=sys.stderr)
+    if not args.no_write:
+        write_section(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""The all-culprits layer around every registered strategy."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from search_helpers import fails, is_one_minimal_failing, no_repeats, random_predicate
+
+from fusion_dd.rules import Rule, Section
+from fusion_dd.search import STRATEGIES, default_choose_off, find_culprits
+from fusion_dd.search.simulate import (
+    SimulatedOracle,
+    and_model,
+    any_of,
+    masked_model,
+    or_model,
+    sets_model,
+)
+
+F = frozenset
+STRATEGY_NAMES = sorted(STRATEGIES)
+
+
+@st.composite
+def planted(draw):
+    """A universe in random order with disjoint culprit structures: OR, AND or mixed."""
+    n = draw(st.integers(1, 120))
+    universe = draw(st.permutations(list(range(n))))
+    shape = draw(st.sampled_from(["or", "and", "mixed"]))
+    sizes = {
+        "or": draw(st.lists(st.just(1), min_size=1, max_size=3)),
+        "and": [draw(st.integers(1, 4))],
+        "mixed": [1] + draw(st.lists(st.integers(2, 3), min_size=1, max_size=2)),
+    }[shape]
+    sizes = [s for s in sizes]
+    while sum(sizes) > n:
+        sizes.pop()
+    if not sizes:
+        sizes = [1]
+    picks = iter(draw(st.permutations(universe))[: sum(sizes)])
+    sets = [F(next(picks) for _ in range(size)) for size in sizes]
+    return universe, sets
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@pytest.mark.parametrize("parallelism", [1, 4])
+@settings(deadline=None, max_examples=40)
+@given(case=planted())
+def test_finds_exactly_the_planted_sets_and_a_verified_fix(case, name: str, parallelism: int) -> None:
+    universe, sets = case
+    model = sets_model(sets)
+    oracle = SimulatedOracle(model, parallelism=parallelism)
+    result = find_culprits(universe, oracle, STRATEGIES[name], parallelism=parallelism)
+    assert sorted(map(sorted, (c.rules for c in result.culprit_sets))) == sorted(map(sorted, sets))
+    for found in result.culprit_sets:
+        assert is_one_minimal_failing(model, found.rules)
+        assert found.kind == ("independent" if len(found.rules) == 1 else "interacting")
+        assert len(found.switched_off) == 1 and found.switched_off <= found.rules and found.reason
+    assert result.fix_verified and not result.exhausted and not fails(model, result.fix)
+    assert result.fix == F(universe) - F().union(*(c.switched_off for c in result.culprit_sets))
+    assert no_repeats(oracle)
+    assert F(universe) not in oracle.calls and F() not in oracle.calls  # preconditions not re-asked
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@settings(deadline=None, max_examples=30)
+@given(data=st.data(), n=st.integers(6, 80), count=st.integers(1, 2))
+def test_non_monotone_masking(data, name: str, n: int, count: int) -> None:
+    picks = data.draw(st.permutations(list(range(n))))[: 3 * count]
+    model = any_of(*(masked_model(*picks[3 * i : 3 * i + 3]) for i in range(count)))
+    oracle = SimulatedOracle(model)
+    result = find_culprits(range(n), oracle, STRATEGIES[name])
+    assert result.culprit_sets
+    for found in result.culprit_sets:
+        assert is_one_minimal_failing(model, found.rules)
+    assert result.fix_verified and not fails(model, result.fix)
+    assert no_repeats(oracle)
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@settings(deadline=None, max_examples=30)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 14))
+def test_arbitrary_predicates_terminate_with_verified_sets(seed: int, n: int, name: str) -> None:
+    model = random_predicate(seed, F(range(n)), density=0.7)
+    oracle = SimulatedOracle(model)
+    result = find_culprits(range(n), oracle, STRATEGIES[name])
+    assert 1 <= len(result.culprit_sets) <= n
+    for found in result.culprit_sets:
+        assert is_one_minimal_failing(model, found.rules)
+    assert result.fix_verified == (not fails(model, result.fix))
+    assert result.fix_verified  # switching off rules one by one ends at the passing empty set at worst
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+def test_budget_exhaustion_returns_a_partial_result(name: str) -> None:
+    model = or_model([10, 100, 200])
+    full = SimulatedOracle(model)
+    find_culprits(range(256), full, STRATEGIES[name])
+    oracle = SimulatedOracle(model, budget=full.trainings - 3)
+    result = find_culprits(range(256), oracle, STRATEGIES[name])
+    assert result.exhausted and not result.fix_verified
+    assert 1 <= len(result.culprit_sets) < 3
+    assert result.smallest_failing is not None and fails(model, result.smallest_failing)
+    assert len(result.smallest_failing) == 1
+
+    nothing = find_culprits(range(256), SimulatedOracle(model, budget=0), STRATEGIES[name])
+    assert nothing.exhausted and nothing.culprit_sets == [] and nothing.fix == F(range(256))
+
+
+def test_interacting_set_switches_off_one_rule_chosen_by_the_callback() -> None:
+    calls = []
+
+    def choose(rules):
+        calls.append(rules)
+        rule = max(rules)
+        return rule, f"{rule} is the newest pass"
+
+    oracle = SimulatedOracle(and_model([3, 7, 11]))
+    result = find_culprits(range(16), oracle, STRATEGIES["bisect"], choose_off=choose)
+    (found,) = result.culprit_sets
+    assert calls == [F({3, 7, 11})]
+    assert found.switched_off == F({11}) and found.reason == "11 is the newest pass"
+    assert result.fix == F(range(16)) - {11} and result.fix_verified
+
+    with pytest.raises(ValueError):
+        find_culprits(range(16), SimulatedOracle(and_model([3, 7])), STRATEGIES["bisect"], choose_off=lambda r: (99, "x"))
+
+
+def test_default_choice_prefers_a_ub_rule_and_explains_it() -> None:
+    graph = Rule("ConvBatchnormFusionPass", Section.GRAPH)
+    ub = Rule("TbeEltwiseFusionPass", Section.UB)
+    rule, reason = default_choose_off(F({graph, ub}))
+    assert rule == ub
+    assert "TbeEltwiseFusionPass" in reason and "ConvBatchnormFusionPass" in reason and "UBFusion" in reason
+    same = default_choose_off(F({Rule("BPass", Section.GRAPH), Rule("APass", Section.GRAPH)}))
+    assert same[0].name == "APass"
+    assert default_choose_off(F({"b", "a"}))[0] == "a"
+
+
+def test_rules_as_elements_end_to_end() -> None:
+    rules = [Rule(f"Pass{i:02d}", Section.UB if i % 2 else Section.GRAPH) for i in range(20)]
+    culprit_pair = F({rules[4], rules[9]})
+    oracle = SimulatedOracle(any_of(or_model([rules[15]]), sets_model([culprit_pair])), parallelism=2)
+    result = find_culprits(rules, oracle, STRATEGIES["bisect"], parallelism=2)
+    kinds = {c.rules: c.kind for c in result.culprit_sets}
+    assert kinds == {F({rules[15]}): "independent", culprit_pair: "interacting"}
+    assert rules[9] not in result.fix and rules[4] in result.fix  # the UB rule of the pair goes
+    assert result.fix_verified and result.fix_outcome is not None
+
+
+def test_every_rule_a_culprit_uses_the_known_passing_empty_set() -> None:
+    oracle = SimulatedOracle(or_model([0]))
+    result = find_culprits([0], oracle, STRATEGIES["ddmin"])
+    assert result.fix == F() and result.fix_verified and oracle.trainings == 0
+
+
+def test_later_searches_are_told_what_earlier_ones_learnt() -> None:
+    seen = []
+
+    def strategy(universe, oracle, failing=None, *, known=None):
+        seen.append(dict(known))
+        return STRATEGIES["bisect"](universe, oracle, failing, known=known)
+
+    oracle = SimulatedOracle(or_model([10, 100, 200]))
+    result = find_culprits(range(256), oracle, strategy)
+    assert len(result.culprit_sets) == 3 and result.fix_verified
+    assert seen[0] == {} and len(seen[1]) > len(seen[0]) and len(seen[2]) > len(seen[1])
+    assert all(seen[2][c] == (c & {10, 100, 200} != set()) for c in seen[2])
+    assert no_repeats(oracle)
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_resume_by_replay_against_the_cache_repeats_no_training(name: str, parallelism: int) -> None:
+    model = any_of(or_model([7, 90]), sets_model([{30, 31}]))
+    full = SimulatedOracle(model, parallelism=parallelism)
+    expected = find_culprits(range(128), full, STRATEGIES[name], parallelism=parallelism)
+
+    for stop_after in (1, full.trainings // 2, full.trainings - 1):
+        first = SimulatedOracle(model, parallelism=parallelism, budget=stop_after)
+        assert find_culprits(range(128), first, STRATEGIES[name], parallelism=parallelism).exhausted
+        resumed = SimulatedOracle(model, parallelism=parallelism)
+        resumed.cache.update(first.cache)  # what the journal remembers
+        result = find_culprits(range(128), resumed, STRATEGIES[name], parallelism=parallelism)
+        assert result == expected
+        assert not set(first.calls) & set(resumed.calls)
+        if parallelism == 1:
+            assert first.calls + resumed.calls == full.calls
+        # With several devices a wave cut short by the budget is relaunched with
+        # the next configurations filling the free devices, so a few more may run.
