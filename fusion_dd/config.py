@@ -104,7 +104,7 @@ class ScoreConfig:
 
 @dataclass(frozen=True)
 class SearchSettings:
-    strategy: str = "ddmin"
+    strategy: str
     budget: int = 200
 
 

@@ -79,11 +79,25 @@ def eventually(condition: Callable[[], bool], within: float = 15.0) -> bool:
 
 
 def group_gone(pgid: int) -> bool:
+    """No live process is left in the group (zombies waiting for a reaper count as gone)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return True
-    return False
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return False
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        state, group = fields[0], int(fields[2])
+        if group == pgid and state != "Z":
+            return False
+    return True
 
 
 def pid_gone(pid: int) -> bool:
