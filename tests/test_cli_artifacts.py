@@ -1,0 +1,157 @@
+"""The CLI with CANN artifacts: rules, init, rules.from, rules.graphs and the switch-applied check."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+from test_cli import FAKE_TRAIN, fusion_dd
+
+GRAPH_RULES = ["ConvToFullyConnectionFusionPass", "ARefreshCubeC0FusionPass", "FixPipeAbilityProcessPass"]
+UB_RULE = "TbeEltwiseFusionPass"
+
+
+def fusion_result(path: Path, fired: dict[str, str]) -> None:
+    """A fusion_result.json in CANN's format: counts as strings, one key per graph."""
+    graph, ub = {}, {}
+    for name, section in fired.items():
+        stats = {"match_times": "1", "effect_times": "1"}
+        if section == "UBFusion":
+            ub[name] = {**stats, "repository_hit_times": "0"}
+        else:
+            graph[name] = stats
+    path.write_text(json.dumps({"session_and_graph_id_0_0": {"graph_fusion": graph, "ub_fusion": ub}}))
+
+
+# A training that reports what its compiler fused; with --ignore-switch it fuses
+# everything whatever the switch file says (the wiring bug fusion-dd must catch).
+OBEDIENT_TRAINING = textwrap.dedent(
+    """
+    import json, os, sys
+    from fusion_dd.switch import load_switch_file
+    from fusion_dd.rules import Section
+    rules = json.loads(sys.argv[1])
+    switch = load_switch_file(os.environ["FUSION_DD_SWITCH_FILE"])
+    on = {name: section for name, section in rules.items()
+          if "--ignore-switch" in sys.argv or switch.state(name, Section(section)) is not False}
+    graph = {n: {"match_times": "1", "effect_times": "1"} for n, s in on.items() if s == "GraphFusion"}
+    ub = {n: {"match_times": "1", "effect_times": "1", "repository_hit_times": "0"}
+          for n, s in on.items() if s == "UBFusion"}
+    with open(os.path.join(os.environ["FUSION_DD_TRIAL_DIR"], "fusion_result.json"), "w") as f:
+        json.dump({"session_and_graph_id_0_0": {"graph_fusion": graph, "ub_fusion": ub}}, f)
+    print("accuracy: %s" % (0.5 if "FixPipeAbilityProcessPass" in on else 0.9))
+    """
+)
+
+
+def graph_dump(path: Path) -> None:
+    """A GE Build graph in protobuf text format with provenance for two rules."""
+    path.write_text(
+        textwrap.dedent(
+            """
+            name: "net"
+            graph {
+              name: "net_graph"
+              op {
+                name: "fc1_fused"
+                type: "FullyConnection"
+                attr { key: "pass_name" value { list { s: "FixPipeAbilityProcessPass" val_type: VT_LIST_STRING } } }
+                attr { key: "_datadump_original_op_names" value { list { s: "dense_1/MatMul" s: "dense_1/BiasAdd" val_type: VT_LIST_STRING } } }
+              }
+              op {
+                name: "add_relu"
+                type: "Add"
+                attr { key: "pass_name_ub" value { s: "TbeEltwiseFusionPass" } }
+                attr { key: "fusion_scope" value { i: 3 } }
+                attr { key: "_datadump_original_op_names" value { list { s: "block1/add" s: "block1/relu" val_type: VT_LIST_STRING } } }
+              }
+            }
+            """
+        )
+    )
+
+
+def write_config(tmp_path: Path, rules: dict, *extra_args: str) -> Path:
+    sections = {name: "UBFusion" if name == UB_RULE else "GraphFusion" for name in GRAPH_RULES + [UB_RULE]}
+    script = tmp_path / "train.py"
+    script.write_text(OBEDIENT_TRAINING)
+    document = {
+        "rules": rules,
+        "train": {"command": [sys.executable, str(script), json.dumps(sections), *extra_args], "devices": [0, 1]},
+        "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
+        "search": {"budget": 40},
+    }
+    path = tmp_path / "fusion-dd.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_search_takes_rules_from_artifacts_and_names_culprit_layers(tmp_path):
+    fusion_result(tmp_path / "fusion_result.json", {name: "GraphFusion" for name in GRAPH_RULES} | {UB_RULE: "UBFusion"})
+    graph_dump(tmp_path / "ge_proto_00000001_graph_1_Build.txt")
+    write_config(tmp_path, {"from": ["fusion_result.json"], "graphs": ["ge_proto_*_Build.txt"]})
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert {rule["name"] for rule in report["candidates"]} == set(GRAPH_RULES) | {UB_RULE}
+    (culprit,) = report["culprits"]
+    assert culprit["rules"] == [{"name": "FixPipeAbilityProcessPass", "section": "GraphFusion"}]
+    assert culprit["where"]["FixPipeAbilityProcessPass"]["layers"] == ["dense_1/MatMul", "dense_1/BiasAdd"]
+    assert "dense_1/MatMul" in result.stdout
+    assert report["switch_check"] == {"applied": report["trainings"]}
+
+
+def test_a_training_that_ignores_its_switch_file_stops_the_search(tmp_path):
+    write_config(tmp_path, {"GraphFusion": GRAPH_RULES, "UBFusion": [UB_RULE]}, "--ignore-switch")
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "fired although switched off" in result.stderr
+    assert "Traceback" not in result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "switch_ignored"
+    again = fusion_dd("search", cwd=tmp_path)
+    assert again.returncode == 2 and "fix the wiring" in again.stderr
+
+
+def test_rules_command_formats_and_errors(tmp_path):
+    fusion_result(tmp_path / "fusion_result.json", {"FixPipeAbilityProcessPass": "GraphFusion", UB_RULE: "UBFusion"})
+    result = fusion_dd("rules", "fusion_result.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout) == {
+        "rules": {"GraphFusion": ["FixPipeAbilityProcessPass"], "UBFusion": [UB_RULE]}
+    }
+    as_json = fusion_dd("rules", "fusion_result.json", "--format", "json", cwd=tmp_path)
+    assert "FixPipeAbilityProcessPass" in as_json.stdout
+    (tmp_path / "broken.json").write_text('{"session_and_graph_id_0_0": {"graph_fusion": ')
+    broken = fusion_dd("rules", "broken.json", cwd=tmp_path)
+    assert broken.returncode == 2
+    assert "broken.json" in broken.stderr and "Traceback" not in broken.stderr
+    missing = fusion_dd("rules", "nope.json", cwd=tmp_path)
+    assert missing.returncode == 2 and "nope.json" in missing.stderr
+
+
+def test_rules_where_names_the_layers(tmp_path):
+    graph_dump(tmp_path / "ge_proto_00000001_graph_1_Build.txt")
+    result = fusion_dd("rules", "--where", UB_RULE, ".", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "block1/add" in result.stdout and "fusion_scope 3" in result.stdout
+
+
+def test_init_writes_a_config_that_validates(tmp_path):
+    fusion_result(tmp_path / "fusion_result.json", {"FixPipeAbilityProcessPass": "GraphFusion", UB_RULE: "UBFusion"})
+    result = fusion_dd(
+        "init", "--from", "fusion_result.json", "--framework", "torchair",
+        "--command", f"{sys.executable} {FAKE_TRAIN} --fusion-switch {{switch_file}}", cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "fusion-dd.yaml").read_text()
+    assert "device_env: ASCEND_RT_VISIBLE_DEVICES" in text and "fusion_switch_file" in text
+    dry = fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "FixPipeAbilityProcessPass" in dry.stdout
+    again = fusion_dd("init", cwd=tmp_path)
+    assert again.returncode == 2 and "already exists" in again.stderr
