@@ -207,6 +207,8 @@ class Engine:
         )
         outcome = self._oracle.verdict_of(trial) if self._oracle is not None else None
         self.events.trial_finished(trial, outcome)
+        if outcome is Outcome.FAIL:
+            self.events.best_so_far(frozenset(self._config_rules(trial.config)))
         if check.status == "ignored":
             raise SwitchIgnored(f"trial #{trial.trial_id}: {check.message}")
         return trial
@@ -372,7 +374,6 @@ class Engine:
             parallelism=len(self.config.train.devices),
         )
         if result.exhausted:
-            self.events.best_so_far(result.smallest_failing)
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
             return self._stop("budget_exhausted", EXIT_BUDGET, pre, result)
         return self._finish("found", pre, result)

@@ -124,5 +124,7 @@ class ConsoleEvents:
         self._line(f"       done   #{trial.trial_id} {verdict:<10} {value}{took}")
 
     def best_so_far(self, config: frozenset[Rule] | None) -> None:
+        """Remember the smallest failing configuration seen, for the status line."""
         with self._lock:
-            self._smallest = config
+            if config is not None and (self._smallest is None or len(config) < len(self._smallest)):
+                self._smallest = config
