@@ -49,6 +49,8 @@ _SCHEMA: dict[str, Any] = {
         "tolerance": None,
         "crash_is_failure": None,
         "baseline_repeats": None,
+        "all_on_repeats": None,
+        "strict": None,
         "reference": None,
         "baseline_metric": None,
         "all_on_metric": None,
@@ -97,6 +99,8 @@ class ScoreConfig:
     tolerance: Tolerance = Tolerance("auto")
     crash_is_failure: bool = False
     baseline_repeats: int = 1
+    all_on_repeats: int = 1
+    strict: bool = False
     reference: float | None = None
     baseline_metric: float | None = None
     all_on_metric: float | None = None
@@ -154,6 +158,8 @@ class SearchConfig:
                 "tolerance": self.score.tolerance.describe(),
                 "crash_is_failure": self.score.crash_is_failure,
                 "baseline_repeats": self.score.baseline_repeats,
+                "all_on_repeats": self.score.all_on_repeats,
+                "strict": self.score.strict,
                 "reference": self.score.reference,
                 "baseline_metric": self.score.baseline_metric,
                 "all_on_metric": self.score.all_on_metric,
@@ -569,6 +575,8 @@ def _read_score(reader: _Reader, section: Mapping[str, Any]) -> ScoreConfig:
         tolerance=tolerance,
         crash_is_failure=reader.boolean(section.get("crash_is_failure", False), "score.crash_is_failure"),
         baseline_repeats=reader.integer(section.get("baseline_repeats", 1), "score.baseline_repeats", minimum=1),
+        all_on_repeats=reader.integer(section.get("all_on_repeats", 1), "score.all_on_repeats", minimum=1),
+        strict=reader.boolean(section.get("strict", False), "score.strict"),
         reference=optional_number("reference"),
         baseline_metric=optional_number("baseline_metric"),
         all_on_metric=optional_number("all_on_metric"),

@@ -99,7 +99,6 @@ class Engine:
         self.state = SearchState()
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
-        self._threshold_preconditions: Preconditions | None = None
         self._oracle: TrainingOracle | None = None
 
     # -- journal ----------------------------------------------------------------
@@ -267,15 +266,15 @@ class Engine:
 
     # -- the search ------------------------------------------------------------------
 
-    def _measure_references(self) -> tuple[list[Measurement], Measurement] | None:
-        """Baseline (all candidates off) runs and the all-on run, in parallel; None when the budget ran out."""
+    def _measure_references(self) -> tuple[list[Measurement], list[Measurement]] | None:
+        """Baseline (all candidates off) and all-on runs, in parallel; None when the budget ran out."""
         score = self.config.score
         everything = frozenset(rule.name for rule in self.rules)
         keys: list[tuple[ConfigKey, str]] = []
         if score.baseline_metric is None:
             keys += [((frozenset(), repeat), "baseline") for repeat in range(score.baseline_repeats)]
         if score.all_on_metric is None:
-            keys.append(((everything, 0), "all_on"))
+            keys += [((everything, repeat), "all_on") for repeat in range(score.all_on_repeats)]
         cache = self.state.cache()
         needed = [(key, role) for key, role in keys if key not in cache]
         needed = needed[: self.remaining_budget()]
@@ -289,15 +288,20 @@ class Engine:
         cache = self.state.cache()
         if any(key not in cache for key, _ in keys):
             return None
+
+        def measured(names: frozenset[str], repeats: int) -> list[Measurement]:
+            runs = [cache[(names, repeat)].measurement for repeat in range(repeats)]
+            return [run for run in runs if run is not None]
+
         if score.baseline_metric is not None:
             baseline = [Measurement("metric", score.baseline_metric, "given as score.baseline_metric")]
         else:
-            baseline = [cache[(frozenset(), r)].measurement for r in range(score.baseline_repeats)]  # type: ignore[misc]
+            baseline = measured(frozenset(), score.baseline_repeats)
         if score.all_on_metric is not None:
-            all_on = Measurement("metric", score.all_on_metric, "given as score.all_on_metric")
+            all_on = [Measurement("metric", score.all_on_metric, "given as score.all_on_metric")]
         else:
-            all_on = cache[(everything, 0)].measurement  # type: ignore[assignment]
-        return baseline, all_on  # type: ignore[return-value]
+            all_on = measured(everything, score.all_on_repeats)
+        return baseline, all_on
 
     def _refuse_ignored_switch(self) -> None:
         """Trainings whose switch file was ignored make every result in this state directory meaningless."""
@@ -353,8 +357,10 @@ class Engine:
             goal=self.config.metric.goal,
             reference=self.config.score.reference,
             crash_is_failure=self.config.score.crash_is_failure,
+            strict=self.config.score.strict,
         )
-        self._threshold_preconditions = pre
+        for warning in pre.warnings:
+            self.events.message(f"warning: {warning}")
         if not pre.ok:
             return self._finish(pre.status, pre, None)
         assert pre.threshold is not None

@@ -14,7 +14,7 @@ from typing import Any
 from . import __version__
 from .config import SearchConfig
 from .rules import Rule
-from .scoring import Preconditions, Threshold
+from .scoring import Preconditions, Threshold, combine_runs
 from .search.culprits import CulpritSearch
 from .state import SearchState, TrialState
 from .supervisor import write_json_atomic
@@ -30,6 +30,7 @@ STATUS_TEXT = {
     "no_failure": "refused: all candidates on does not fail",
     "interrupted": "interrupted",
     "switch_ignored": "stopped: the compiler ignored the switch file",
+    "too_noisy": "refused: the failure is small against the baseline's run-to-run noise",
 }
 
 
@@ -93,7 +94,15 @@ def build_report(
         if not names and trial.measurement is not None
     ]
     everything = frozenset(rule.name for rule in config.rules)
-    all_on_trial = cache.get((everything, 0))
+    all_on_runs = [
+        trial.measurement
+        for (names, _repeat), trial in sorted(cache.items(), key=lambda item: item[0][1])
+        if names == everything and trial.measurement is not None
+    ]
+    if config.score.all_on_metric is not None:
+        all_on: float | None = config.score.all_on_metric
+    else:
+        all_on = combine_runs(all_on_runs).value if all_on_runs else None
     report: dict[str, Any] = {
         "status": status,
         "message": message,
@@ -107,11 +116,8 @@ def build_report(
             config.score.baseline_metric if config.score.baseline_metric is not None else None
         ),
         "baseline_runs": [_number(value) for value in baseline_runs],
-        "all_on": _number(
-            config.score.all_on_metric
-            if config.score.all_on_metric is not None
-            else (all_on_trial.measurement.value if all_on_trial and all_on_trial.measurement else None)
-        ),
+        "all_on": _number(all_on),
+        "all_on_runs": [_number(run.value) for run in all_on_runs],
         "threshold": None,
         "culprits": [],
         "switched_off": [],
@@ -154,6 +160,10 @@ def build_report(
             f"fusion-dd resume --state-dir {config.state_dir} --budget {config.search.budget + max(10, config.search.budget // 2)}"
         )
     report["switch_check"], report["warnings"] = _switch_evidence(state, report)
+    if preconditions is not None:
+        report["warnings"][:0] = list(preconditions.warnings)
+    if threshold is not None and threshold.baseline_spread is not None:
+        report["baseline_spread"] = threshold.baseline_spread
     if config.graphs and report["culprits"]:
         _add_layers(report, config.graphs)
     report["trials"] = [

@@ -84,9 +84,48 @@ class Preconditions:
     """Whether the search can start; when not, ``status`` and ``message`` say why."""
 
     ok: bool
-    status: str  # "ok", "baseline_fails", "no_failure"
+    status: str  # "ok", "baseline_fails", "no_failure", "too_noisy"
     message: str
     threshold: Threshold | None
+    warnings: tuple[str, ...] = ()
+
+# The all-on failure must stand this many baseline standard deviations away from
+# the baseline, or partial configurations will land near the threshold and their
+# verdicts will be coin flips.
+NOISE_MARGIN_SIGMAS = 6.0
+
+
+def combine_runs(runs: Sequence[Measurement]) -> Measurement:
+    """One measurement from repeated trainings of one configuration.
+
+    Any NaN/Inf run makes the whole configuration non-finite (a precision failure
+    that happened once is real); otherwise the mean of the runs with a value; with
+    no value at all, the first run's reason.
+    """
+    if not runs:
+        raise ValueError("no runs to combine")
+    for run in runs:
+        if run.kind == NONFINITE:
+            return run
+    values = [run.value for run in runs if run.has_value and run.value is not None]
+    if values:
+        return Measurement(METRIC, statistics.fmean(values), f"mean of {len(values)} run(s)")
+    return runs[0]
+
+
+def noise_warning(baseline_values: Sequence[float], all_on: Measurement) -> str | None:
+    """A warning when the all-on failure is small against the baseline's run-to-run spread."""
+    if len(baseline_values) < 2 or not all_on.has_value or all_on.value is None:
+        return None
+    spread = statistics.stdev(baseline_values)
+    gap = abs(statistics.fmean(baseline_values) - all_on.value)
+    if spread == 0 or gap >= NOISE_MARGIN_SIGMAS * spread:
+        return None
+    return (
+        f"the gap between baseline ({statistics.fmean(baseline_values):.6g}) and all-on ({all_on.value:.6g}) is "
+        f"{gap:.3g}, only {gap / spread:.1f} standard deviations of the baseline runs ({spread:.3g}); verdicts near "
+        f"the threshold will be unreliable: train more baseline repeats, reduce the noise, or set score.tolerance"
+    )
 
 
 def resolve_tolerance(
@@ -111,14 +150,16 @@ def resolve_tolerance(
 
 def check_preconditions(
     baseline_runs: Sequence[Measurement],
-    all_on: Measurement,
+    all_on_runs: Sequence[Measurement],
     *,
     tolerance: Tolerance,
     goal: str,
     reference: float | None = None,
     crash_is_failure: bool = False,
+    strict: bool = False,
 ) -> Preconditions:
     """test(nothing on) must pass and test(everything on) must fail, or there is nothing to search."""
+    all_on = combine_runs(all_on_runs)
     not_the_cause = "the culprit is not among the candidates, or fusion is not the cause"
     for index, run in enumerate(baseline_runs):
         if not run.has_value:
@@ -154,4 +195,7 @@ def check_preconditions(
         else:
             detail = f"all candidates on gave no usable metric ({all_on.reason or all_on.kind})"
         return Preconditions(False, "no_failure", f"{detail}: nothing to debug", threshold)
-    return Preconditions(True, "ok", threshold.describe(), threshold)
+    warning = noise_warning(values, all_on)
+    if warning is not None and strict:
+        return Preconditions(False, "too_noisy", f"refused (score.strict): {warning}", threshold, (warning,))
+    return Preconditions(True, "ok", threshold.describe(), threshold, (warning,) if warning else ())

@@ -254,3 +254,17 @@ def test_sigterm_and_ctrl_c_stop_cleanly(tmp_path, sig, code):
     for trial_dir in (state / "trials").iterdir():
         status = json.loads((trial_dir / "status.json").read_text())
         assert status["cancelled"] is True
+
+
+def test_noisy_references_are_repeated_reported_and_refused_under_strict(tmp_path):
+    write_config(
+        tmp_path, "--culprits", CULPRIT, "--noise", "0.05", "--bad-accuracy", "0.8",
+        score={"baseline_repeats": 3, "all_on_repeats": 2, "strict": True, "tolerance": 0.01},
+    )
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "too_noisy", report["message"]
+    assert len(report["baseline_runs"]) == 3 and len(report["all_on_runs"]) == 2
+    assert "standard deviations" in report["message"]
+    assert sorted(repeat for on, repeat in launches(tmp_path) if not on) == [0, 1, 2]

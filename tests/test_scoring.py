@@ -5,7 +5,7 @@ import math
 import pytest
 
 from fusion_dd.config import Tolerance
-from fusion_dd.scoring import Measurement, Threshold, check_preconditions, resolve_tolerance
+from fusion_dd.scoring import Measurement, Threshold, check_preconditions, combine_runs, resolve_tolerance
 from fusion_dd.search.oracle import Outcome
 
 
@@ -48,24 +48,42 @@ def test_nan_fails_and_crash_is_unresolved_unless_configured():
 
 
 def test_preconditions_ok():
-    result = check_preconditions([metric(0.9)], metric(0.5), tolerance=Tolerance("auto"), goal="max")
+    result = check_preconditions([metric(0.9)], [metric(0.5)], tolerance=Tolerance("auto"), goal="max")
     assert result.ok and result.threshold.limit == pytest.approx(0.86)
 
 
 def test_baseline_nan_refuses():
     result = check_preconditions(
-        [Measurement("nonfinite", math.nan)], metric(0.5), tolerance=Tolerance("auto"), goal="max"
+        [Measurement("nonfinite", math.nan)], [metric(0.5)], tolerance=Tolerance("auto"), goal="max"
     )
     assert result.status == "baseline_fails" and "not among the candidates" in result.message
 
 
 def test_baseline_worse_than_reference_refuses():
     result = check_preconditions(
-        [metric(0.70)], metric(0.5), tolerance=Tolerance("auto"), goal="max", reference=0.9
+        [metric(0.70)], [metric(0.5)], tolerance=Tolerance("auto"), goal="max", reference=0.9
     )
     assert result.status == "baseline_fails"
 
 
 def test_all_on_within_tolerance_is_nothing_to_debug():
-    result = check_preconditions([metric(0.9)], metric(0.9), tolerance=Tolerance("absolute", 0.01), goal="max")
+    result = check_preconditions([metric(0.9)], [metric(0.9)], tolerance=Tolerance("absolute", 0.01), goal="max")
     assert result.status == "no_failure" and "nothing to debug" in result.message
+
+
+def test_repeated_all_on_runs_are_combined():
+    assert combine_runs([metric(0.5), metric(0.7)]).value == pytest.approx(0.6)
+    assert combine_runs([metric(0.5), Measurement("nonfinite", math.nan)]).kind == "nonfinite"
+    assert combine_runs([Measurement("crash", None, "exit 1"), metric(0.4)]).value == 0.4
+
+
+def test_small_gap_against_baseline_spread_warns_and_strict_refuses():
+    baseline = [metric(0.90), metric(0.86), metric(0.88)]  # stdev 0.02
+    loose = check_preconditions(baseline, [metric(0.80)], tolerance=Tolerance("absolute", 0.03), goal="max")
+    assert loose.ok and loose.warnings and "standard deviations" in loose.warnings[0]
+    strict = check_preconditions(
+        baseline, [metric(0.80)], tolerance=Tolerance("absolute", 0.03), goal="max", strict=True
+    )
+    assert not strict.ok and strict.status == "too_noisy"
+    clear = check_preconditions(baseline, [metric(0.40)], tolerance=Tolerance("auto"), goal="max", strict=True)
+    assert clear.ok and not clear.warnings
