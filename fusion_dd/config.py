@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from .early_stop import EarlyStopRule
 from .errors import UsageError
 from .metrics import DEFAULT_LOSS_PATTERN
 from .rules import Rule, Section
@@ -56,6 +57,7 @@ _SCHEMA: dict[str, Any] = {
         "all_on_metric": None,
     },
     "search": {"strategy": None, "budget": None},
+    "early_stop": None,  # validated by EarlyStopRule.from_config
     "state_dir": None,
 }
 
@@ -127,6 +129,7 @@ class SearchConfig:
     state_dir: Path
     base_dir: Path
     document: Any = None  # the parsed YAML, kept in the journal so that resume needs no config file
+    early_stop: Any = None  # EarlyStopRule; like timeouts it may change on resume
     warnings: tuple[str, ...] = ()  # name problems worth telling the user before hours of training
     graphs: tuple[str, ...] = ()  # graph dumps of the all-on run, to name each culprit's layers
 
@@ -305,6 +308,10 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
     metric = _read_metric(reader, reader.mapping(document.get("metric"), "metric"))
     score = _read_score(reader, reader.mapping(document.get("score"), "score"))
     search = _read_search(reader, reader.mapping(document.get("search"), "search"))
+    try:
+        early_stop = EarlyStopRule.from_config(document.get("early_stop"))
+    except UsageError as exc:
+        raise UsageError(f"{reader.source}: {exc}") from None
     state_dir_raw = document.get("state_dir", ".fusion-dd")
     state_dir = (base_dir / reader.string(state_dir_raw, "state_dir")).resolve()
     return SearchConfig(
@@ -321,6 +328,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         document=document,
         warnings=warnings,
         graphs=graphs,
+        early_stop=early_stop,
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from . import __version__
 from .config import SearchConfig
 from .errors import UsageError
+from .early_stop import envelope, make_monitor, read_curve
 from .executor import Device, DevicePool, run_batch
 from .journal import Journal
 from .metrics import MetricSpec, classify, read_metric
@@ -97,6 +98,7 @@ class Engine:
             config.metric.pattern, config.metric.key, config.metric.goal, config.metric.loss_pattern
         )
         self.state = SearchState()
+        self._baseline_curve: list[tuple[int, float]] = []  # for the divergence rule of early stopping
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
         self._oracle: TrainingOracle | None = None
@@ -179,7 +181,8 @@ class Engine:
             grace=self.config.train.kill_grace,
         )
         running = start_trial(spec)
-        run = running.wait(cancel)
+        monitor = make_monitor(running.trial_dir, self.config.early_stop, self._baseline_curve)
+        run = running.wait(cancel, monitor=monitor)
         return self._record_end(trial, run)
 
     def _record_end(self, trial: TrialState, run: TrialRun) -> TrialState | None:
@@ -202,6 +205,7 @@ class Engine:
                 "duration": round(run.duration, 3),
                 "log": str(Path(trial.trial_dir) / run.log_path.name),
                 "switch_check": check.status,
+                "early_stop": dict(run.early_stop) if run.early_stop else None,
             }
         )
         outcome = self._oracle.verdict_of(trial) if self._oracle is not None else None
@@ -234,8 +238,21 @@ class Engine:
         results = run_batch(jobs, pool, stop_after=stop_after, cleanup_timeout=self.config.train.kill_grace + 30)
         return {trial.key: trial for trial in results if trial is not None}
 
+    def _load_baseline_curve(self) -> None:
+        """The baseline's loss curve (the upper envelope of its repeats), once every baseline run finished."""
+        rule = self.config.early_stop
+        if rule is None or not rule.active or self.config.score.baseline_metric is not None:
+            return
+        cache = self.state.cache()
+        keys = [(frozenset(), repeat) for repeat in range(self.config.score.baseline_repeats)]
+        if all(key in cache for key in keys):
+            self._baseline_curve = envelope(
+                read_curve(self.state_dir / cache[key].trial_dir, rule.step_pattern) for key in keys
+            )
+
     def _adopt_orphans(self) -> None:
         """Trainings an earlier coordinator left running: take their results, never rerun them needlessly."""
+        self._load_baseline_curve()
         orphans = self.state.open_trials()
         if not orphans:
             return
@@ -259,7 +276,14 @@ class Engine:
         )
         pool = DevicePool([trial.device or (trial.trial_id,) for trial, _ in adopted])
         jobs = [
-            (lambda device, cancel, trial=trial, handle=handle: self._record_end(trial, handle.wait(cancel)))
+            (
+                lambda device, cancel, trial=trial, handle=handle: self._record_end(
+                    trial,
+                    handle.wait(
+                        cancel, monitor=make_monitor(handle.trial_dir, self.config.early_stop, self._baseline_curve)
+                    ),
+                )
+            )
             for trial, handle in adopted
         ]
         run_batch(jobs, pool, cleanup_timeout=self.config.train.kill_grace + 30)
@@ -288,6 +312,8 @@ class Engine:
         cache = self.state.cache()
         if any(key not in cache for key, _ in keys):
             return None
+
+        self._load_baseline_curve()
 
         def measured(names: frozenset[str], repeats: int) -> list[Measurement]:
             runs = [cache[(names, repeat)].measurement for repeat in range(repeats)]

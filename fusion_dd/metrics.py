@@ -29,8 +29,10 @@ from .trial import TrialRun
 DEFAULT_LOSS_PATTERN = re.compile(r"loss[=:\s]\s*(\S+)", re.IGNORECASE)
 
 Goal = Literal["max", "min"]
-Kind = Literal["metric", "nonfinite", "crash", "timeout", "cancelled", "no_metric"]
-KINDS: tuple[str, ...] = ("metric", "nonfinite", "crash", "timeout", "cancelled", "no_metric")
+Kind = Literal["metric", "nonfinite", "diverged", "crash", "timeout", "cancelled", "no_metric"]
+KINDS: tuple[str, ...] = (
+    "metric", "nonfinite", "diverged", "crash", "timeout", "cancelled", "no_metric",
+)
 
 _STRAY = ",;:()[]{}<>'\"%|"
 _BLOCK_BYTES = 1 << 20
@@ -120,11 +122,19 @@ def classify(run: TrialRun, reading: MetricReading) -> tuple[Kind, str]:
     """What kind of result a run is, with a one-line reason.
 
     NaN/Inf wins over everything: it is a precision failure whatever the exit
-    code. Then the ways a run can end without a trustworthy metric. A run that
-    exits 0 with a finite metric is ``"metric"``.
+    code. A run stopped early (``early_stop.json``) is next: it was killed
+    because it had already failed, so its signal says nothing, and its kind is
+    the decision's (``"nonfinite"`` or ``"diverged"``). Then the ways a run can
+    end without a trustworthy metric. A run that exits 0 with a finite metric
+    is ``"metric"``.
     """
+    stop = run.early_stop
+    if stop is not None and stop.get("kind") == "nonfinite":
+        return "nonfinite", _stop_reason(stop)
     if reading.nonfinite:
         return "nonfinite", reading.detail
+    if stop is not None:
+        return "diverged", _stop_reason(stop)
     if run.cancelled:
         return "cancelled", "cancelled"
     if run.timed_out:
@@ -313,6 +323,14 @@ def _value_from_records(scan: _RecordScan, key: str) -> tuple[float | None, str]
             f"{scan.last_value!r}{skipped}"
         )
     return value, f"{key} {value:g} from metrics.jsonl line {scan.last_line}{skipped}"
+
+
+def _stop_reason(stop: Any) -> str:
+    reason = stop.get("reason")
+    if isinstance(reason, str) and reason:
+        return reason
+    step = stop.get("step")
+    return f"stopped early at step {step}" if step is not None else "stopped early"
 
 
 def _signal_name(number: int) -> str:

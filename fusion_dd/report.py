@@ -169,7 +169,35 @@ def build_report(
     report["trials"] = [
         _trial_entry(trial, threshold, config.score.crash_is_failure) for trial in state.trials.values()
     ]
+    _add_early_stop_savings(report, config, state)
     return report
+
+
+def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state: SearchState) -> None:
+    """Per stopped trial and in total: the steps and seconds a full-length (baseline) training would have run."""
+    from .early_stop import estimate_savings, read_curve
+
+    stopped = {
+        trial.trial_id: trial.finished["early_stop"]
+        for trial in state.trials.values()
+        if trial.finished is not None and trial.finished.get("early_stop")
+    }
+    report["early_stops"] = {"trainings": len(stopped), "seconds_saved": 0.0}
+    if not stopped:
+        return
+    baseline = state.cache().get((frozenset(), 0))
+    last_step = duration = None
+    if baseline is not None and baseline.finished is not None:
+        duration = baseline.finished.get("duration")
+        rule = config.early_stop
+        curve = read_curve(config.state_dir / baseline.trial_dir, rule.step_pattern if rule is not None else None)
+        last_step = curve[-1][0] if curve else None
+    for entry in report["trials"]:
+        stop = stopped.get(entry["trial_id"])
+        if stop is not None:
+            savings = estimate_savings(stop, last_step, duration)
+            entry["early_stop"] = {"step": stop.get("step"), "reason": stop.get("reason"), **savings}
+            report["early_stops"]["seconds_saved"] += savings["seconds_saved"] or 0.0
 
 
 def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[str, int], list[str]]:
@@ -273,6 +301,12 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         lines.append(f"  switched off: {', '.join(report['switched_off']) or 'nothing'}; every other fusion stays on")
     if report.get("smallest_failing") and report["status"] != "found":
         lines.append(f"  smallest failing configuration so far: {len(report['smallest_failing'])} rules on")
+    early = report.get("early_stops") or {}
+    if early.get("trainings"):
+        lines.append(
+            f"  early stops: {early['trainings']} training(s) stopped once they had failed, "
+            f"about {early['seconds_saved'] / 60:.1f} training-minutes saved"
+        )
     for warning in report.get("warnings") or []:
         lines.append(f"  warning: {warning}")
     if report.get("continue_with"):

@@ -23,6 +23,7 @@ from .search.oracle import Outcome
 # Kinds of measurement, as classified from a finished trial.
 METRIC = "metric"
 NONFINITE = "nonfinite"
+DIVERGED = "diverged"  # stopped early: loss above the baseline's curve
 UNRESOLVED_KINDS = ("crash", "timeout", "no_metric")
 
 
@@ -30,7 +31,7 @@ UNRESOLVED_KINDS = ("crash", "timeout", "no_metric")
 class Measurement:
     """What one training produced: a metric value, NaN/Inf, or why there is none."""
 
-    kind: str  # "metric", "nonfinite", "crash", "timeout", "no_metric"
+    kind: str  # "metric", "nonfinite", "diverged", "crash", "timeout", "no_metric"
     value: float | None = None
     reason: str = ""
 
@@ -64,7 +65,7 @@ class Threshold:
         return value > self.limit
 
     def verdict(self, measurement: Measurement, crash_is_failure: bool = False) -> Outcome:
-        if measurement.kind == NONFINITE:
+        if measurement.kind in (NONFINITE, DIVERGED):
             return Outcome.FAIL
         if measurement.has_value:
             assert measurement.value is not None

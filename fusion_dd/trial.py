@@ -23,10 +23,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import fusion_dd
 
@@ -41,6 +42,10 @@ from .supervisor import (
 
 SWITCH_FILE = "fusion_switch.cfg"
 METRICS_FILE = "metrics.jsonl"
+#: Written by the coordinator *before* it kills a training that has already
+#: failed (see :mod:`fusion_dd.early_stop`), so that the reason survives a
+#: coordinator crash between the decision and the collection of the result.
+EARLY_STOP_FILE = "early_stop.json"
 
 #: Placeholder name -> environment variable carrying the same value. The device
 #: goes into the configured device variable instead (``TrialSpec.device_env``).
@@ -55,6 +60,20 @@ REPEAT_ENV = "FUSION_DD_REPEAT"
 WORK_PATH_ENV = "ASCEND_WORK_PATH"
 _SUPERVISOR_MODULE = "fusion_dd.supervisor"
 _TOKEN = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class StopRequest(Protocol):
+    """What a ``wait`` monitor returns to stop a training early
+    (:class:`fusion_dd.early_stop.StopDecision` is one)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def step(self) -> int | None: ...
+
+    @property
+    def reason(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -92,6 +111,11 @@ class TrialRun:
     ``exit_code`` is set when the training exited, ``signal`` when a signal killed
     it; both are None when it never ran (then ``error`` says why, e.g.
     ``"command not found: xyz"``). ``start``/``end`` are wall-clock epoch seconds.
+
+    ``early_stop`` is the content of ``early_stop.json`` when the coordinator
+    stopped the training because it had already failed (NaN loss, divergence):
+    ``kind``, ``step``, ``reason``, ``time``, ``elapsed``. Such a run is not
+    ``cancelled``: its result counts.
     """
 
     trial_id: str
@@ -107,6 +131,7 @@ class TrialRun:
     metrics_path: Path
     error: str | None = None
     timeout: float | None = None
+    early_stop: Mapping[str, Any] | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -116,6 +141,7 @@ class TrialRun:
             and self.error is None
             and not self.timed_out
             and not self.cancelled
+            and self.early_stop is None
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -134,6 +160,7 @@ class TrialRun:
             "metrics_path": str(self.metrics_path),
             "error": self.error,
             "timeout": self.timeout,
+            "early_stop": dict(self.early_stop) if self.early_stop is not None else None,
         }
 
     @classmethod
@@ -152,6 +179,7 @@ class TrialRun:
             metrics_path=Path(data["metrics_path"]),
             error=data.get("error"),
             timeout=data.get("timeout"),
+            early_stop=data.get("early_stop"),
         )
 
 
@@ -227,7 +255,7 @@ def start_trial(spec: TrialSpec) -> "RunningTrial":
     trial_dir = Path(spec.trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
     trial_dir = trial_dir.resolve()
-    for stale in (STATUS_FILE, SUPERVISOR_FILE):
+    for stale in (STATUS_FILE, SUPERVISOR_FILE, EARLY_STOP_FILE):
         with contextlib.suppress(FileNotFoundError):
             (trial_dir / stale).unlink()
     (trial_dir / SWITCH_FILE).write_text(spec.switch_text, encoding="utf-8")
@@ -300,6 +328,9 @@ class RunningTrial:
         self._process = process
         self._cancel_sent = False
         self._result: TrialRun | None = None
+        self._created = time.time()
+        #: Set when the early-stop monitor raised; the trial then runs on unwatched.
+        self.monitor_error: str | None = None
 
     def poll(self) -> TrialRun | None:
         """The result if the trial has ended, else None; never blocks for long."""
@@ -316,25 +347,86 @@ class RunningTrial:
         return result
 
     def wait(
-        self, cancel: threading.Event | None = None, poll: float = 0.2
+        self,
+        cancel: threading.Event | None = None,
+        poll: float = 0.2,
+        monitor: Callable[[], StopRequest | None] | None = None,
     ) -> TrialRun:
         """Block until the trial ends; when ``cancel`` is set, cancel it and keep waiting.
+
+        ``monitor`` is called every poll while the training runs; when it
+        returns a decision, the training is stopped early (:meth:`stop_early`).
+        A stop that an earlier coordinator decided but could not finish
+        (``early_stop.json`` present, training still running) is finished first.
 
         After cancelling, the wait lasts until the supervisor has killed the
         training's process group (at most its grace period), so the device is
         free when this returns.
         """
+        if not self._cancel_sent and (self.trial_dir / EARLY_STOP_FILE).exists():
+            if self.poll() is None:
+                self.cancel()
         while True:
             result = self.poll()
             if result is not None:
                 return result
-            if cancel is not None and not self._cancel_sent:
-                if cancel.is_set():
+            if not self._cancel_sent:
+                if monitor is not None and self.monitor_error is None:
+                    decision = self._ask(monitor)
+                    if decision is not None and self.stop_early(decision):
+                        continue
+                if cancel is not None and cancel.is_set():
                     self.cancel()
                     continue
+            if cancel is not None and not self._cancel_sent:
                 cancel.wait(poll)
             else:
                 time.sleep(poll)
+
+    def stop_early(self, decision: StopRequest) -> bool:
+        """Record why the training has already failed, then stop it like a cancellation.
+
+        ``early_stop.json`` is written (atomically) *before* the SIGTERM: if we
+        die in between, a resumed coordinator finishes the stop, and a run
+        collected later is still classified by the decision. Returns False when
+        the trial had ended or was being cancelled already.
+        """
+        if self._result is not None or self._cancel_sent or not self._supervisor_alive():
+            return False
+        now = time.time()
+        record = _read_json(self.trial_dir / SUPERVISOR_FILE) or {}
+        started = record.get("start")
+        elapsed = now - float(started) if isinstance(started, (int, float)) else now - self._created
+        write_json_atomic(
+            self.trial_dir / EARLY_STOP_FILE,
+            {
+                "kind": decision.kind,
+                "step": decision.step,
+                "reason": decision.reason,
+                "time": now,
+                "elapsed": round(max(elapsed, 0.0), 3),
+            },
+        )
+        self.cancel()
+        return True
+
+    def _ask(self, monitor: Callable[[], StopRequest | None]) -> StopRequest | None:
+        """The monitor's decision; a monitor that fails is switched off, never fatal.
+
+        Losing early stopping costs device time; losing the training (or the
+        search) to a bug in a log reader would cost far more.
+        """
+        try:
+            return monitor()
+        except Exception as exc:  # noqa: BLE001 - any failure of the monitor
+            self.monitor_error = f"{type(exc).__name__}: {exc}"
+            warnings.warn(
+                f"trial {self.trial_id}: early-stop monitor failed, watching no more: "
+                f"{self.monitor_error}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
 
     def cancel(self) -> None:
         """Ask the supervisor to kill the training (SIGTERM, grace, SIGKILL); do not wait."""
@@ -365,18 +457,32 @@ class RunningTrial:
             "metrics_path": self.trial_dir / METRICS_FILE,
         }
 
+    def _early_stop(self, cancelled: bool) -> dict[str, Any] | None:
+        """The early-stop record, if this run was really ended by it.
+
+        Only a run that the supervisor reports as cancelled was stopped by us; a
+        training that finished on its own just before our SIGTERM landed keeps
+        its own, complete result even though early_stop.json exists.
+        """
+        if not cancelled:
+            return None
+        return _read_json(self.trial_dir / EARLY_STOP_FILE)
+
     def _read_status(self) -> TrialRun | None:
         status = _read_json(self.trial_dir / STATUS_FILE)
         if status is None:
             return None
         launch = _read_json(self.trial_dir / LAUNCH_FILE) or {}
+        cancelled = bool(status.get("cancelled", False))
+        early_stop = self._early_stop(cancelled)
         return TrialRun(
             trial_id=self.trial_id,
             trial_dir=self.trial_dir,
             exit_code=status.get("exit_code"),
             signal=status.get("signal"),
             timed_out=bool(status.get("timed_out", False)),
-            cancelled=bool(status.get("cancelled", False)),
+            cancelled=cancelled and early_stop is None,
+            early_stop=early_stop,
             duration=float(status.get("duration", 0.0)),
             start=float(status.get("start", 0.0)),
             end=float(status.get("end", 0.0)),
@@ -393,13 +499,15 @@ class RunningTrial:
         start = float(record.get("start", now))
         code = self._process.returncode if self._process is not None else None
         how = f" (exit status {code})" if code is not None else ""
+        early_stop = self._early_stop(self._cancel_sent)
         return TrialRun(
             trial_id=self.trial_id,
             trial_dir=self.trial_dir,
             exit_code=None,
             signal=None,
             timed_out=False,
-            cancelled=self._cancel_sent,
+            cancelled=self._cancel_sent and early_stop is None,
+            early_stop=early_stop,
             duration=max(now - start, 0.0),
             start=start,
             end=now,
@@ -512,8 +620,10 @@ def _kill_strays(trial_dir: Path) -> int:
 
 
 __all__ = [
+    "EARLY_STOP_FILE",
     "PLACEHOLDERS",
     "RunningTrial",
+    "StopRequest",
     "TrialRun",
     "TrialSpec",
     "adopt_trial",

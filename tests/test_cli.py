@@ -268,3 +268,19 @@ def test_noisy_references_are_repeated_reported_and_refused_under_strict(tmp_pat
     assert len(report["baseline_runs"]) == 3 and len(report["all_on_runs"]) == 2
     assert "standard deviations" in report["message"]
     assert sorted(repeat for on, repeat in launches(tmp_path) if not on) == [0, 1, 2]
+
+
+def test_a_training_that_goes_nan_is_stopped_early_as_a_failure(tmp_path):
+    small = {"GraphFusion": [GRAPH[0], GRAPH[1], CULPRIT], "UBFusion": UB[:2]}
+    write_config(
+        tmp_path, "--culprits", f"{CULPRIT}:nan", "--steps", "6", "--step-sleep", "0.25", rules=small,
+    )
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    stopped = [trial for trial in report["trials"] if trial.get("early_stop")]
+    assert stopped and all(trial["outcome"] == "fail" and trial["kind"] == "nonfinite" for trial in stopped)
+    assert all(trial["early_stop"]["steps_saved"] > 0 for trial in stopped)
+    assert report["early_stops"]["trainings"] == len(stopped)
+    assert "early stops:" in result.stdout

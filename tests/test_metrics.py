@@ -202,6 +202,30 @@ def test_classify_runs_without_a_trustworthy_metric(
 
 
 @pytest.mark.parametrize(
+    "stop, log, expected",
+    [
+        ({"kind": "nonfinite", "step": 3, "reason": "stopped early at step 3: loss nan"},
+         "step 3 loss nan\n", ("nonfinite", "stopped early at step 3: loss nan")),
+        ({"kind": "diverged", "step": 8, "reason": "stopped early at step 8: loss 4"},
+         "step 8 loss 4\n", ("diverged", "stopped early at step 8: loss 4")),
+        # NaN seen in the log after the divergence decision: the stronger verdict wins.
+        ({"kind": "diverged", "step": 8, "reason": "r"}, "step 9 loss nan\n",
+         ("nonfinite", "non-finite value: loss 'nan' at output.log line 1")),
+        ({"kind": "diverged", "step": 8}, "", ("diverged", "stopped early at step 8")),
+        ({"kind": "diverged"}, "", ("diverged", "stopped early")),
+    ],
+)
+def test_a_run_stopped_early_is_its_decisions_kind(
+    tmp_path: Path, stop: dict, log: str, expected: tuple[str, str]
+) -> None:
+    # Killed by our SIGTERM, yet neither a crash nor a cancellation.
+    run = make_run(tmp_path, log, exit_code=None, signal=15, early_stop=stop)
+    assert classify(run, read_metric(run, ACC)) == expected
+    assert not run.succeeded
+    assert TrialRun.from_json(run.to_json()) == run
+
+
+@pytest.mark.parametrize(
     "token, value",
     [("0.91,", 0.91), ("(0.5)", 0.5), ("93.1%", 93.1), ("1e-3;", 1e-3), ("7.", 7.0), (".5", 0.5),
      (3, 3.0), ("abc", None), (True, None), (None, None), ("", None)],

@@ -529,3 +529,9 @@ def test_parallel_launches_log_one_line_each(tmp_path: Path) -> None:
 def test_a_spec_can_be_copied_with_changes(tmp_path: Path) -> None:
     spec = make_spec(tmp_path)
     assert replace(spec, repeat=1).repeat == 1
+
+
+def test_a_run_record_from_before_early_stopping_still_reads(tmp_path: Path) -> None:
+    run = run_trial(make_spec(tmp_path))
+    old = {key: value for key, value in run.to_json().items() if key != "early_stop"}
+    assert TrialRun.from_json(old) == run and run.early_stop is None

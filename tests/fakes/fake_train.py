@@ -30,6 +30,14 @@ Whole-run behaviour, independent of the switch file:
   --steps N              number of step lines (default 5)
   --sleep S              seconds of "training", spread over the steps (default 0)
   --nan                  the loss becomes NaN halfway through
+  --nan-at-step N        the loss is NaN from step N on (for early stopping)
+  --loss-curve SHAPE     the (finite) loss of step s; SHAPE is one of
+                           decay          2 * 0.7**s + 0.1 (the default)
+                           offset:D       decay + D at every step
+                           diverge:K[:R]  decay up to step K, then + R per step
+                                          after it (R defaults to 1.0)
+  --step-sleep S         seconds to sleep after each step line, on top of --sleep
+                         (with --nan-at-step: a long run that early stopping cuts)
   --exit-code N          exit with N after the steps, before the metric (a crash)
   --hang                 after the steps, sleep until killed
   --ignore-sigterm       ignore SIGTERM, so only the supervisor's SIGKILL ends it
@@ -88,6 +96,9 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--nan", action="store_true")
+    parser.add_argument("--nan-at-step", type=int, default=None)
+    parser.add_argument("--loss-curve", default="decay")
+    parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--exit-code", type=int, default=None)
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--ignore-sigterm", action="store_true")
@@ -169,6 +180,24 @@ def _append_line(path: str, line: str) -> None:
         os.close(fd)  # closing releases the lock
 
 
+def _loss_curve(shape: str):
+    """The loss of step s for a --loss-curve SHAPE (see the module docstring)."""
+    name, _, rest = shape.partition(":")
+    params = [float(part) for part in rest.split(":") if part] if rest else []
+
+    def decay(step: int) -> float:
+        return 2.0 * 0.7**step + 0.1
+
+    if name == "decay" and not params:
+        return decay
+    if name == "offset" and len(params) == 1:
+        return lambda step: decay(step) + params[0]
+    if name == "diverge" and len(params) in (1, 2):
+        start, rate = params[0], params[1] if len(params) == 2 else 1.0
+        return lambda step: decay(step) + max(step - start, 0.0) * rate
+    raise SystemExit(f"fake_train: unknown --loss-curve {shape!r}")
+
+
 def _device() -> str | None:
     for variable in ("ASCEND_DEVICE_ID", "ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
         if variable in os.environ:
@@ -237,15 +266,20 @@ def main(argv: list[str] | None = None) -> int:
             metrics.flush()
 
     diverges = args.nan or effect == "nan"
+    curve = _loss_curve(args.loss_curve)
     loss = float("nan")
     for step in range(1, args.steps + 1):
-        loss = 2.0 * 0.7**step + 0.1
+        loss = curve(step)
         if diverges and step > args.steps // 2:
+            loss = float("nan")
+        if args.nan_at_step is not None and step >= args.nan_at_step:
             loss = float("nan")
         print(f"step {step} loss {loss:.4f}", flush=True)
         record({"step": step, "loss": loss})
         if args.sleep > 0:
             time.sleep(args.sleep / max(args.steps, 1))
+        if args.step_sleep > 0:
+            time.sleep(args.step_sleep)
 
     if args.hang or effect == "hang":
         print("hanging", flush=True)
