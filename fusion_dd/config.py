@@ -44,6 +44,7 @@ _SCHEMA: dict[str, Any] = {
         "devices": None,
         "device_env": None,
         "kill_grace": None,
+        "retries": None,
     },
     "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None},
     "score": {
@@ -71,6 +72,7 @@ class TrainConfig:
     devices: tuple[tuple[str, ...], ...] = (("0",),)
     device_env: str = "ASCEND_DEVICE_ID"
     kill_grace: float = 10.0
+    retries: int = 1
 
 
 @dataclass(frozen=True)
@@ -514,6 +516,7 @@ def _read_train(reader: _Reader, section: Mapping[str, Any]) -> TrainConfig:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", device_env):
         raise reader.error("train.device_env", f"invalid environment variable name {device_env!r}")
     grace = reader.number(section.get("kill_grace", 10), "train.kill_grace", positive=True)
+    retries = reader.integer(section.get("retries", 1), "train.retries", minimum=0)
     return TrainConfig(
         command=command,
         workdir=workdir,
@@ -522,6 +525,7 @@ def _read_train(reader: _Reader, section: Mapping[str, Any]) -> TrainConfig:
         devices=devices,
         device_env=device_env,
         kill_grace=grace,
+        retries=retries,
     )
 
 

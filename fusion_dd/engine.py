@@ -44,6 +44,12 @@ EXIT_USAGE = 2
 EXIT_BUDGET = 3
 EXIT_INTERRUPTED = 130
 
+# A training that ends without a metric this soon after its start did not really
+# run; two in a row on one device, while another device trains fine, mean the
+# device is broken rather than the configuration.
+START_FAILURE_SECONDS = 30.0
+START_FAILURES_TO_RETIRE = 2
+
 
 class SearchEvents(Protocol):
     """What the engine tells its user interface; all methods must be thread-safe."""
@@ -99,6 +105,10 @@ class Engine:
         )
         self.state = SearchState()
         self._baseline_curve: list[tuple[int, float]] = []  # for the divergence rule of early stopping
+        self._start_failures: dict[Device, int] = {}
+        self._retired: list[Device] = []
+        self._some_device_works = False
+        self._pool: DevicePool | None = None
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
         self._oracle: TrainingOracle | None = None
@@ -140,6 +150,19 @@ class Engine:
 
     # -- trainings -----------------------------------------------------------------
 
+    def _settled(self, key: ConfigKey) -> TrialState | None:
+        """The finished training that decides this key, or None while it needs (another) training.
+
+        A crash, timeout or missing metric is retried up to ``train.retries`` times
+        before it stands as UNRESOLVED.
+        """
+        trial = self.state.cache().get(key)
+        if trial is None:
+            return None
+        if trial.resolved or self.state.attempts(key) > self.config.train.retries:
+            return trial
+        return None
+
     def remaining_budget(self) -> int:
         return max(0, self.config.search.budget - self.state.launched)
 
@@ -156,6 +179,7 @@ class Engine:
                 "trial_id": trial_id,
                 "config": sorted(names),
                 "repeat": repeat,
+                "attempt": self.state.attempts(key) + 1,
                 "device": list(device),
                 "trial_dir": f"trials/{trial_id}",
                 "role": role,
@@ -183,7 +207,50 @@ class Engine:
         running = start_trial(spec)
         monitor = make_monitor(running.trial_dir, self.config.early_stop, self._baseline_curve)
         run = running.wait(cancel, monitor=monitor)
-        return self._record_end(trial, run)
+        try:
+            return self._record_end(trial, run)
+        finally:
+            self._watch_device(tuple(device), trial)
+
+    def _devices(self) -> DevicePool:
+        """A pool of the devices still in service; the engine retires broken ones from it."""
+        active = [tuple(d) for d in self.config.train.devices if tuple(d) not in self._retired]
+        self._pool = DevicePool(active)
+        return self._pool
+
+    def _watch_device(self, device: Device, trial: TrialState) -> None:
+        """Set a device aside when trainings keep failing to start on it while others train fine."""
+        finished = trial.finished
+        if finished is None:
+            return
+        failed_to_start = finished["kind"] in ("crash", "no_metric") and (finished.get("duration") or 0.0) < (
+            START_FAILURE_SECONDS
+        )
+        with self._journal_lock:
+            if not failed_to_start:
+                self._start_failures[device] = 0
+                self._some_device_works = self._some_device_works or finished["kind"] == "metric"
+                return
+            self._start_failures[device] = self._start_failures.get(device, 0) + 1
+            in_service = len(self.config.train.devices) - len(self._retired)
+            retire = (
+                self._start_failures[device] >= START_FAILURES_TO_RETIRE
+                and self._some_device_works
+                and in_service > 1
+                and device not in self._retired
+            )
+            if retire:
+                self._retired.append(device)
+        if retire:
+            reason = (
+                f"device {','.join(device)} set aside: {START_FAILURES_TO_RETIRE} trainings in a row ended "
+                f"within {START_FAILURE_SECONDS:.0f} s without a metric (last: {finished.get('reason')}) while "
+                "other devices train fine"
+            )
+            self._append({"type": "device_retired", "device": list(device), "reason": reason})
+            if self._pool is not None:
+                self._pool.retire(device)
+            self.events.message(f"warning: {reason}")
 
     def _record_end(self, trial: TrialState, run: TrialRun) -> TrialState | None:
         if run.cancelled:
@@ -230,7 +297,7 @@ class Engine:
         stop_after: Callable[[TrialState], bool] | None,
         role: str = "search",
     ) -> dict[ConfigKey, TrialState]:
-        pool = DevicePool(self.config.train.devices)
+        pool = self._devices()
         jobs = [
             (lambda device, cancel, key=key: self._train(key, role, device, cancel))
             for key in keys
@@ -299,20 +366,19 @@ class Engine:
             keys += [((frozenset(), repeat), "baseline") for repeat in range(score.baseline_repeats)]
         if score.all_on_metric is None:
             keys += [((everything, repeat), "all_on") for repeat in range(score.all_on_repeats)]
-        cache = self.state.cache()
-        needed = [(key, role) for key, role in keys if key not in cache]
-        needed = needed[: self.remaining_budget()]
-        if needed:
-            pool = DevicePool(self.config.train.devices)
+        while True:
+            needed = [(key, role) for key, role in keys if self._settled(key) is None]
+            needed = needed[: self.remaining_budget()]
+            if not needed:
+                break
             jobs = [
                 (lambda device, cancel, key=key, role=role: self._train(key, role, device, cancel))
                 for key, role in needed
             ]
-            run_batch(jobs, pool, cleanup_timeout=self.config.train.kill_grace + 30)
-        cache = self.state.cache()
-        if any(key not in cache for key, _ in keys):
+            run_batch(jobs, self._devices(), cleanup_timeout=self.config.train.kill_grace + 30)
+        if any(self._settled(key) is None for key, _ in keys):
             return None
-
+        cache = self.state.cache()
         self._load_baseline_curve()
 
         def measured(names: frozenset[str], repeats: int) -> list[Measurement]:
@@ -394,7 +460,7 @@ class Engine:
         self._oracle = TrainingOracle(
             threshold=pre.threshold,
             crash_is_failure=self.config.score.crash_is_failure,
-            cached=lambda key: self.state.cache().get(key),
+            cached=self._settled,
             launch=self._launch_batch,
             remaining_budget=self.remaining_budget,
         )

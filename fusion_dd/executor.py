@@ -35,6 +35,7 @@ class DevicePool:
     def __init__(self, devices: Sequence[Device]) -> None:
         self.size = len(devices)
         self._free: queue.Queue[Device] = queue.Queue()
+        self._retired: set[Device] = set()
         for device in devices:
             self._free.put(tuple(device))
 
@@ -42,13 +43,20 @@ class DevicePool:
         """A free device, or None once ``cancel`` is set while waiting."""
         while not cancel.is_set():
             try:
-                return self._free.get(timeout=0.1)
+                device = self._free.get(timeout=0.1)
             except queue.Empty:
                 continue
+            if device not in self._retired:
+                return device
         return None
 
     def give_back(self, device: Device) -> None:
-        self._free.put(device)
+        if device not in self._retired:
+            self._free.put(device)
+
+    def retire(self, device: Device) -> None:
+        """Never hand this device out again (trainings keep failing to start on it)."""
+        self._retired.add(tuple(device))
 
 
 class BatchRun(Generic[R]):

@@ -46,6 +46,7 @@ def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failur
         "role": trial.role,
         "configuration": sorted(trial.config),
         "repeat": trial.repeat,
+        "attempt": trial.attempt,
         "device": ",".join(trial.device),
         "trial_dir": trial.trial_dir,
     }
@@ -162,6 +163,7 @@ def build_report(
     report["switch_check"], report["warnings"] = _switch_evidence(state, report)
     if preconditions is not None:
         report["warnings"][:0] = list(preconditions.warnings)
+    report["warnings"].extend(record["reason"] for record in state.retired_devices)
     if threshold is not None and threshold.baseline_spread is not None:
         report["baseline_spread"] = threshold.baseline_spread
     if config.graphs and report["culprits"]:

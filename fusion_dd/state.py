@@ -15,6 +15,7 @@ from typing import Any
 from .scoring import Measurement
 
 ConfigKey = tuple[frozenset[str], int]  # (names of the rules switched on, repeat)
+RESOLVED_KINDS = ("metric", "nonfinite", "diverged")
 
 
 def encode_float(value: float | None) -> float | str | None:
@@ -41,6 +42,7 @@ class TrialState:
     trial_dir: str
     started_at: float
     role: str = "search"
+    attempt: int = 1
     finished: dict[str, Any] | None = None
     cancelled: dict[str, Any] | None = None
 
@@ -52,6 +54,11 @@ class TrialState:
     def open(self) -> bool:
         """Started, and neither finished nor given up: it may still be running."""
         return self.finished is None and self.cancelled is None
+
+    @property
+    def resolved(self) -> bool:
+        """Finished with a verdict-worthy result (a metric, NaN/Inf, or a divergence)."""
+        return self.finished is not None and self.finished.get("kind") in RESOLVED_KINDS
 
     @property
     def measurement(self) -> Measurement | None:
@@ -72,6 +79,7 @@ class SearchState:
     finished: dict[str, Any] | None = None
     stops: list[dict[str, Any]] = field(default_factory=list)
     sessions: list[dict[str, Any]] = field(default_factory=list)
+    retired_devices: list[dict[str, Any]] = field(default_factory=list)
     start_record: dict[str, Any] | None = None
 
     @property
@@ -80,12 +88,24 @@ class SearchState:
         return len(self.trials)
 
     def cache(self) -> dict[ConfigKey, TrialState]:
-        """Finished trainings by (configuration, repeat); the first finished one wins."""
+        """Finished trainings by (configuration, repeat).
+
+        A key may have several attempts (retries of crashed or timed-out
+        trainings): the first attempt that produced a result wins, else the
+        latest unresolved one, whose reason is then the one to report.
+        """
         result: dict[ConfigKey, TrialState] = {}
         for trial in self.trials.values():
-            if trial.finished is not None and trial.key not in result:
+            if trial.finished is None:
+                continue
+            current = result.get(trial.key)
+            if current is None or not current.resolved:
                 result[trial.key] = trial
         return result
+
+    def attempts(self, key: ConfigKey) -> int:
+        """How many trainings of this (configuration, repeat) finished."""
+        return sum(1 for trial in self.trials.values() if trial.key == key and trial.finished is not None)
 
     def open_trials(self) -> list[TrialState]:
         return [trial for trial in self.trials.values() if trial.open]
@@ -113,6 +133,7 @@ class SearchState:
                 trial_dir=record["trial_dir"],
                 started_at=record.get("time", 0.0),
                 role=record.get("role", "search"),
+                attempt=int(record.get("attempt", 1)),
             )
         elif kind == "trial_finished":
             trial = self.trials.get(record["trial_id"])
@@ -124,6 +145,8 @@ class SearchState:
                 trial.cancelled = record
         elif kind == "search_stopped":
             self.stops.append(record)
+        elif kind == "device_retired":
+            self.retired_devices.append(record)
         elif kind == "search_finished":
             self.finished = record
 

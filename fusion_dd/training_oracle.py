@@ -66,46 +66,54 @@ class TrainingOracle:
 
     # -- running --------------------------------------------------------------
 
-    def _run(self, configs: Sequence[frozenset[Rule]], stop_on_failure: bool) -> None:
-        """Train the distinct uncached configurations, in order, as far as the budget allows."""
+    def _run(self, configs: Sequence[frozenset[Rule]], stop_on_failure: bool) -> bool:
+        """Train the distinct unsettled configurations, in order, as far as the budget allows.
+
+        Returns False when nothing could be launched (the budget is spent).
+        """
         needed: list[ConfigKey] = []
         for config in configs:
             key = _key(config)
             if key not in needed and self._cached(key) is None:
                 needed.append(key)
-        if not needed:
-            return
         needed = needed[: max(0, self._remaining_budget())]
         if not needed:
-            return
+            return False
         stop_after = (lambda trial: self.verdict_of(trial) is Outcome.FAIL) if stop_on_failure else None
         self.rounds += 1
         self._launch(needed, stop_after)
+        return True
 
     def first_failing(self, configs: Sequence[frozenset[Rule]]) -> int | None:
         configs = [frozenset(config) for config in configs]
-        # Only the configurations before the first cached failure can change the answer.
-        prefix = configs
-        for index, config in enumerate(configs):
-            if self._known(config) is Outcome.FAIL:
-                prefix = configs[:index]
-                break
-        self._run(prefix, stop_on_failure=True)
-        for index, config in enumerate(configs):
-            verdict = self._known(config)
-            if verdict is None:
+        while True:
+            # Walk in order: the answer is known once every configuration before
+            # the first failure is settled. Only those still need training.
+            pending: list[frozenset[Rule]] = []
+            for index, config in enumerate(configs):
+                verdict = self._known(config)
+                if verdict is Outcome.FAIL:
+                    if not pending:
+                        return index
+                    break
+                if verdict is None:
+                    pending.append(config)
+            else:
+                if not pending:
+                    return None
+            # A retried training (crash, timeout) may need another round.
+            if not self._run(pending, stop_on_failure=True):
                 raise BudgetExhausted(self.smallest_failing)
-            if verdict is Outcome.FAIL:
-                return index
-        return None
 
     def outcomes(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
         configs = [frozenset(config) for config in configs]
-        self._run(configs, stop_on_failure=False)
-        verdicts = [self._known(config) for config in configs]
-        if any(verdict is None for verdict in verdicts):
-            raise BudgetExhausted(self.smallest_failing)
-        return [verdict for verdict in verdicts if verdict is not None]
+        while True:
+            verdicts = [self._known(config) for config in configs]
+            if all(verdict is not None for verdict in verdicts):
+                return [verdict for verdict in verdicts if verdict is not None]
+            pending = [config for config, verdict in zip(configs, verdicts) if verdict is None]
+            if not self._run(pending, stop_on_failure=False):
+                raise BudgetExhausted(self.smallest_failing)
 
 
 def _key(config: frozenset[Rule]) -> ConfigKey:

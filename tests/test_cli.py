@@ -284,3 +284,29 @@ def test_a_training_that_goes_nan_is_stopped_early_as_a_failure(tmp_path):
     assert all(trial["early_stop"]["steps_saved"] > 0 for trial in stopped)
     assert report["early_stops"]["trainings"] == len(stopped)
     assert "early stops:" in result.stdout
+
+
+def test_a_device_where_trainings_fail_to_start_is_set_aside(tmp_path):
+    wrapper = tmp_path / "broken_device.py"
+    wrapper.write_text(
+        "import os, runpy, sys\n"
+        "if os.environ['ASCEND_DEVICE_ID'] == '1':\n"
+        "    sys.exit('device 1: runtime init failed')\n"
+        f"sys.argv = [{str(FAKE_TRAIN)!r}] + sys.argv[1:]\n"
+        f"runpy.run_path({str(FAKE_TRAIN)!r}, run_name='__main__')\n"
+    )
+    config = write_config(tmp_path, "--culprits", CULPRIT)
+    document = yaml.safe_load(config.read_text())
+    document["train"]["command"][1] = str(wrapper)
+    config.write_text(yaml.safe_dump(document))
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "device 1 set aside" in result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found"
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    assert any("device 1 set aside" in warning for warning in report["warnings"])
+    on_device_1 = [trial for trial in report["trials"] if trial["device"] == "1"]
+    assert len(on_device_1) <= 3
+    retried = [trial for trial in report["trials"] if trial["attempt"] == 2]
+    assert retried and all(trial["device"] == "0" and trial["outcome"] != "unresolved" for trial in retried)
