@@ -1,0 +1,149 @@
+"""The demo scenarios: which fused kernels carry a planted fault, and the API the CLI uses.
+
+Every scenario trains the same network through the same compiler; a scenario only
+decides which fused kernels are the buggy variant (``faults``) and how long to
+train. ``planted`` names the culprit sets a search must find: one set per fault,
+a single rule for an independent culprit, two rules for an interacting pair.
+
+This module stays numpy-free so that ``fusion-dd demo --list-scenarios`` is fast;
+``candidate_rules`` imports the compiler lazily.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from fusion_dd.errors import UsageError
+from fusion_dd.rules import Rule
+
+from .passes_base import (
+    FAULT_LAYERNORM_ONE_PASS_FP16,
+    FAULT_SOFTMAX_CE_FP16_NO_MAX,
+    FAULT_VARIANCE_IN_INPUT_DTYPE,
+)
+
+TRAIN_MODULE = "fusion_dd.demo.train"
+
+_LAYERNORM = frozenset({"LayerNormFusionPass"})
+_PAIR = frozenset({"CastRemoveFusionPass", "ZReduceMeanVarianceFusionPass"})
+_NAN = frozenset({"SoftmaxCrossEntropyWithLogitsPass"})
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One demo training: its planted culprit sets and default length."""
+
+    name: str
+    description: str
+    planted: tuple[frozenset[str], ...]
+    steps: int = 120
+    faults: frozenset[str] = field(default_factory=frozenset)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    scenario.name: scenario
+    for scenario in (
+        Scenario(
+            name="mixed",
+            description=(
+                "One independent culprit and one interacting pair: the fused LayerNorm "
+                "computes the variance in one pass in fp16, and removing an fp32 up-cast "
+                "breaks a fused variance that accumulates in its input dtype."
+            ),
+            planted=(_LAYERNORM, _PAIR),
+            faults=frozenset({FAULT_LAYERNORM_ONE_PASS_FP16, FAULT_VARIANCE_IN_INPUT_DTYPE}),
+        ),
+        Scenario(
+            name="layernorm",
+            description=(
+                "A single culprit: the fused LayerNorm computes E[x^2]-E[x]^2 in fp16, "
+                "which cancels catastrophically on readings with a large offset."
+            ),
+            planted=(_LAYERNORM,),
+            faults=frozenset({FAULT_LAYERNORM_ONE_PASS_FP16}),
+        ),
+        Scenario(
+            name="pair",
+            description=(
+                "An interacting pair, harmless alone: CastRemoveFusionPass drops an fp32 "
+                "up-cast, ZReduceMeanVarianceFusionPass then accumulates a variance in fp16."
+            ),
+            planted=(_PAIR,),
+            faults=frozenset({FAULT_VARIANCE_IN_INPUT_DTYPE}),
+        ),
+        Scenario(
+            name="nan",
+            description=(
+                "A NaN culprit: the fused softmax cross-entropy takes exp of the raw logits "
+                "in fp16 without subtracting the max; it overflows to Inf and the loss is NaN."
+            ),
+            planted=(_NAN,),
+            faults=frozenset({FAULT_SOFTMAX_CE_FP16_NO_MAX}),
+        ),
+        Scenario(
+            name="quick",
+            description=(
+                "The LayerNorm culprit alone with few training steps: a fast end-to-end "
+                "check (used by CI)."
+            ),
+            planted=(_LAYERNORM,),
+            steps=40,
+            faults=frozenset({FAULT_LAYERNORM_ONE_PASS_FP16}),
+        ),
+    )
+}
+
+DEFAULT_SCENARIO = "mixed"
+QUICK_SCENARIO = "quick"
+
+
+def get_scenario(name: str) -> Scenario:
+    """The scenario called ``name``; a UsageError listing the known ones otherwise."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        known = ", ".join(SCENARIOS)
+        raise UsageError(f"unknown demo scenario {name!r}; choose one of: {known}") from None
+
+
+@lru_cache(maxsize=None)
+def _candidates(name: str) -> tuple[Rule, ...]:
+    from .network import NetSpec, build_eval_graph, build_optimizer_graph, build_train_graph
+    from .pipeline import compile_graph
+
+    scenario = get_scenario(name)
+    seen: dict[Rule, None] = {}
+    for build in (build_train_graph, build_optimizer_graph, build_eval_graph):
+        _, stats = compile_graph(build(NetSpec()), lambda rule: True, scenario.faults)
+        for rule in stats.effective():
+            seen.setdefault(rule, None)
+    return tuple(seen)
+
+
+def candidate_rules(scenario_name: str) -> list[Rule]:
+    """The rules this scenario's network fires with every fusion on.
+
+    This is what a user would read from the all-on run's ``fusion_result.json``
+    (passes with ``effect_times > 0``), in compiler order, each with its section.
+    """
+    return list(_candidates(scenario_name))
+
+
+def train_command(
+    scenario_name: str,
+    *,
+    steps: int | None = None,
+    noise: float = 0.0,
+    python: str = sys.executable,
+) -> list[str]:
+    """The argv of one demo training, with fusion-dd's ``{switch_file}`` placeholder."""
+    get_scenario(scenario_name)
+    argv = [python, "-m", TRAIN_MODULE, "--scenario", scenario_name]
+    argv += ["--fusion-switch", "{switch_file}"]
+    if steps is not None:
+        argv += ["--steps", str(steps)]
+    if noise:
+        argv += ["--noise", repr(float(noise))]
+    return argv
