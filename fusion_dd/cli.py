@@ -21,7 +21,7 @@ from .engine import EXIT_INTERRUPTED, EXIT_USAGE, Engine, SearchResult
 from .errors import UsageError
 from .journal import JOURNAL_NAME, read_records
 from .progress import ConsoleEvents
-from .report import summary_lines
+from .report import display_path, summary_lines
 from .state import replay
 from .status import status_lines
 from .switch import render_switch
@@ -281,6 +281,69 @@ def init(
     )
     output.write_text(text, encoding="utf-8")
     typer.echo(f"wrote {output} ({len(found)} candidate rules); check it with: fusion-dd search --dry-run -c {output}")
+
+
+@app.command()
+def demo(
+    scenario: Optional[str] = typer.Option(None, "--scenario", help="Which planted fault (see --list-scenarios)."),
+    list_scenarios: bool = typer.Option(False, "--list-scenarios", help="Describe the scenarios and exit."),
+    budget: Optional[int] = BudgetOption,
+    devices: Optional[str] = DevicesOption,
+    jobs: Optional[int] = JobsOption,
+    state_dir: Optional[Path] = typer.Option(
+        None, "--state-dir", help="Where the demo search lives (default ./.fusion-dd-demo)."
+    ),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Training steps per demo training."),
+    noise: float = typer.Option(0.0, "--noise", help="Run-to-run jitter of the demo training (0 = deterministic)."),
+    strategy: Optional[str] = typer.Option(None, "--strategy", help="Search strategy (default: the default one)."),
+) -> None:
+    """Run a whole search against the built-in simulated-NPU training and compare it with what was planted."""
+    from .demo import DEFAULT_SCENARIO, SCENARIOS
+    from .demo_config import write_demo_config
+
+    if list_scenarios:
+        for name, entry in SCENARIOS.items():
+            default = " (default)" if name == DEFAULT_SCENARIO else ""
+            planted = "; ".join(" + ".join(sorted(culprit)) for culprit in entry.planted)
+            typer.echo(f"{name}{default}: {entry.description}")
+            typer.echo(f"    planted: {planted}")
+        return
+    name = scenario or DEFAULT_SCENARIO
+    if name not in SCENARIOS:
+        raise UsageError(f"--scenario: unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
+    if steps is not None and steps < 1:
+        raise UsageError("--steps: must be at least 1")
+    if noise < 0:
+        raise UsageError("--noise: must be zero or positive")
+    directory = (state_dir or Path(".fusion-dd-demo")).resolve()
+    config_path = write_demo_config(
+        directory, name, steps=steps, noise=noise, strategy=strategy, budget=budget
+    )
+    typer.echo(f"demo scenario {name!r}: {SCENARIOS[name].description}", err=True)
+    typer.echo(f"config: {display_path(config_path)} (a normal fusion-dd.yaml; the trainings are real subprocesses)", err=True)
+    overrides = _devices_override(devices, jobs) or (("0",), ("1",))
+    config = load_config(config_path).with_overrides(devices=overrides)
+    result = run_engine(config)
+    typer.echo("")
+    for line in demo_comparison(result.report, SCENARIOS[name].planted):
+        typer.echo(line)
+    raise typer.Exit(result.exit_code)
+
+
+def demo_comparison(report: dict[str, Any], planted: Any) -> list[str]:
+    """What the search found next to what the demo planted."""
+    found = [frozenset(rule["name"] for rule in culprit["rules"]) for culprit in report.get("culprits", [])]
+    expected = [frozenset(culprit) for culprit in planted]
+    lines = ["planted vs found:"]
+    for culprit in expected:
+        mark = "found" if culprit in found else "NOT found"
+        lines.append(f"  {' + '.join(sorted(culprit)):<60} {mark}")
+    for culprit in found:
+        if culprit not in expected:
+            lines.append(f"  {' + '.join(sorted(culprit)):<60} found, but not planted")
+    verdict = "all planted culprit sets found" if set(found) == set(expected) else "the search and the plant differ"
+    lines.append(f"{verdict}; fix verified: {'yes' if report.get('fix_verified') else 'no'}")
+    return lines
 
 
 def _version_callback(value: bool) -> None:

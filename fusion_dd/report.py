@@ -158,7 +158,8 @@ def build_report(
             report["smallest_failing"] = sorted(rule.name for rule in result.smallest_failing)
     if status == "budget_exhausted":
         report["continue_with"] = (
-            f"fusion-dd resume --state-dir {config.state_dir} --budget {config.search.budget + max(10, config.search.budget // 2)}"
+            f"fusion-dd resume --state-dir {display_path(config.state_dir)} "
+            f"--budget {config.search.budget + max(10, config.search.budget // 2)}"
         )
     report["switch_check"], report["warnings"] = _switch_evidence(state, report)
     if preconditions is not None:
@@ -262,6 +263,14 @@ def write_outputs(
     return report_path, fix_path
 
 
+def display_path(path: Path) -> str:
+    """A path as a person wants to read it: relative to the working directory when below it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list[str]:
     """The human-readable end of a search."""
     lines = [f"fusion-dd: {report['message']}"]
@@ -284,10 +293,13 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
     culprits = report.get("culprits") or []
     if culprits:
         lines.append("")
-        lines.append(f"  {'#':<3}{'kind':<13}{'rules':<58}switch off")
-        for index, culprit in enumerate(culprits, start=1):
-            names = ", ".join(f"{rule['name']} ({rule['section']})" for rule in culprit["rules"])
-            lines.append(f"  {index:<3}{culprit['kind']:<13}{names:<58}{', '.join(culprit['switched_off'])}")
+        described = [
+            ", ".join(f"{rule['name']} ({rule['section']})" for rule in culprit["rules"]) for culprit in culprits
+        ]
+        width = min(max(len("rules"), *(len(text) for text in described)) + 2, 100)
+        lines.append(f"  {'#':<3}{'kind':<13}{'rules':<{width}}switch off")
+        for index, (culprit, names) in enumerate(zip(culprits, described), start=1):
+            lines.append(f"  {index:<3}{culprit['kind']:<13}{names:<{width}}{', '.join(culprit['switched_off'])}")
         for index, culprit in enumerate(culprits, start=1):
             if culprit["kind"] != "independent" and culprit.get("reason"):
                 lines.append(f"  ({index}) {culprit['reason']}")
@@ -297,7 +309,7 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
                 lines.append(f"  ({index}) {name} fused layers: {layers}{more}")
     if report["status"] == "found":
         verified = "verified: trained and passes" if report["fix_verified"] else "NOT verified"
-        where = f"{state_dir / FIX_NAME}" if state_dir is not None else FIX_NAME
+        where = display_path(state_dir / FIX_NAME) if state_dir is not None else FIX_NAME
         lines.append("")
         lines.append(f"  fix config ({verified}): {where}")
         lines.append(f"  switched off: {', '.join(report['switched_off']) or 'nothing'}; every other fusion stays on")
@@ -314,5 +326,5 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
     if report.get("continue_with"):
         lines.append(f"  continue with: {report['continue_with']}")
     if state_dir is not None:
-        lines.append(f"  report: {state_dir / REPORT_NAME}")
+        lines.append(f"  report: {display_path(state_dir / REPORT_NAME)}")
     return lines

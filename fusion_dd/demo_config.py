@@ -1,0 +1,57 @@
+"""The ``fusion-dd.yaml`` that ``fusion-dd demo`` writes for its built-in training.
+
+The demo goes through the same config file, engine, trials, journal and report
+as any search; writing the config out (into the demo's state directory) also
+shows a newcomer a complete, working example to copy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .config import DEFAULT_CONFIG_NAME
+from .demo import candidate_rules, train_command
+from .errors import UsageError
+from .rules import Section
+
+
+def write_demo_config(
+    state_dir: Path,
+    scenario: str,
+    *,
+    steps: int | None = None,
+    noise: float = 0.0,
+    strategy: str | None = None,
+    budget: int | None = None,
+) -> Path:
+    """Write the demo's config into ``state_dir`` and return its path."""
+    rules = candidate_rules(scenario)
+    document = {
+        "rules": {
+            Section.GRAPH.value: [rule.name for rule in rules if rule.section is Section.GRAPH],
+            Section.UB.value: [rule.name for rule in rules if rule.section is Section.UB],
+        },
+        "train": {
+            "command": train_command(scenario, steps=steps, noise=noise),
+            "workdir": "{trial_dir}",
+            "env": {"OPENBLAS_NUM_THREADS": "1"},
+            "timeout": 300,
+            "devices": [0, 1],
+            "device_env": "ASCEND_DEVICE_ID",
+        },
+        "metric": {"pattern": r"accuracy[=:]\s*(\S+)", "goal": "max"},
+        "search": {"budget": 200 if budget is None else budget},
+        "state_dir": ".",
+    }
+    if strategy is not None:
+        document["search"]["strategy"] = strategy
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{state_dir}: cannot create the demo's state directory ({exc})") from None
+    path = state_dir / DEFAULT_CONFIG_NAME
+    header = f"# Written by `fusion-dd demo --scenario {scenario}`: a complete fusion-dd.yaml to copy.\n"
+    path.write_text(header + yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
