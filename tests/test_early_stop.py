@@ -15,10 +15,10 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from process_support import eventually, group_gone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -388,34 +388,8 @@ def make_spec(tmp_path: Path, name: str, *fake_args: str, **overrides: object) -
     return TrialSpec(**fields)
 
 
-def eventually(condition: Callable[[], bool], within: float = 20.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
-def group_gone(pgid: int) -> bool:
-    """No live process is left in the group (zombies waiting for a reaper count as gone)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return False
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return False
-    return True
 
 
 def training_pgid(trial_dir: Path) -> int:

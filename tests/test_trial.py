@@ -11,12 +11,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from process_support import eventually, group_gone, pid_gone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,47 +68,10 @@ def kind_of(run: TrialRun, spec: MetricSpec = ACC) -> tuple[str, str]:
     return classify(run, read_metric(run, spec))
 
 
-def eventually(condition: Callable[[], bool], within: float = 15.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
-def group_gone(pgid: int) -> bool:
-    """No live process is left in the group (zombies waiting for a reaper count as gone)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return False
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state != "Z":
-            return False
-    return True
 
 
-def pid_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # An unreaped zombie has finished too.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
-    except (OSError, IndexError):
-        return False
 
 
 def training_pgid(trial_dir: Path) -> int:
