@@ -16,7 +16,7 @@ from typing import Any, NoReturn, Optional
 import typer
 
 from . import __version__
-from .config import DEFAULT_CONFIG_NAME, SearchConfig, describe_devices, load_config, parse_config, parse_devices
+from .config import DEFAULT_CONFIG_NAME, SearchConfig, load_config, parse_config, parse_devices
 from .engine import EXIT_INTERRUPTED, EXIT_USAGE, Engine, SearchResult
 from .errors import UsageError
 from .journal import JOURNAL_NAME, read_records

@@ -11,7 +11,7 @@ import difflib
 import math
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -606,11 +606,4 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
         )
     budget = reader.integer(section.get("budget", 200), "search.budget", minimum=0)
     return SearchSettings(strategy=strategy, budget=budget)
-
-
-def describe_devices(devices: Sequence[Sequence[str]]) -> str:
-    """The command-line spelling of a device pool, e.g. ``0,1;2,3`` or ``0,1``."""
-    if all(len(entry) == 1 for entry in devices):
-        return ",".join(entry[0] for entry in devices)
-    return ";".join(",".join(entry) for entry in devices)
 
