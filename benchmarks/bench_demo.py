@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import replace_section
+
 BEGIN = "<!-- bench_demo:begin -->"
 END = "<!-- bench_demo:end -->"
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -116,15 +118,8 @@ def render(rows: list[dict[str, object]], repeats: int) -> str:
 
 
 def write_section(section: str, path: Path = RESULTS) -> None:
-    """Replace this benchmark's section of RESULTS.md, keeping everything else."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + section.rstrip("\n") + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text, encoding="utf-8")
+    """Replace this script's section of RESULTS.md, keeping every other section."""
+    replace_section(section, BEGIN, END, path)
 
 
 def main() -> int:

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import replace_section
+
 from fusion_dd.demo import DEFAULT_SCENARIO, SCENARIOS
 
 BEGIN = "<!-- bench_demo_search:begin -->"
@@ -85,14 +87,8 @@ def render(rows: list[dict[str, object]]) -> str:
 
 
 def write_section(section: str) -> None:
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    RESULTS.write_text(text)
+    """Replace this script's section of RESULTS.md, keeping every other section."""
+    replace_section(section, BEGIN, END, RESULTS)
 
 
 def main() -> int:
