@@ -3,7 +3,8 @@
 ``STRATEGIES`` maps the names users may choose to minimizers with ddmin's
 signature ``(universe, oracle, failing=None)``; a strategy that also accepts a
 ``parallelism`` keyword is told the number of devices. ``find_culprits`` wraps
-any of them to find every culprit set and a verified fix.
+any of them to find every culprit set and a verified fix; with an oracle that
+can repeat trainings it also guards every verdict against noise (``NoisePolicy``).
 """
 
 from collections.abc import Callable
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from fusion_dd.search.bisection import bisect
 from fusion_dd.search.culprits import CulpritSearch, CulpritSet, default_choose_off, find_culprits
 from fusion_dd.search.ddmin import ddmin
+from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy
+from fusion_dd.search.oracle import Observation, RepeatOracle, supports_repeats
 
 STRATEGIES: dict[str, Callable[..., frozenset]] = {"ddmin": ddmin, "bisect": bisect}
 
@@ -21,8 +24,14 @@ __all__ = [
     "STRATEGIES",
     "CulpritSearch",
     "CulpritSet",
+    "Inconsistency",
+    "NoiseGuard",
+    "NoisePolicy",
+    "Observation",
+    "RepeatOracle",
     "bisect",
     "ddmin",
     "default_choose_off",
     "find_culprits",
+    "supports_repeats",
 ]

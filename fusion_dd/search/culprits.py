@@ -6,6 +6,12 @@ that keeps every other fusion on. So: minimize, switch off one rule of what was
 found, train the whole universe minus everything switched off (the fix
 candidate); if it passes, that exact configuration is the verified fix; if it
 fails, something else is still broken inside it, so minimize again there.
+
+With an oracle that can repeat trainings, every question goes through a
+``NoiseGuard`` (``fusion_dd.search.noise``): verdicts are majorities of repeats,
+contradictions are re-trained, and when a verdict the search relied on changes,
+the whole search is replayed from the start (free: every answer is remembered)
+so that it follows the corrected branch.
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from fusion_dd.search.ddmin import ordered
-from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome
+from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised
+from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, supports_repeats
 
 T = TypeVar("T", bound=Hashable)
 
@@ -48,6 +55,14 @@ class CulpritSearch(Generic[T]):
     was never asked, e.g. the budget ran out first). When the budget ran out,
     ``exhausted`` is True and ``smallest_failing`` is the smallest failing
     configuration the oracle had seen, the best partial answer.
+
+    Noise (only with an oracle that can repeat trainings): ``flaky`` says some
+    configuration both passed and failed; ``inconsistencies`` holds the evidence
+    of every disagreement (flaky configurations and failing configurations with
+    a passing superset) with the trainings and the majority's verdicts;
+    ``confirmed`` says every claim of the answer (each set fails, each
+    single-rule removal passes, the fix passes) rests on two agreeing trainings;
+    ``replays`` counts the times a changed verdict made the search start over.
     """
 
     culprit_sets: list[CulpritSet[T]] = field(default_factory=list)
@@ -56,6 +71,10 @@ class CulpritSearch(Generic[T]):
     exhausted: bool = False
     smallest_failing: frozenset[T] | None = None
     fix_outcome: Outcome | None = None
+    flaky: bool = False
+    inconsistencies: list[Inconsistency[T]] = field(default_factory=list)
+    confirmed: bool = False
+    replays: int = 0
 
 
 def _label(rule: object) -> str:
@@ -128,6 +147,93 @@ class _Recorder(Generic[T]):
         return hit
 
 
+@dataclass
+class _Progress(Generic[T]):
+    """What one pass of the loop has established so far (kept when the budget runs out)."""
+
+    found: list[CulpritSet[T]] = field(default_factory=list)
+    switched_off: frozenset[T] = frozenset()
+    fix_outcome: Outcome | None = None
+
+
+def _loop(
+    order: list[T],
+    oracle: Oracle[T],
+    strategy: Strategy,
+    choose: Chooser,
+    parallelism: int,
+    progress: _Progress[T],
+    check: Callable[[frozenset[T], bool], None] | None = None,
+) -> None:
+    """Minimize, switch one rule off, verify the fix; again inside a failing fix.
+
+    ``check`` sees each culprit set before a rule of it is switched off, so that a
+    noise guard can confirm it while the next search has not yet built on it; it
+    is also told whether the strategy returned its failing start unshrunk (then
+    the set's failure rests on the fix candidate's training alone).
+    """
+    recorder: _Recorder[T] = _Recorder(oracle)
+    wants_known = _accepts(strategy, "known")
+    extra: dict[str, object] = {"parallelism": parallelism} if _accepts(strategy, "parallelism") else {}
+    failing = frozenset(order)
+    for _ in range(len(order)):
+        if wants_known:
+            extra["known"] = dict(recorder.answers)
+        rules = frozenset(strategy(order, recorder, failing, **extra))
+        if not rules or not rules <= failing:
+            break  # a broken strategy: stop rather than loop
+        if check is not None:
+            check(rules, rules == failing)
+        if len(rules) == 1:
+            (rule,) = rules
+            kind = "independent"
+            reason = f"{_label(rule)} fails on its own, so it must be switched off"
+        else:
+            kind = "interacting"
+            rule, reason = choose(rules)
+            if rule not in rules:
+                raise ValueError(f"choose_off returned {rule!r}, which is not in the culprit set")
+        progress.switched_off = progress.switched_off | {rule}
+        progress.found.append(CulpritSet(rules, kind, frozenset({rule}), reason))
+        candidate = frozenset(r for r in order if r not in progress.switched_off)
+        # The empty configuration is the engine's precondition: known to pass.
+        progress.fix_outcome = recorder.outcomes([candidate])[0] if candidate else Outcome.PASS
+        if progress.fix_outcome is not Outcome.FAIL:
+            break
+        failing = candidate
+
+
+def _attempt(
+    order: list[T],
+    oracle: Oracle[T],
+    guard: NoiseGuard[T] | None,
+    policy: NoisePolicy,
+    strategy: Strategy,
+    choose: Chooser,
+    parallelism: int,
+    progress: _Progress[T],
+) -> None:
+    """One pass of the loop, then the guard's checks of the answer; may raise ``Revised``."""
+    if guard is None:
+        _loop(order, oracle, strategy, choose, parallelism, progress)
+        return
+    strict = policy.confirm == "strict"
+
+    def check(rules: frozenset[T], unshrunk: bool) -> None:
+        # Before the next search builds on a set: its interaction claims always; all
+        # its claims once noise was seen, in strict mode, or when nothing but the fix
+        # candidate's one training says it fails (a one-rule fix leaves no search that
+        # could notice a flip).
+        assert guard is not None
+        guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk)
+
+    _loop(order, guard, strategy, choose, parallelism, progress, check)
+    fix = frozenset(r for r in order if r not in progress.switched_off)
+    lone = [c.rules for c in progress.found if len(c.rules) == 1]
+    guard.confirm([r for r in lone if not guard.necessity_shown(next(iter(r)))], None)
+    guard.confirm([c.rules for c in progress.found], fix, everything=strict or guard.flaky)
+
+
 def find_culprits(
     universe: Sequence[T],
     oracle: Oracle[T],
@@ -135,6 +241,7 @@ def find_culprits(
     *,
     parallelism: int = 1,
     choose_off: Chooser | None = None,
+    noise: NoisePolicy | None = None,
 ) -> CulpritSearch[T]:
     """Find every culprit set and a verified fix configuration.
 
@@ -148,56 +255,59 @@ def find_culprits(
     |universe| rounds even when answers are non-monotone. A fix candidate that is
     UNRESOLVED ends the search unverified (``fix_outcome`` says so).
     ``BudgetExhausted`` is caught and turned into a partial result.
+
+    ``noise`` (default ``NoisePolicy()``, confirm "auto") applies when the oracle
+    supports repeats (``supports_repeats``); see ``fusion_dd.search.noise``.
     """
     order = ordered(universe)
     choose = choose_off or default_choose_off
-    recorder: _Recorder[T] = _Recorder(oracle)
-    wants_known = _accepts(strategy, "known")
-    extra = {"parallelism": parallelism} if _accepts(strategy, "parallelism") else {}
-    found: list[CulpritSet[T]] = []
-    switched_off: frozenset[T] = frozenset()
-    failing = frozenset(order)
-    fix_outcome: Outcome | None = None
+    policy = noise or NoisePolicy()
+    guard: NoiseGuard[T] | None = None
+    if policy.confirm != "off" and supports_repeats(oracle):
+        guard = NoiseGuard(cast(RepeatOracle[T], oracle), order, policy)
+    progress: _Progress[T] = _Progress()
     try:
-        for _ in range(len(order)):
-            if wants_known:
-                extra["known"] = dict(recorder.answers)
-            rules = frozenset(strategy(order, recorder, failing, **extra))
-            if not rules or not rules <= failing:
-                break  # a broken strategy: stop rather than loop
-            if len(rules) == 1:
-                (rule,) = rules
-                kind = "independent"
-                reason = f"{_label(rule)} fails on its own, so it must be switched off"
-            else:
-                kind = "interacting"
-                rule, reason = choose(rules)
-                if rule not in rules:
-                    raise ValueError(f"choose_off returned {rule!r}, which is not in the culprit set")
-            switched_off = switched_off | {rule}
-            found.append(CulpritSet(rules, kind, frozenset({rule}), reason))
-            candidate = frozenset(r for r in order if r not in switched_off)
-            # The empty configuration is the engine's precondition: known to pass.
-            fix_outcome = recorder.outcomes([candidate])[0] if candidate else Outcome.PASS
-            if fix_outcome is not Outcome.FAIL:
+        while True:
+            progress = _Progress()
+            try:
+                _attempt(order, oracle, guard, policy, strategy, choose, parallelism, progress)
                 break
-            failing = candidate
+            except Revised:
+                assert guard is not None
+                guard.replay()  # free: every answer is remembered; follows the corrected branch
     except BudgetExhausted as exhausted:
         return CulpritSearch(
-            culprit_sets=found,
-            fix=frozenset(r for r in order if r not in switched_off),
+            culprit_sets=progress.found,
+            fix=frozenset(r for r in order if r not in progress.switched_off),
             fix_verified=False,
             exhausted=True,
             smallest_failing=exhausted.smallest_failing
-            or min((c.rules for c in found), key=len, default=None),
+            or min((c.rules for c in progress.found), key=len, default=None),
             fix_outcome=None,
+            **_noise_fields(guard, progress, order, confirmed=False),
         )
-    smallest = min((c.rules for c in found), key=len, default=None)
+    smallest = min((c.rules for c in progress.found), key=len, default=None)
     return CulpritSearch(
-        culprit_sets=found,
-        fix=frozenset(r for r in order if r not in switched_off),
-        fix_verified=fix_outcome is Outcome.PASS,
+        culprit_sets=progress.found,
+        fix=frozenset(r for r in order if r not in progress.switched_off),
+        fix_verified=progress.fix_outcome is Outcome.PASS,
         exhausted=False,
         smallest_failing=smallest,
-        fix_outcome=fix_outcome,
+        fix_outcome=progress.fix_outcome,
+        **_noise_fields(guard, progress, order, confirmed=progress.fix_outcome is Outcome.PASS),
     )
+
+
+def _noise_fields(
+    guard: NoiseGuard[T] | None, progress: _Progress[T], order: list[T], confirmed: bool
+) -> dict[str, object]:
+    if guard is None:
+        return {}
+    fix = frozenset(r for r in order if r not in progress.switched_off)
+    sets = [c.rules for c in progress.found]
+    return {
+        "flaky": guard.flaky,
+        "inconsistencies": guard.inconsistencies(),
+        "confirmed": confirmed and bool(sets) and guard.confirmed(sets, fix),
+        "replays": guard.replays,
+    }

@@ -5,13 +5,19 @@ candidate is off. A strategy asks questions in batches so that the engine can ru
 one batch as parallel trainings; the answers are deterministic functions of the
 batch (never "whichever finished first"), which is what lets resume simply run the
 strategy again from the start against the journal's cache (DESIGN.md 4.2).
+
+Trainings are not bit-reproducible, so an oracle may also offer *repeats*
+(``RepeatOracle``): another independent training of a configuration it has
+already answered. Only the noise layer (``fusion_dd.search.noise``) asks for
+them; the strategies keep asking plain questions and never see a repeat.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Hashable, Sequence
-from typing import Generic, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T", bound=Hashable)
 Config = frozenset
@@ -43,6 +49,72 @@ class Oracle(Protocol[T]):
         implementation may skip or cancel them.
         """
         ...
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One training of a configuration, as the noise layer weighs it.
+
+    ``repeat`` is 0 for the first training of the configuration in this run, 1
+    for the next, and so on. ``near_threshold`` says the metric landed within
+    the configured margin of the pass/fail limit: such a verdict is a coin
+    toss more often than others, so it counts half as much and is re-trained.
+    """
+
+    repeat: int
+    outcome: Outcome
+    near_threshold: bool = False
+
+
+@runtime_checkable
+class RepeatOracle(Oracle[T], Protocol[T]):
+    """An oracle that can train a configuration again, for noisy trainings.
+
+    Repeat indices are counted *per run* (per coordinator session that replays
+    the search from the start), never read from the cache: ``outcomes`` and
+    ``first_failing`` ask repeat 0; ``retest`` asks the next repeat. A replay
+    against the (configuration, repeat) cache therefore asks exactly the pairs
+    the first run asked, and only the pairs it never finished are trained.
+
+    The bookkeeping every implementation must follow, per configuration ``c``:
+
+    - ``asked[c]`` starts at 0 in every run;
+    - ``outcomes(configs)`` answers repeat 0 of each and sets ``asked[c]`` to at
+      least 1 for every configuration of the list;
+    - ``first_failing(configs)`` answers repeat 0 and sets ``asked[c]`` to at
+      least 1 for the configurations up to and including the returned index
+      (all of them when it returns None): exactly the answers the caller
+      consumed, so a candidate cancelled in one run and finished in another
+      cannot shift later repeat indices;
+    - ``retest(configs)`` answers repeat ``asked[c]`` of each (from the cache
+      when that pair finished before, else by training it with
+      ``FUSION_DD_REPEAT`` = that index), then increments ``asked[c]``; a
+      configuration listed twice gets two successive repeats;
+    - ``trials(c)`` returns the observations of repeats ``0 .. asked[c] - 1``.
+
+    Reference trainings made before the search (the engine's baseline and
+    all-on repeats) count as asked in the run that made or replayed them.
+    Repeats count toward the budget like any training; ``BudgetExhausted`` is
+    raised as for the other questions.
+    """
+
+    def retest(self, configs: Sequence[frozenset[T]]) -> list[Outcome]:
+        """The next repeat of every configuration (run in parallel where possible)."""
+        ...
+
+    def trials(self, config: frozenset[T]) -> list[Observation]:
+        """Every training of ``config`` asked in this run, in repeat order."""
+        ...
+
+
+def supports_repeats(oracle: object) -> bool:
+    """Whether the noise layer may ask ``oracle`` for repeats.
+
+    An implementation can have the methods yet opt out with a false
+    ``supports_repeats`` attribute (the simulated oracle does so by default, so
+    that tests written for single answers keep counting single answers).
+    """
+    return isinstance(oracle, RepeatOracle) and bool(getattr(oracle, "supports_repeats", True))
 
 
 class BudgetExhausted(Exception, Generic[T]):

@@ -8,18 +8,32 @@ round, and a "first failing" question stops launching after the first wave that
 contains a failure. The model helpers build the failure patterns of DESIGN.md
 section 3: independent culprits (OR), interacting sets (AND), both (mixed), and a
 non-monotone masking pattern.
+
+Noise: given a ``noise`` model, every training (configuration, repeat) is
+passed through it, so the same configuration can answer differently on its
+repeats, as real trainings do. ``flip_noise`` flips each training's outcome
+with a fixed probability; ``gaussian_noise`` adds normal noise to a metric that
+sits one unit on either side of the threshold and marks readings within a
+margin as near the threshold. Both are seeded hashes of (seed, configuration,
+repeat): a replay sees exactly the same trainings.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
+import random
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
-from fusion_dd.search.oracle import BudgetExhausted, Outcome
+from fusion_dd.search.oracle import BudgetExhausted, Observation, Outcome
 
 T = TypeVar("T", bound=Hashable)
 
 TestFunction = Callable[[frozenset[T]], "Outcome | bool"]
+# (configuration, repeat, the noise-free outcome) -> what this training reports
+NoiseModel = Callable[[frozenset, int, Outcome], "Outcome | Observation"]
+Key = tuple[frozenset, int]
 
 
 def as_outcome(answer: Outcome | bool) -> Outcome:
@@ -35,6 +49,15 @@ class SimulatedOracle(Generic[T]):
     ``calls`` logs every configuration handed to the function, in order, so tests
     can assert that nothing was trained twice; ``trainings`` is its length and
     ``rounds`` the number of waves of at most ``parallelism`` trainings.
+
+    It is also a ``RepeatOracle``: ``retest`` trains the next repeat of a
+    configuration and ``trials`` lists what was asked, following the protocol's
+    bookkeeping exactly as the engine must. ``supports_repeats`` is False unless
+    ``repeats=True`` or a ``noise`` model is given, so that the noise layer
+    leaves single-answer tests alone. ``asked`` logs every (configuration,
+    repeat) answered to a caller, cache hits included; ``launched`` logs the
+    trained ones. ``cache`` holds repeat 0 (as before repeats existed),
+    ``repeat_cache`` the later repeats, ``near`` the keys read near the threshold.
     """
 
     def __init__(
@@ -42,30 +65,65 @@ class SimulatedOracle(Generic[T]):
         test: Callable[[frozenset[T]], Outcome | bool],
         parallelism: int = 1,
         budget: int | None = None,
+        *,
+        noise: NoiseModel | None = None,
+        repeats: bool | None = None,
     ) -> None:
         if parallelism < 1:
             raise ValueError(f"parallelism must be at least 1, got {parallelism}")
         if budget is not None and budget < 0:
             raise ValueError(f"budget must not be negative, got {budget}")
         self._test = test
+        self._noise = noise
         self.parallelism = parallelism
         self.budget = budget
+        self.supports_repeats = bool(repeats) if repeats is not None else noise is not None
         self.cache: dict[frozenset[T], Outcome] = {}
+        self.repeat_cache: dict[Key, Outcome] = {}
+        self.near: set[Key] = set()
         self.calls: list[frozenset[T]] = []
+        self.asked: list[Key] = []
+        self.launched: list[Key] = []
         self.rounds = 0
         self.smallest_failing: frozenset[T] | None = None
+        self._next: dict[frozenset[T], int] = {}
 
     @property
     def trainings(self) -> int:
         """Trainings launched so far (cache hits are free)."""
         return len(self.calls)
 
+    # -- the answers cache, as a journal would keep it ---------------------------
+
+    def _cached(self, key: Key) -> Outcome | None:
+        config, repeat = key
+        return self.cache.get(config) if repeat == 0 else self.repeat_cache.get(key)
+
+    def journal(self) -> dict[Key, Observation]:
+        """Every finished training by (configuration, repeat): what a resume may reuse."""
+        keys = [(c, 0) for c in self.cache] + list(self.repeat_cache)
+        return {key: Observation(key[1], self._cached(key), key in self.near) for key in keys}  # type: ignore[arg-type]
+
+    def preload(self, journal: dict[Key, Observation]) -> None:
+        """Take finished trainings from an earlier run, as resume does."""
+        for (config, repeat), observation in journal.items():
+            config = frozenset(config)
+            if repeat == 0:
+                self.cache[config] = observation.outcome
+            else:
+                self.repeat_cache[(config, repeat)] = observation.outcome
+            if observation.near_threshold:
+                self.near.add((config, repeat))
+
+    # -- questions ----------------------------------------------------------------
+
     def outcomes(self, configs: Sequence[frozenset[T]]) -> list[Outcome]:
         """Answer every configuration; the uncached ones run in waves of P."""
         configs = [frozenset(c) for c in configs]
         needed = _distinct(c for c in configs if c not in self.cache)
         for start in range(0, len(needed), self.parallelism):
-            self._run_wave(needed[start : start + self.parallelism])
+            self._run_wave([(c, 0) for c in needed[start : start + self.parallelism]])
+        self._consumed(configs)
         return [self.cache[c] for c in configs]
 
     def first_failing(self, configs: Sequence[frozenset[T]]) -> int | None:
@@ -80,6 +138,7 @@ class SimulatedOracle(Generic[T]):
         while index < len(configs):
             known = self.cache.get(configs[index])
             if known is Outcome.FAIL:
+                self._consumed(configs[: index + 1])
                 return index
             if known is not None:
                 index += 1
@@ -93,21 +152,70 @@ class SimulatedOracle(Generic[T]):
                     break
                 if cached is None and config not in wave:
                     wave.append(config)
-            self._run_wave(wave)
+            self._run_wave([(c, 0) for c in wave])
+        self._consumed(configs)
         return None
 
-    def _run_wave(self, wave: Sequence[frozenset[T]]) -> None:
+    def retest(self, configs: Sequence[frozenset[T]]) -> list[Outcome]:
+        """The next repeat of each configuration; uncached ones run in waves of P."""
+        configs = [frozenset(c) for c in configs]
+        counts = dict(self._next)
+        keys: list[Key] = []
+        for config in configs:
+            repeat = counts.get(config, 0)
+            counts[config] = repeat + 1
+            keys.append((config, repeat))
+        needed = [key for key in keys if self._cached(key) is None]
+        for start in range(0, len(needed), self.parallelism):
+            self._run_wave(needed[start : start + self.parallelism])
+        answers = []
+        for config, repeat in keys:
+            self._next[config] = repeat + 1
+            self.asked.append((config, repeat))
+            answers.append(self._cached((config, repeat)))
+        return answers  # type: ignore[return-value]
+
+    def trials(self, config: frozenset[T]) -> list[Observation]:
+        """The trainings of ``config`` asked in this run, in repeat order."""
+        config = frozenset(config)
+        seen = []
+        for repeat in range(self._next.get(config, 0)):
+            outcome = self._cached((config, repeat))
+            if outcome is not None:
+                seen.append(Observation(repeat, outcome, (config, repeat) in self.near))
+        return seen
+
+    def _consumed(self, configs: Sequence[frozenset[T]]) -> None:
+        """Repeat 0 of these was answered to the caller: later repeats start at 1."""
+        for config in configs:
+            self.asked.append((config, 0))
+            self._next[config] = max(self._next.get(config, 0), 1)
+
+    def _run_wave(self, wave: Sequence[Key]) -> None:
         """Launch one round; stop at the budget, keeping what already ran."""
         launched = False
-        for config in wave:
+        for key in wave:
             if self.budget is not None and self.trainings >= self.budget:
                 if launched:
                     self.rounds += 1
                 raise BudgetExhausted(self.smallest_failing)
             launched = True
+            config, repeat = key
             self.calls.append(config)
+            self.launched.append(key)
             outcome = as_outcome(self._test(config))
-            self.cache[config] = outcome
+            if self._noise is not None:
+                reading = self._noise(config, repeat, outcome)
+                if isinstance(reading, Observation):
+                    if reading.near_threshold:
+                        self.near.add(key)
+                    outcome = reading.outcome
+                else:
+                    outcome = reading
+            if repeat == 0:
+                self.cache[config] = outcome
+            else:
+                self.repeat_cache[key] = outcome
             if outcome is Outcome.FAIL and (
                 self.smallest_failing is None or len(config) < len(self.smallest_failing)
             ):
@@ -180,3 +288,60 @@ def any_of(*models: Callable[[frozenset[T]], bool]) -> Callable[[frozenset[T]], 
         return any(model(config) for model in models)
 
     return fails
+
+
+# --- noise models ---------------------------------------------------------------
+
+
+def _uniform(seed: object, config: frozenset, repeat: int) -> random.Random:
+    """A generator fixed by (seed, configuration, repeat), whatever the rule type."""
+    text = f"{seed}|{sorted(map(repr, config))}|{repeat}"
+    return random.Random(hashlib.blake2b(text.encode(), digest_size=8).digest())
+
+
+def flip_noise(rate: float, seed: object = 0, exempt: Iterable[frozenset] = ()) -> NoiseModel:
+    """Each training's PASS/FAIL is flipped independently with probability ``rate``.
+
+    ``exempt`` configurations (e.g. the two reference configurations, which the
+    engine settles with its own baseline repeats) are never flipped.
+    """
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"flip rate must be within [0, 1], got {rate}")
+    spared = {frozenset(c) for c in exempt}
+
+    def noise(config: frozenset, repeat: int, outcome: Outcome) -> Outcome:
+        if config in spared or outcome is Outcome.UNRESOLVED:
+            return outcome
+        if _uniform(seed, config, repeat).random() >= rate:
+            return outcome
+        return Outcome.PASS if outcome is Outcome.FAIL else Outcome.FAIL
+
+    return noise
+
+
+def gaussian_noise(
+    sigma: float, margin: float = 0.0, seed: object = 0, exempt: Iterable[frozenset] = ()
+) -> NoiseModel:
+    """A metric one unit above the threshold when passing, one below when failing, plus N(0, sigma).
+
+    The reading fails when it lands below the threshold, so a training flips with
+    probability Phi(-1/sigma); it is near the threshold when it lands within
+    ``margin`` of it, which is what the engine reports for a real metric.
+    """
+    if sigma < 0 or margin < 0:
+        raise ValueError("sigma and margin must not be negative")
+    spared = {frozenset(c) for c in exempt}
+
+    def noise(config: frozenset, repeat: int, outcome: Outcome) -> Observation:
+        if config in spared or outcome is Outcome.UNRESOLVED:
+            return Observation(repeat, outcome, False)
+        centre = -1.0 if outcome is Outcome.FAIL else 1.0
+        reading = centre + sigma * _uniform(seed, config, repeat).gauss(0.0, 1.0)
+        return Observation(repeat, Outcome.FAIL if reading < 0 else Outcome.PASS, abs(reading) < margin)
+
+    return noise
+
+
+def flip_probability(sigma: float) -> float:
+    """How often ``gaussian_noise`` with this sigma flips a training."""
+    return 0.5 * math.erfc(1.0 / (sigma * math.sqrt(2.0))) if sigma > 0 else 0.0

@@ -1,0 +1,561 @@
+"""Trustworthy verdicts from noisy trainings: repeats, majorities and contradictions.
+
+Real trainings are not bit-reproducible, and one unlucky verdict sends delta
+debugging down the wrong branch: a passing configuration that is reported as
+failing makes a strategy search inside it for a culprit that is not there. The
+strategies themselves stay single-answer algorithms; ``NoiseGuard`` sits between
+them and a ``RepeatOracle`` and decides *which* answers deserve another training.
+
+The rules, and why:
+
+- **Votes, not answers.** A configuration's verdict is the weighted majority of
+  its trainings: 2 for a clear reading, 1 for one near the threshold. It is
+  settled once one side leads by 2 (one clear training, or two agreeing near
+  ones); once a clear training dissented, by 2 more than the dissent (a lead of
+  two clear trainings); else it is re-trained, up to ``max_trainings``. A tie at
+  the limit is FAIL, as Verrou counts a configuration that can fail as failing:
+  a fix that fails half the time is no fix. UNRESOLVED trainings do not vote
+  (the engine retries crashes itself); with no vote at all the verdict is
+  UNRESOLVED, which the strategies treat as not failing.
+- **Contradictions are re-trained, not believed.** When a configuration fails
+  but one of its supersets passes (monotonicity broken), both are trained again
+  until each rests on two agreeing trainings (a side that still wins only
+  narrowly gets up to twice the limit). Either one of them was noise (the
+  majority flips it, and the run is flaky), or both hold and the failure model
+  is genuinely non-monotone (recorded; the strategies cope, bisect by falling
+  back to ddmin).
+- **An interaction claim is checked once.** Noise and interactions look the same
+  from one training each: every subset of a falsely failing configuration passes,
+  exactly as every proper subset of an interacting set does. So when the answers
+  claim that a smallest known failing configuration needs two or more rules not
+  already vouched for by a larger checked one (removing either passes), or that
+  it splits into two passing halves of two or more rules each (ddmin's view),
+  that configuration is re-trained. If its claim keeps growing afterwards, as
+  it does while a search walks through a configuration that does not really
+  fail, each growth buys one more training (up to twice the limit). Before a
+  rule of an interacting set is switched off, the removals that make it an
+  interaction must rest on two trainings (their own, or a passing superset's).
+  Independent culprits never show this pattern, so a clean search for them
+  pays nothing; a clean interacting set usually pays one training.
+- **A lone culprit needs a second witness.** ``{c}`` failing is backed by one
+  training; usually another shows that ``c`` matters (a failing configuration
+  whose removal of ``c`` passes: bisect's boundary, the fix verification). When
+  none does, ``{c}`` is re-trained.
+- **Cost zero when nothing is contradicted.** Requiring two trainings for every
+  final claim would cost two extra trainings per culprit (the culprit alone and
+  the fix have no other support: no smaller configuration can show a culprit
+  fails, no larger one can show the fix passes), which breaks the noise-free
+  budgets (one culprit among 256 in 12 trainings). So the final answer is
+  confirmed that strictly (``confirm="strict"``) on request, and automatically
+  (``"auto"``) once the run has shown noise (a configuration that both passed
+  and failed); then every claim needs two agreeing trainings of its own.
+  Without noise, claims supported by monotonicity (a failing subset, a passing
+  superset) need nothing more.
+- **Revise, then replay.** A verdict that changes after the strategy was told
+  raises ``Revised``; ``find_culprits`` then runs the search again from the
+  start, which costs nothing (every answer is remembered) and follows the
+  corrected branch. Every step is a function of the answers, so a resumed
+  search asks exactly the same (configuration, repeat) pairs.
+
+Pure: no I/O, no clocks, no threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from fusion_dd.search.oracle import Observation, Outcome, RepeatOracle
+
+T = TypeVar("T", bound=Hashable)
+
+CONFIRM_MODES = ("auto", "strict", "off")
+
+
+@dataclass(frozen=True)
+class NoisePolicy:
+    """How hard to check verdicts.
+
+    ``confirm``: "auto" (re-train on contradictions, interaction claims and
+    near-threshold readings; confirm the final answer once noise was seen),
+    "strict" (also always confirm every final claim by two agreeing trainings),
+    "off" (single trainings, the behaviour without repeats).
+    ``max_trainings``: trainings of one configuration, the first included.
+    """
+
+    confirm: str = "auto"
+    max_trainings: int = 5
+
+    def __post_init__(self) -> None:
+        if self.confirm not in CONFIRM_MODES:
+            raise ValueError(f"confirm must be one of {', '.join(CONFIRM_MODES)}, got {self.confirm!r}")
+        if self.max_trainings < 1:
+            raise ValueError(f"max_trainings must be at least 1, got {self.max_trainings}")
+
+
+@dataclass(frozen=True)
+class Inconsistency(Generic[T]):
+    """Evidence that the trainings disagreed, for the report.
+
+    ``kind`` is "flaky" (one configuration both passed and failed) or
+    "non-monotone" (a configuration failed while a superset of it passed).
+    ``configs`` are the configurations involved (for "non-monotone": the failing
+    subset first), ``observations`` their trainings in this run, ``verdicts``
+    what the majority decided, and ``explanation`` one sentence for a person.
+    """
+
+    kind: str
+    configs: tuple[frozenset[T], ...]
+    observations: tuple[tuple[Observation, ...], ...]
+    verdicts: tuple[Outcome, ...]
+    explanation: str
+
+
+class Revised(Exception):
+    """A verdict the strategy was already told has changed: replay the search."""
+
+
+def tally(observations: Iterable[Observation]) -> tuple[int, int]:
+    """Weighted votes (fail, pass): a near-threshold reading counts half."""
+    fail = passed = 0
+    for observation in observations:
+        weight = 1 if observation.near_threshold else 2
+        if observation.outcome is Outcome.FAIL:
+            fail += weight
+        elif observation.outcome is Outcome.PASS:
+            passed += weight
+    return fail, passed
+
+
+def majority(observations: Sequence[Observation]) -> Outcome:
+    """The verdict of a configuration's trainings (ties fail: see the module docstring)."""
+    fail, passed = tally(observations)
+    if fail == passed == 0:
+        return Outcome.UNRESOLVED
+    return Outcome.FAIL if fail >= passed else Outcome.PASS
+
+
+def _rules(count: int) -> str:
+    return f"{count} rule" + ("" if count == 1 else "s")
+
+
+def _describe(observations: Sequence[Observation]) -> str:
+    marks = []
+    for observation in observations:
+        mark = observation.outcome.value.upper()
+        marks.append(mark + ("~" if observation.near_threshold else ""))
+    return ", ".join(marks)
+
+
+class NoiseGuard(Generic[T]):
+    """An ``Oracle`` for the strategies that answers with settled verdicts.
+
+    ``universe`` is known to fail and the empty configuration to pass (the
+    engine's preconditions, settled by its own reference repeats): they are
+    never re-trained here.
+    """
+
+    def __init__(
+        self, oracle: RepeatOracle[T], universe: Iterable[T], policy: NoisePolicy | None = None
+    ) -> None:
+        self._base = oracle
+        self.policy = policy or NoisePolicy()
+        self._given: dict[frozenset[T], Outcome] = {
+            frozenset(universe): Outcome.FAIL,
+            frozenset(): Outcome.PASS,
+        }
+        self._obs: dict[frozenset[T], tuple[Observation, ...]] = {}
+        self._verdict: dict[frozenset[T], Outcome] = {}
+        self._told: dict[frozenset[T], bool] = {}
+        self._firm: set[frozenset[T]] = set()
+        self._claims_checked: dict[frozenset[T], int] = {}  # checked leaf -> rules claimed necessary then
+        self._contradictions: dict[tuple[frozenset[T], frozenset[T]], str] = {}
+        self.replays = 0
+
+    # -- what the run has seen ------------------------------------------------------
+
+    @property
+    def flaky(self) -> bool:
+        """Whether some configuration both passed and failed in this run."""
+        return any(self._is_flaky(c) for c in self._obs)
+
+    def observations(self, config: frozenset[T]) -> tuple[Observation, ...]:
+        return self._obs.get(frozenset(config), ())
+
+    def verdict(self, config: frozenset[T]) -> Outcome | None:
+        """The settled verdict (None: never trained, and not a precondition)."""
+        config = frozenset(config)
+        return self._given.get(config) or self._verdict.get(config)
+
+    def inconsistencies(self) -> list[Inconsistency[T]]:
+        """Every disagreement seen, with its evidence, in the order it was found."""
+        found: list[Inconsistency[T]] = []
+        for (low, high), note in self._contradictions.items():
+            found.append(
+                Inconsistency(
+                    kind="non-monotone",
+                    configs=(low, high),
+                    observations=(self.observations(low), self.observations(high)),
+                    verdicts=(
+                        self.verdict(low) or Outcome.UNRESOLVED,
+                        self.verdict(high) or Outcome.UNRESOLVED,
+                    ),
+                    explanation=note,
+                )
+            )
+        for config, observations in self._obs.items():
+            if self._is_flaky(config):
+                verdict = self._verdict[config]
+                fails = sum(o.outcome is Outcome.FAIL for o in observations)
+                passes = sum(o.outcome is Outcome.PASS for o in observations)
+                found.append(
+                    Inconsistency(
+                        kind="flaky",
+                        configs=(config,),
+                        observations=(observations,),
+                        verdicts=(verdict,),
+                        explanation=(
+                            f"the same configuration failed {fails} and passed {passes} of "
+                            f"{len(observations)} trainings ({_describe(observations)}); "
+                            f"decided {verdict.value.upper()} by majority"
+                        ),
+                    )
+                )
+        return found
+
+    def _is_flaky(self, config: frozenset[T]) -> bool:
+        outcomes = {o.outcome for o in self._obs.get(config, ())}
+        return Outcome.FAIL in outcomes and Outcome.PASS in outcomes
+
+    def _fails(self, config: frozenset[T]) -> bool:
+        return self.verdict(config) is Outcome.FAIL
+
+    # -- the Oracle the strategies see ----------------------------------------------
+
+    def replay(self) -> None:
+        """Forget what the strategy was told; keep every training (they are free now)."""
+        self._told.clear()
+        self.replays += 1
+
+    def outcomes(self, configs: Sequence[frozenset[T]]) -> list[Outcome]:
+        configs = [frozenset(c) for c in configs]
+        new = [c for c in dict.fromkeys(configs) if self.verdict(c) is None]
+        if new:
+            self._base.outcomes(new)
+            self._sync(new)
+            self._settle(new)
+        answers = [self._answer(c) for c in configs]
+        return answers
+
+    def first_failing(self, configs: Sequence[frozenset[T]]) -> int | None:
+        configs = [frozenset(c) for c in configs]
+        while True:
+            unknown: list[frozenset[T]] = []
+            for config in configs:
+                verdict = self.verdict(config)
+                if verdict is Outcome.FAIL:
+                    break
+                if verdict is None and config not in unknown:
+                    unknown.append(config)
+            if not unknown:
+                break
+            hit = self._base.first_failing(unknown)
+            consumed = unknown if hit is None else unknown[: hit + 1]
+            self._sync(consumed)
+            self._settle(consumed)
+        for index, config in enumerate(configs):
+            if self._answer(config) is Outcome.FAIL:
+                return index
+        return None
+
+    def _answer(self, config: frozenset[T]) -> Outcome:
+        verdict = self.verdict(config)
+        assert verdict is not None, "only settled configurations are answered"
+        self._told[config] = verdict is Outcome.FAIL
+        return verdict
+
+    # -- training and settling ------------------------------------------------------
+
+    def _sync(self, configs: Iterable[frozenset[T]]) -> None:
+        """Take the oracle's trainings of these configurations (it must list every one it answered)."""
+        for config in configs:
+            if config in self._given:
+                continue
+            observations = tuple(self._base.trials(config))
+            if not observations:
+                raise RuntimeError(
+                    f"the oracle answered a configuration of {_rules(len(config))} but its trials() lists "
+                    "no training of it: see RepeatOracle for the bookkeeping the noise layer relies on"
+                )
+            self._obs[config] = observations
+            self._verdict[config] = majority(observations)
+
+    def _decided(self, config: frozenset[T]) -> bool:
+        """One side leads by one clear training; by two once a clear training dissented.
+
+        A first answer is taken as it is (no cost on a clean run; the checks
+        above catch the wrong ones that matter). Once a configuration has both
+        passed and failed it is known to sit where flips happen, and a net lead
+        of one is wrong as often as a single training (1 in 20 at 5 % flips),
+        a lead of two about 1 in 360. A dissent near the threshold weighs half,
+        so [FAIL~, PASS, PASS] is decided.
+        """
+        observations = self._obs.get(config, ())
+        if len(observations) >= self.policy.max_trainings:
+            return True
+        fail, passed = tally(observations)
+        if fail == passed == 0:
+            return True
+        return abs(fail - passed) >= 2 + min(fail, passed, 2)
+
+    def _clear(self, config: frozenset[T]) -> bool:
+        """A lead of two clear trainings, or twice the usual limit reached."""
+        observations = self._obs.get(config, ())
+        fail, passed = tally(observations)
+        return abs(fail - passed) >= 4 or len(observations) >= 2 * self.policy.max_trainings
+
+    def _agreeing(self, config: frozenset[T]) -> int:
+        verdict = self._verdict.get(config)
+        return sum(o.outcome is verdict for o in self._obs.get(config, ()))
+
+    def _can_retrain(self, config: frozenset[T], limit: int | None = None) -> bool:
+        limit = self.policy.max_trainings if limit is None else limit
+        return config not in self._given and len(self._obs.get(config, ())) < limit
+
+    def _retest(self, configs: Sequence[frozenset[T]]) -> None:
+        self._base.retest(configs)
+        self._sync(configs)
+
+    def _settle(self, configs: Sequence[frozenset[T]]) -> None:
+        """Re-train undecided verdicts, then look for contradictions; may raise ``Revised``."""
+        self._until(configs, self._decided)
+        self._review(configs)
+        for config, told in self._told.items():
+            if self._fails(config) != told:
+                raise Revised
+
+    def _until(
+        self, configs: Sequence[frozenset[T]], done: Callable[[frozenset[T]], bool], limit: int | None = None
+    ) -> None:
+        """Re-train, one round at a time, every configuration that is not ``done`` yet."""
+        while True:
+            wave = [c for c in dict.fromkeys(configs) if not done(c) and self._can_retrain(c, limit)]
+            if not wave:
+                return
+            self._retest(wave)
+
+    def _make_firm(self, configs: Sequence[frozenset[T]]) -> None:
+        """Two agreeing trainings and a clear majority for each (as the limit allows)."""
+        configs = [c for c in configs if c not in self._given]
+        self._until(configs, lambda c: self._decided(c) and self._agreeing(c) >= 2)
+        self._firm.update(configs)
+
+    # -- contradictions and interaction claims ----------------------------------------
+
+    def _review(self, changed: Sequence[frozenset[T]]) -> None:
+        pending = list(dict.fromkeys(changed))
+        while pending:
+            config = pending.pop(0)
+            before = dict(self._verdict)
+            self._check_monotone(config)
+            self._check_claim(config)
+            pending.extend(c for c, v in self._verdict.items() if before.get(c) != v and c not in pending)
+
+    def _check_monotone(self, config: frozenset[T]) -> None:
+        """A failing configuration with a passing superset: train both again."""
+        verdict = self.verdict(config)
+        if verdict is None:
+            return
+        pairs = []
+        if verdict is Outcome.FAIL:
+            pairs = [(config, other) for other in self._passing() if config < other]
+        elif verdict is Outcome.PASS:
+            pairs = [(other, config) for other in self._failing() if other < config]
+        for low, high in pairs:
+            if (low, high) in self._contradictions:
+                continue
+            before = (self._obs.get(low, ()), self._obs.get(high, ()))
+            self._make_firm([low, high])
+            if self._fails(low) and not self._fails(high):
+                # Still contradicting: a side that won only narrowly (at the limit) gets
+                # up to twice the limit, since a wrong verdict that contradicts others
+                # would be contradicted, and re-trained, again and again.
+                self._until([low, high], self._clear, 2 * self.policy.max_trainings)
+            self._contradictions[(low, high)] = self._explain(low, high, before)
+
+    def _explain(self, low: frozenset[T], high: frozenset[T], before) -> str:
+        head = (
+            f"a configuration of {_rules(len(low))} failed ({_describe(before[0]) or 'precondition'}) while a "
+            f"superset of {_rules(len(high))} passed ({_describe(before[1]) or 'precondition'})"
+        )
+        low_now, high_now = self.verdict(low), self.verdict(high)
+        if low_now is Outcome.FAIL and high_now is Outcome.PASS:
+            tail = (
+                f"; re-trained, both held ({_describe(self.observations(low))} / "
+                f"{_describe(self.observations(high))}): the failure is genuinely non-monotone"
+            )
+        else:
+            wrong = "the subset's failure" if low_now is not Outcome.FAIL else "the superset's pass"
+            tail = (
+                f"; re-trained ({_describe(self.observations(low))} / {_describe(self.observations(high))}): "
+                f"{wrong} was noise"
+            )
+        return head + tail
+
+    def _failing(self) -> list[frozenset[T]]:
+        return [c for c, v in {**self._verdict, **self._given}.items() if v is Outcome.FAIL]
+
+    def _passing(self) -> list[frozenset[T]]:
+        return [c for c, v in {**self._verdict, **self._given}.items() if v is Outcome.PASS]
+
+    def _leaves(self, around: frozenset[T]) -> list[frozenset[T]]:
+        """Smallest known failing configurations whose evidence ``around`` touches."""
+        failing = self._failing()
+        near = [x for x in failing if x == around or (self.verdict(around) is Outcome.PASS and around < x)]
+        return [x for x in near if not any(y < x for y in failing)]
+
+    def _check_claim(self, config: frozenset[T]) -> None:
+        """A fresh interaction claim rests on one training of its failing configuration: re-train it.
+
+        Rules already shown necessary inside a larger failing configuration that
+        was checked are not fresh: the leaves that a search visits inside it carry
+        them along, and checking each again would cost a training per step. A
+        checked configuration whose claim keeps growing (yet another of its rules
+        turns out necessary) is what a search looks like when it walks through a
+        configuration that does not really fail: each growth buys one more training.
+        """
+        for leaf in self._leaves(config):
+            if leaf in self._given:
+                continue
+            necessary = self._necessary(leaf)
+            if leaf in self._claims_checked:
+                # A walk costs a binary search per step, so it may buy up to twice the
+                # usual number of trainings: a wrong majority here is the costliest kind.
+                walk_limit = 2 * self.policy.max_trainings
+                if len(necessary) > self._claims_checked[leaf] and self._can_retrain(leaf, walk_limit):
+                    self._claims_checked[leaf] = len(necessary)
+                    self._retest([leaf])
+                    self._until([leaf], self._decided)
+                continue
+            if leaf in self._firm:
+                continue
+            fresh = necessary - self._vouched(leaf)
+            if len(fresh) < 2 and not self._halves(leaf):
+                continue
+            self._claims_checked[leaf] = len(necessary)
+            self._make_firm([leaf])
+
+    def _vouched(self, leaf: frozenset[T]) -> set[T]:
+        vouched: set[T] = set()
+        for checked in self._claims_checked:
+            if leaf < checked and self._fails(checked):
+                vouched.update(self._necessary(checked))
+        return vouched
+
+    def _necessary(self, leaf: frozenset[T]) -> set[T]:
+        """Rules of ``leaf`` whose removal is known to pass (by a passing superset of the removal)."""
+        needed: set[T] = set()
+        size = len(leaf)
+        for other in self._passing():
+            if len(other) < size - 1:
+                continue
+            missing = leaf - other
+            if len(missing) == 1:
+                needed.update(missing)
+        return needed
+
+    def _halves(self, leaf: frozenset[T]) -> bool:
+        """Two disjoint passing parts of at least two rules each that make up ``leaf``."""
+        parts = {p for p in self._passing() if p < leaf and len(p) >= 2}
+        return any(len(leaf - part) >= 2 and (leaf - part) in parts for part in parts)
+
+    # -- the final answer ---------------------------------------------------------------
+
+    def support(self, config: frozenset[T], fails: bool, direct: bool = False) -> int:
+        """Trainings that back "``config`` fails" (a failing subset) or "passes" (a passing superset).
+
+        ``direct``: only trainings of ``config`` itself. Once a run has shown
+        noise, two single trainings of different configurations that imply each
+        other are two chances for a flip, not a confirmation.
+        """
+        config = frozenset(config)
+        if config in self._given:
+            return 2 if (self._given[config] is Outcome.FAIL) == fails else 0
+        if direct:
+            return self._agreeing(config) if self._fails(config) == fails and config in self._verdict else 0
+        wanted = Outcome.FAIL if fails else Outcome.PASS
+        return sum(
+            self._agreeing(other)
+            for other, verdict in self._verdict.items()
+            if verdict is wanted and (other <= config if fails else other >= config)
+        )
+
+    def necessity_shown(self, rule: T) -> bool:
+        """Whether a training other than ``{rule}`` alone shows that ``rule`` matters.
+
+        That is a failing configuration with more rules than ``rule`` whose
+        removal of ``rule`` is known to pass (bisect's boundary, the fix
+        verification). Without one, an independent culprit rests on the single
+        training of itself; that happens when the first probe of a search was
+        the rule alone, so one flip there names a culprit that no later answer
+        contradicts.
+        """
+        single = frozenset({rule})
+        holders = [x for x in self._failing() if rule in x and x != single]
+        passing = [y for y in self._passing() if rule not in y]
+        return any(x - single <= y for x in holders for y in passing)
+
+    def claims(
+        self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T] | None, everything: bool = True
+    ) -> list[tuple[frozenset[T], bool]]:
+        """What the answer asserts: each set fails, each single removal passes, the fix passes.
+
+        With ``everything`` False: only the single-rule removals of interacting
+        sets, the claims that make a set an interaction. A strategy has usually
+        trained each of them and a larger passing configuration around it, so
+        checking them is free on a clean run; and one false PASS there is what
+        turns an independent culprit into a spurious pair.
+        """
+        claimed: dict[frozenset[T], bool] = {}
+        for rules in culprit_sets:
+            rules = frozenset(rules)
+            if everything:
+                claimed[rules] = True
+            if len(rules) > 1:
+                for rule in rules:
+                    claimed.setdefault(rules - {rule}, False)
+        if everything and fix is not None:
+            claimed.setdefault(frozenset(fix), False)
+        return list(claimed.items())
+
+    def confirmed(self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T]) -> bool:
+        """Whether every claim of the answer rests on two agreeing trainings and holds."""
+        return all(
+            self.support(c, fails) >= 2 and (self.verdict(c) is None or self._fails(c) == fails)
+            for c, fails in self.claims(culprit_sets, fix)
+        )
+
+    def confirm(
+        self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T] | None, everything: bool = True
+    ) -> None:
+        """Train the answer's weakly supported claims again; raises ``Revised`` if one flips.
+
+        Once the run has shown noise, every claim needs two agreeing trainings of
+        its own configuration; before that, support implied by monotonicity counts.
+        """
+        while True:
+            direct = self.flaky
+            weak = [
+                c
+                for c, fails in self.claims(culprit_sets, fix, everything)
+                if self.support(c, fails, direct) < 2
+                and self._can_retrain(c)
+                and self.verdict(c) is not Outcome.UNRESOLVED  # crashes are the engine's to retry
+            ]
+            if not weak:
+                return
+            # A flipped claim the strategy relied on raises ``Revised`` here. A claim it
+            # never asked about cannot change a replay; ``confirmed`` then says False.
+            self._retest(weak)
+            self._settle(weak)

@@ -1,0 +1,346 @@
+"""Trustworthy verdicts on noisy trainings: the noise guard inside the all-culprits layer."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from search_helpers import is_one_minimal_failing
+
+from fusion_dd.search import STRATEGIES, NoiseGuard, NoisePolicy, find_culprits
+from fusion_dd.search.noise import majority, tally
+from fusion_dd.search.oracle import Observation, Outcome
+from fusion_dd.search.simulate import (
+    SimulatedOracle,
+    any_of,
+    flip_noise,
+    masked_model,
+    or_model,
+    sets_model,
+)
+
+F = frozenset
+STRATEGY_NAMES = sorted(STRATEGIES)
+
+
+def flip(outcome: Outcome) -> Outcome:
+    return Outcome.PASS if outcome is Outcome.FAIL else Outcome.FAIL
+
+
+def scheduled_flips(keys):
+    """Flips exactly the listed (configuration, repeat) trainings: a seeded schedule, spelt out."""
+    chosen = {(F(c), r) for c, r in keys}
+
+    def noise(config, repeat, outcome):
+        return flip(outcome) if (config, repeat) in chosen else outcome
+
+    return noise
+
+
+def kth_flip(k: int, exempt):
+    """Flips the k-th training launched (the references exempt), whatever it is."""
+    count = [0]
+
+    def noise(config, repeat, outcome):
+        if config in exempt:
+            return outcome
+        count[0] += 1
+        return flip(outcome) if count[0] - 1 == k else outcome
+
+    return noise
+
+
+def sets_of(result) -> list[list]:
+    return sorted(sorted(c.rules) for c in result.culprit_sets)
+
+
+def launched_in_repeat_order(oracle: SimulatedOracle) -> bool:
+    """Each configuration's trainings were launched as repeat 0, 1, 2, ... in that order."""
+    seen: dict = {}
+    for config, repeat in oracle.launched:
+        if repeat != seen.get(config, 0):
+            return False
+        seen[config] = repeat + 1
+    return True
+
+
+# -- a flaky training on a seeded schedule ---------------------------------------------
+
+
+def test_a_falsely_failing_probe_is_caught_and_listed_as_flaky() -> None:
+    # The culprit is rule 40 of 64: the first probe, rules 0..31, truly passes. Its
+    # first training is reported FAIL, which sends plain bisect into a long walk
+    # through configurations that all pass.
+    probe = F(range(32))
+    model = or_model([40])
+    plain = SimulatedOracle(model, repeats=True, noise=scheduled_flips([(probe, 0)]))
+    unguarded = find_culprits(range(64), plain, STRATEGIES["bisect"], noise=NoisePolicy(confirm="off"))
+    assert sets_of(unguarded) != [[40]]
+
+    oracle = SimulatedOracle(model, noise=scheduled_flips([(probe, 0)]))
+    result = find_culprits(range(64), oracle, STRATEGIES["bisect"])
+    assert sets_of(result) == [[40]] and result.fix_verified and result.fix == F(range(64)) - {40}
+    assert result.flaky and result.replays >= 1
+    (evidence,) = [i for i in result.inconsistencies if i.kind == "flaky"]
+    assert evidence.configs == (probe,) and evidence.verdicts == (Outcome.PASS,)
+    outcomes = [o.outcome for o in evidence.observations[0]]
+    assert outcomes[0] is Outcome.FAIL and outcomes.count(Outcome.PASS) >= 2
+    assert "decided PASS by majority" in evidence.explanation
+    clean = SimulatedOracle(model)
+    find_culprits(range(64), clean, STRATEGIES["bisect"])
+    assert oracle.trainings < plain.trainings and oracle.trainings <= 3 * clean.trainings
+    assert launched_in_repeat_order(oracle)
+
+
+def test_a_falsely_passing_probe_becomes_a_recorded_contradiction() -> None:
+    probe = F(range(48))  # contains the culprit 40: truly fails, reported PASS once
+    oracle = SimulatedOracle(or_model([40]), noise=scheduled_flips([(probe, 0)]))
+    result = find_culprits(range(64), oracle, STRATEGIES["bisect"])
+    assert sets_of(result) == [[40]] and result.fix_verified and result.flaky
+    kinds = {i.kind for i in result.inconsistencies}
+    assert "flaky" in kinds
+    assert any(probe in i.configs for i in result.inconsistencies)
+
+
+def test_a_fix_that_falsely_fails_does_not_invent_a_second_culprit() -> None:
+    fix = F(range(64)) - {40}
+    oracle = SimulatedOracle(or_model([40]), noise=scheduled_flips([(fix, 0)]))
+    result = find_culprits(range(64), oracle, STRATEGIES["bisect"])
+    assert sets_of(result) == [[40]] and result.fix == fix and result.fix_verified
+    assert result.flaky and any(i.configs == (fix,) for i in result.inconsistencies)
+
+
+def test_a_culprit_that_falsely_passes_alone_is_not_reported_as_a_pair() -> None:
+    oracle = SimulatedOracle(or_model([40]), noise=scheduled_flips([(F({40}), 0)]))
+    result = find_culprits(range(64), oracle, STRATEGIES["bisect"])
+    assert sets_of(result) == [[40]] and result.fix_verified and result.flaky
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+def test_flips_at_five_percent_on_a_fixed_seed(name: str) -> None:
+    wrong = 0
+    for seed in range(40):
+        culprit = (seed * 37) % 64
+        noise = flip_noise(0.05, seed=seed, exempt=[F(), F(range(64))])
+        oracle = SimulatedOracle(or_model([culprit]), noise=noise)
+        result = find_culprits(range(64), oracle, STRATEGIES[name])
+        wrong += sets_of(result) != [[culprit]] or not result.fix_verified
+        assert launched_in_repeat_order(oracle)
+        assert result.flaky == any(i.kind == "flaky" for i in result.inconsistencies)
+    assert wrong <= 1
+
+
+# -- repeats, replay and resume -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_resume_asks_exactly_the_same_configuration_repeat_pairs(name: str, parallelism: int) -> None:
+    model = any_of(or_model([7, 40]), sets_model([{20, 21}]))
+    noise = flip_noise(0.1, seed=11, exempt=[F(), F(range(64))])
+    full = SimulatedOracle(model, parallelism=parallelism, noise=noise)
+    expected = find_culprits(range(64), full, STRATEGIES[name], parallelism=parallelism)
+    assert expected.flaky and any(repeat > 0 for _, repeat in full.launched)  # the run did use repeats
+    for stop_after in (1, full.trainings // 3, full.trainings // 2, full.trainings - 1):
+        first = SimulatedOracle(model, parallelism=parallelism, noise=noise, budget=stop_after)
+        partial = find_culprits(range(64), first, STRATEGIES[name], parallelism=parallelism)
+        assert partial.exhausted
+        resumed = SimulatedOracle(model, parallelism=parallelism, noise=noise)
+        resumed.preload(first.journal())  # what the journal remembers, keyed by (configuration, repeat)
+        result = find_culprits(range(64), resumed, STRATEGIES[name], parallelism=parallelism)
+        assert result == expected
+        assert resumed.asked == full.asked
+        assert not set(first.launched) & set(resumed.launched)
+        if parallelism == 1:
+            assert first.launched + resumed.launched == full.launched
+
+
+def test_budget_exhaustion_keeps_the_noise_evidence() -> None:
+    noise = scheduled_flips([(F(range(32)), 0)])
+    full = SimulatedOracle(or_model([40]), noise=noise)
+    find_culprits(range(64), full, STRATEGIES["bisect"])
+    oracle = SimulatedOracle(or_model([40]), noise=noise, budget=full.trainings - 2)
+    result = find_culprits(range(64), oracle, STRATEGIES["bisect"])
+    assert result.exhausted and not result.fix_verified and not result.confirmed
+    assert result.flaky and result.inconsistencies
+
+
+# -- no noise: the same answers, and free where no interaction is claimed --------------------
+
+
+@st.composite
+def planted(draw):
+    n = draw(st.integers(1, 90))
+    universe = draw(st.permutations(list(range(n))))
+    sizes = draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    while sum(sizes) > n:
+        sizes.pop()
+    sizes = sizes or [1]
+    picks = iter(draw(st.permutations(universe))[: sum(sizes)])
+    return universe, [F(next(picks) for _ in range(size)) for size in sizes]
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@settings(deadline=None, max_examples=40)
+@given(case=planted(), parallelism=st.sampled_from([1, 3]))
+def test_noise_free_runs_give_the_same_answer_and_pay_only_for_interactions(case, name, parallelism) -> None:
+    universe, sets = case
+    model = sets_model(sets)
+    plain = SimulatedOracle(model, parallelism=parallelism)
+    expected = find_culprits(universe, plain, STRATEGIES[name], parallelism=parallelism)
+    oracle = SimulatedOracle(model, parallelism=parallelism, repeats=True)
+    result = find_culprits(universe, oracle, STRATEGIES[name], parallelism=parallelism)
+    assert result.culprit_sets == expected.culprit_sets and result.fix == expected.fix
+    assert result.fix_verified and not result.flaky and not result.inconsistencies and result.replays == 0
+    if all(len(s) == 1 for s in sets):
+        # Independent culprits only: nothing is re-trained, except (rarely: a culprit first
+        # in its search's order, with others behind it) one repeat of a culprit whose
+        # necessity no other training shows.
+        repeats = [(c, r) for c, r in oracle.launched if r]
+        assert all(r == 1 and c in sets for c, r in repeats)
+        assert [k for k in oracle.launched if k[1] == 0] == [(c, 0) for c in plain.calls]
+    assert launched_in_repeat_order(oracle)
+
+
+def test_off_is_the_single_answer_behaviour() -> None:
+    model = any_of(or_model([3]), sets_model([{10, 20}]))
+    plain = SimulatedOracle(model)
+    expected = find_culprits(range(32), plain, STRATEGIES["bisect"])
+    oracle = SimulatedOracle(model, repeats=True)
+    result = find_culprits(range(32), oracle, STRATEGIES["bisect"], noise=NoisePolicy(confirm="off"))
+    assert result == expected and oracle.calls == plain.calls
+
+
+def test_strict_confirms_every_claim_with_two_agreeing_trainings() -> None:
+    plain = SimulatedOracle(or_model([40]))
+    find_culprits(range(64), plain, STRATEGIES["bisect"])
+    auto = find_culprits(range(64), SimulatedOracle(or_model([40]), repeats=True), STRATEGIES["bisect"])
+    assert not auto.confirmed  # the culprit alone and the fix were trained once each
+    oracle = SimulatedOracle(or_model([40]), repeats=True)
+    result = find_culprits(range(64), oracle, STRATEGIES["bisect"], noise=NoisePolicy(confirm="strict"))
+    assert sets_of(result) == [[40]] and result.confirmed and not result.flaky
+    assert oracle.trainings == plain.trainings + 2
+    assert [r for c, r in oracle.launched if r] == [1, 1]
+
+
+def test_genuinely_non_monotone_contradictions_are_recorded_not_called_flaky() -> None:
+    model = masked_model(9, 3, 13)  # {9} fails, {0..11} passes: a superset of a failing set
+    oracle = SimulatedOracle(model, repeats=True)
+    result = find_culprits(range(16), oracle, STRATEGIES["bisect"])
+    assert result.fix_verified and not result.flaky
+    for found in result.culprit_sets:
+        assert is_one_minimal_failing(model, found.rules)
+    contradictions = [i for i in result.inconsistencies if i.kind == "non-monotone"]
+    assert contradictions
+    for item in contradictions:
+        low, high = item.configs
+        assert low < high and item.verdicts == (Outcome.FAIL, Outcome.PASS)
+        assert "genuinely non-monotone" in item.explanation
+        assert all(len(obs) >= 2 for obs in item.observations)
+
+
+# -- any single flip -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@settings(deadline=None, max_examples=30)
+@given(data=st.data(), n=st.integers(2, 40))
+def test_strict_survives_any_single_flip(data, name: str, n: int) -> None:
+    universe = list(range(n))
+    size = data.draw(st.integers(1, min(3, n)))
+    sets = [F(data.draw(st.permutations(universe))[:size])]
+    if size == 1 and n > 2 and data.draw(st.booleans()):
+        other = data.draw(st.sampled_from([r for r in universe if r not in sets[0]]))
+        sets.append(F({other}))
+    model = sets_model(sets)
+    clean = SimulatedOracle(model, repeats=True)
+    find_culprits(universe, clean, STRATEGIES[name], noise=NoisePolicy(confirm="strict"))
+    k = data.draw(st.integers(0, clean.trainings))
+    oracle = SimulatedOracle(model, noise=kth_flip(k, {F(), F(universe)}))
+    result = find_culprits(universe, oracle, STRATEGIES[name], noise=NoisePolicy(confirm="strict"))
+    assert sets_of(result) == sorted(sorted(s) for s in sets)
+    assert result.fix_verified and not model(result.fix) and result.confirmed
+
+
+@settings(deadline=None, max_examples=40)
+@given(data=st.data(), n=st.integers(2, 80))
+def test_bisect_finds_one_culprit_despite_any_single_flip_at_no_clean_cost(data, n: int) -> None:
+    culprit = data.draw(st.integers(0, n - 1))
+    clean = SimulatedOracle(or_model([culprit]), repeats=True)
+    find_culprits(range(n), clean, STRATEGIES["bisect"])
+    k = data.draw(st.integers(0, clean.trainings))
+    oracle = SimulatedOracle(or_model([culprit]), noise=kth_flip(k, {F(), F(range(n))}))
+    result = find_culprits(range(n), oracle, STRATEGIES["bisect"])
+    assert sets_of(result) == [[culprit]] and result.fix_verified
+
+
+# -- votes ------------------------------------------------------------------------------------
+
+
+def obs(*marks: str) -> list[Observation]:
+    """'F', 'P', 'U', with '~' for a reading near the threshold."""
+    table = {"F": Outcome.FAIL, "P": Outcome.PASS, "U": Outcome.UNRESOLVED}
+    return [Observation(i, table[m[0]], m.endswith("~")) for i, m in enumerate(marks)]
+
+
+def test_votes_weigh_near_readings_half_and_ties_fail() -> None:
+    assert tally(obs("F", "P~", "U")) == (2, 1)
+    assert majority(obs("F", "P")) is Outcome.FAIL  # a tie: a fix that fails half the time is no fix
+    assert majority(obs("F~", "P")) is Outcome.PASS
+    assert majority(obs("U", "U")) is Outcome.UNRESOLVED
+    assert majority(obs("U", "F~")) is Outcome.FAIL
+
+
+def guard_for(readings: dict, universe=range(8), policy=None) -> tuple[NoiseGuard, SimulatedOracle]:
+    """A guard over an oracle whose trainings read as scripted per configuration."""
+    table = {"F": Outcome.FAIL, "P": Outcome.PASS}
+
+    def noise(config, repeat, outcome):
+        script = readings.get(config)
+        if script is None:
+            return outcome
+        mark = script[min(repeat, len(script) - 1)]
+        return Observation(repeat, table[mark[0]], mark.endswith("~"))
+
+    oracle = SimulatedOracle(lambda c: False, noise=noise)
+    return NoiseGuard(oracle, universe, policy), oracle
+
+
+def test_a_near_threshold_reading_is_retrained_until_it_is_clear() -> None:
+    x = F({1, 2})
+    guard, oracle = guard_for({x: ["F~", "P", "P"]})
+    assert guard.outcomes([x]) == [Outcome.PASS]
+    assert [r for _, r in oracle.launched] == [0, 1, 2]  # F~ alone decides nothing; then P, P outvote it
+    z = F({4})
+    guard, oracle = guard_for({z: ["P", "F", "P", "P"]})
+    assert guard.outcomes([z]) == [Outcome.PASS] and oracle.trainings == 1  # a clear first reading stands
+    guard, oracle = guard_for({z: ["F~", "P~", "F", "F"]})
+    assert (
+        guard.outcomes([z]) == [Outcome.FAIL] and oracle.trainings == 4
+    )  # a clear dissent needs a lead of two
+    y = F({3})
+    guard, oracle = guard_for({y: ["P~", "P~"]})
+    assert guard.outcomes([y]) == [Outcome.PASS] and oracle.trainings == 2
+
+
+def test_retraining_stops_at_the_limit() -> None:
+    x = F({1})
+    guard, oracle = guard_for({x: ["F~", "P~", "F~", "P~", "F~"]}, policy=NoisePolicy(max_trainings=4))
+    assert guard.outcomes([x]) == [Outcome.FAIL]  # four coin tosses at the limit: a tie fails
+    assert oracle.trainings == 4 and guard.flaky
+
+
+def test_policy_is_validated() -> None:
+    with pytest.raises(ValueError):
+        NoisePolicy(confirm="sometimes")
+    with pytest.raises(ValueError):
+        NoisePolicy(max_trainings=0)
+
+
+def test_an_oracle_that_forgets_its_trainings_is_reported() -> None:
+    class Forgetful(SimulatedOracle):
+        def trials(self, config):
+            return []
+
+    with pytest.raises(RuntimeError, match="trials"):
+        find_culprits(range(8), Forgetful(or_model([3]), repeats=True), STRATEGIES["bisect"])
