@@ -56,8 +56,9 @@ _SCHEMA: dict[str, Any] = {
         "reference": None,
         "baseline_metric": None,
         "all_on_metric": None,
+        "margin": None,
     },
-    "search": {"strategy": None, "budget": None},
+    "search": {"strategy": None, "budget": None, "confirm": None, "max_trainings": None},
     "early_stop": None,  # validated by EarlyStopRule.from_config
     "state_dir": None,
 }
@@ -108,12 +109,15 @@ class ScoreConfig:
     reference: float | None = None
     baseline_metric: float | None = None
     all_on_metric: float | None = None
+    margin: float | None = None  # None = auto: 2 standard deviations of repeated baselines, else 0
 
 
 @dataclass(frozen=True)
 class SearchSettings:
     strategy: str
     budget: int = 200
+    confirm: str = "auto"  # how hard the noise layer checks verdicts: auto | strict | off
+    max_trainings: int = 5  # trainings of one configuration, the first included
 
 
 @dataclass(frozen=True)
@@ -168,8 +172,10 @@ class SearchConfig:
                 "reference": self.score.reference,
                 "baseline_metric": self.score.baseline_metric,
                 "all_on_metric": self.score.all_on_metric,
+                "margin": self.score.margin,
             },
             "strategy": self.search.strategy,
+            "noise": {"confirm": self.search.confirm, "max_trainings": self.search.max_trainings},
         }
 
     def with_overrides(
@@ -592,7 +598,17 @@ def _read_score(reader: _Reader, section: Mapping[str, Any]) -> ScoreConfig:
         reference=optional_number("reference"),
         baseline_metric=optional_number("baseline_metric"),
         all_on_metric=optional_number("all_on_metric"),
+        margin=_read_margin(reader, section.get("margin", "auto")),
     )
+
+
+def _read_margin(reader: _Reader, raw: Any) -> float | None:
+    if raw is None or raw == "auto":
+        return None
+    value = reader.number(raw, "score.margin")
+    if value < 0:
+        raise reader.error("score.margin", f"must be 'auto' or a number >= 0, got {raw!r}")
+    return value
 
 
 def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
@@ -605,5 +621,9 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
             f"unknown strategy {strategy!r}; choose one of {', '.join(sorted(STRATEGIES))}",
         )
     budget = reader.integer(section.get("budget", 200), "search.budget", minimum=0)
-    return SearchSettings(strategy=strategy, budget=budget)
+    confirm = section.get("confirm", "auto")
+    if confirm not in ("auto", "strict", "off"):
+        raise reader.error("search.confirm", f"must be auto, strict or off, got {confirm!r}")
+    max_trainings = reader.integer(section.get("max_trainings", 5), "search.max_trainings", minimum=1)
+    return SearchSettings(strategy=strategy, budget=budget, confirm=confirm, max_trainings=max_trainings)
 

@@ -32,6 +32,7 @@ from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES
 from .search.culprits import CulpritSearch, find_culprits
+from .search.noise import NoisePolicy
 from .search.oracle import Outcome
 from .state import ConfigKey, SearchState, TrialState, definition_changes, encode_float, replay
 from .switch import render_switch
@@ -149,6 +150,13 @@ class Engine:
             )
 
     # -- trainings -----------------------------------------------------------------
+
+    def _margin(self, pre: Preconditions) -> float:
+        """How close to the limit a metric must land to count as a near-threshold verdict (re-trained)."""
+        if self.config.score.margin is not None:
+            return self.config.score.margin
+        spread = pre.threshold.baseline_spread if pre.threshold is not None else None
+        return 2.0 * spread if spread else 0.0
 
     def _settled(self, key: ConfigKey) -> TrialState | None:
         """The finished training that decides this key, or None while it needs (another) training.
@@ -299,7 +307,11 @@ class Engine:
     ) -> dict[ConfigKey, TrialState]:
         pool = self._devices()
         jobs = [
-            (lambda device, cancel, key=key: self._train(key, role, device, cancel))
+            (
+                lambda device, cancel, key=key: self._train(
+                    key, role if key[1] == 0 else "repeat", device, cancel
+                )
+            )
             for key in keys
         ]
         results = run_batch(jobs, pool, stop_after=stop_after, cleanup_timeout=self.config.train.kill_grace + 30)
@@ -463,13 +475,21 @@ class Engine:
             cached=self._settled,
             launch=self._launch_batch,
             remaining_budget=self.remaining_budget,
+            margin=self._margin(pre),
+            repeats=self.config.search.confirm != "off",
         )
+        score = self.config.score
+        if score.baseline_metric is None:
+            self._oracle.note_asked(frozenset(), score.baseline_repeats)
+        if score.all_on_metric is None:
+            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats)
         strategy = STRATEGIES[self.config.search.strategy]
         result = find_culprits(
             self.rules,
             self._oracle,
             strategy,
             parallelism=len(self.config.train.devices),
+            noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
         )
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})

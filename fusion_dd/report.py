@@ -70,6 +70,25 @@ def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failur
     return entry
 
 
+def _inconsistency_json(item: Any) -> dict[str, Any]:
+    """The evidence of one disagreement between trainings, for people and programs."""
+    return {
+        "kind": item.kind,
+        "explanation": item.explanation,
+        "configurations": [
+            {
+                "on": sorted(rule.name for rule in config),
+                "trainings": [
+                    {"repeat": obs.repeat, "outcome": obs.outcome.value, "near_threshold": obs.near_threshold}
+                    for obs in observations
+                ],
+                "verdict": verdict.value,
+            }
+            for config, observations, verdict in zip(item.configs, item.observations, item.verdicts)
+        ],
+    }
+
+
 def _rules_json(rules: frozenset[Rule]) -> list[dict[str, str]]:
     return [rule.to_json() for rule in sorted(rules)]
 
@@ -125,6 +144,9 @@ def build_report(
         "fix_verified": False,
         "fix_config": None,
         "smallest_failing": None,
+        "flaky": False,
+        "confirmed": False,
+        "inconsistencies": [],
     }
     if threshold is not None:
         report["threshold"] = {
@@ -156,6 +178,9 @@ def build_report(
             )
         if result.smallest_failing is not None:
             report["smallest_failing"] = sorted(rule.name for rule in result.smallest_failing)
+        report["flaky"] = bool(result.flaky)
+        report["confirmed"] = bool(result.confirmed)
+        report["inconsistencies"] = [_inconsistency_json(item) for item in result.inconsistencies]
     if status == "budget_exhausted":
         report["continue_with"] = (
             f"fusion-dd resume --state-dir {display_path(config.state_dir)} "
@@ -315,6 +340,11 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         lines.append(f"  switched off: {', '.join(report['switched_off']) or 'nothing'}; every other fusion stays on")
     if report.get("smallest_failing") and report["status"] != "found":
         lines.append(f"  smallest failing configuration so far: {len(report['smallest_failing'])} rules on")
+    if report.get("flaky"):
+        lines.append(
+            f"  FLAKY: trainings disagreed {len(report.get('inconsistencies') or [])} time(s); the answer rests on "
+            "majority votes of repeated trainings (evidence in report.json: inconsistencies)"
+        )
     early = report.get("early_stops") or {}
     if early.get("trainings"):
         lines.append(

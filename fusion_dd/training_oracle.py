@@ -1,10 +1,16 @@
 """The oracle that answers a strategy's questions with real trainings.
 
-It is the only place where the pure search meets the world: cached answers come
-from the journal, the rest are trained in parallel over the device pool, and the
-budget is enforced here. Because cached answers are free and the strategies are
-deterministic, running a search again from the start replays every finished
-training instantly and launches only what was never finished: that is resume.
+It is the only place where the pure search meets the world: settled answers
+come from the journal, the rest are trained in parallel over the device pool,
+and the budget is enforced here. Because cached answers are free and the
+strategies are deterministic, running a search again from the start replays
+every finished training instantly and launches only what was never finished:
+that is resume.
+
+Repeats (``retest``) follow the ``RepeatOracle`` contract of
+``fusion_dd.search.oracle``: repeat indices are counted per session (``_asked``),
+never read from the journal, so a replay asks exactly the (configuration,
+repeat) pairs the interrupted session asked.
 """
 
 from __future__ import annotations
@@ -13,19 +19,16 @@ from collections.abc import Callable, Sequence
 
 from .rules import Rule
 from .scoring import Threshold
-from .search.oracle import BudgetExhausted, Outcome
+from .search.oracle import BudgetExhausted, Observation, Outcome
 from .state import ConfigKey, TrialState
 
 # Launch a batch of (configuration, repeat) keys, in order; once a finished
-# training satisfies ``stop_after`` the later ones may be cancelled. Returns the
-# finished trials by key (keys that never finished are absent).
-BatchLauncher = Callable[
-    [Sequence[ConfigKey], Callable[[TrialState], bool] | None], dict[ConfigKey, TrialState]
-]
+# training satisfies ``stop_after`` the later ones may be cancelled.
+BatchLauncher = Callable[[Sequence[ConfigKey], Callable[[TrialState], bool] | None], object]
 
 
 class TrainingOracle:
-    """Oracle[Rule] backed by the journal's cache and a batch launcher."""
+    """RepeatOracle[Rule] backed by the journal's cache and a batch launcher."""
 
     def __init__(
         self,
@@ -35,12 +38,17 @@ class TrainingOracle:
         cached: Callable[[ConfigKey], TrialState | None],
         launch: BatchLauncher,
         remaining_budget: Callable[[], int],
+        margin: float = 0.0,
+        repeats: bool = True,
     ) -> None:
         self.threshold = threshold
         self.crash_is_failure = crash_is_failure
+        self.margin = margin
+        self.supports_repeats = repeats
         self._cached = cached
         self._launch = launch
         self._remaining_budget = remaining_budget
+        self._asked: dict[frozenset[str], int] = {}
         self.smallest_failing: frozenset[Rule] | None = None
         self.rounds = 0
 
@@ -51,8 +59,15 @@ class TrainingOracle:
         assert measurement is not None, "only finished trials have a verdict"
         return self.threshold.verdict(measurement, self.crash_is_failure)
 
-    def _known(self, config: frozenset[Rule]) -> Outcome | None:
-        trial = self._cached(_key(config))
+    def near_threshold(self, trial: TrialState) -> bool:
+        """The metric landed within ``margin`` of the limit: a verdict to weigh lightly."""
+        measurement = trial.measurement
+        if self.margin <= 0 or measurement is None or not measurement.has_value or measurement.value is None:
+            return False
+        return abs(measurement.value - self.threshold.limit) < self.margin
+
+    def _known(self, config: frozenset[Rule], repeat: int = 0) -> Outcome | None:
+        trial = self._cached(_key(config, repeat))
         if trial is None:
             return None
         verdict = self.verdict_of(trial)
@@ -64,16 +79,26 @@ class TrainingOracle:
         if self.smallest_failing is None or len(config) < len(self.smallest_failing):
             self.smallest_failing = config
 
+    # -- repeat bookkeeping -------------------------------------------------------
+
+    def note_asked(self, config: frozenset[Rule], count: int) -> None:
+        """Count trainings made outside the strategy (the reference runs) as asked in this session."""
+        names = _names(config)
+        self._asked[names] = max(self._asked.get(names, 0), count)
+
+    def _mark_asked(self, configs: Sequence[frozenset[Rule]]) -> None:
+        for config in configs:
+            self.note_asked(config, 1)
+
     # -- running --------------------------------------------------------------
 
-    def _run(self, configs: Sequence[frozenset[Rule]], stop_on_failure: bool) -> bool:
-        """Train the distinct unsettled configurations, in order, as far as the budget allows.
+    def _run(self, keys: Sequence[ConfigKey], stop_on_failure: bool) -> bool:
+        """Train the distinct unsettled keys, in order, as far as the budget allows.
 
         Returns False when nothing could be launched (the budget is spent).
         """
         needed: list[ConfigKey] = []
-        for config in configs:
-            key = _key(config)
+        for key in keys:
             if key not in needed and self._cached(key) is None:
                 needed.append(key)
         needed = needed[: max(0, self._remaining_budget())]
@@ -89,32 +114,68 @@ class TrainingOracle:
         while True:
             # Walk in order: the answer is known once every configuration before
             # the first failure is settled. Only those still need training.
-            pending: list[frozenset[Rule]] = []
+            pending: list[ConfigKey] = []
             for index, config in enumerate(configs):
                 verdict = self._known(config)
                 if verdict is Outcome.FAIL:
                     if not pending:
+                        self._mark_asked(configs[: index + 1])
                         return index
                     break
                 if verdict is None:
-                    pending.append(config)
+                    pending.append(_key(config))
             else:
                 if not pending:
+                    self._mark_asked(configs)
                     return None
             # A retried training (crash, timeout) may need another round.
             if not self._run(pending, stop_on_failure=True):
                 raise BudgetExhausted(self.smallest_failing)
 
-    def outcomes(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
-        configs = [frozenset(config) for config in configs]
+    def _settle(self, requests: Sequence[tuple[frozenset[Rule], int]]) -> list[Outcome]:
+        """Verdicts of (configuration, repeat) pairs, training what is unsettled."""
         while True:
-            verdicts = [self._known(config) for config in configs]
+            verdicts = [self._known(config, repeat) for config, repeat in requests]
             if all(verdict is not None for verdict in verdicts):
                 return [verdict for verdict in verdicts if verdict is not None]
-            pending = [config for config, verdict in zip(configs, verdicts) if verdict is None]
+            pending = [_key(config, repeat) for (config, repeat), v in zip(requests, verdicts) if v is None]
             if not self._run(pending, stop_on_failure=False):
                 raise BudgetExhausted(self.smallest_failing)
 
+    def outcomes(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
+        configs = [frozenset(config) for config in configs]
+        verdicts = self._settle([(config, 0) for config in configs])
+        self._mark_asked(configs)
+        return verdicts
 
-def _key(config: frozenset[Rule]) -> ConfigKey:
-    return (frozenset(rule.name for rule in config), 0)
+    def retest(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
+        """The next repeat of each configuration (a configuration listed twice gets two)."""
+        configs = [frozenset(config) for config in configs]
+        next_repeat = dict(self._asked)
+        requests: list[tuple[frozenset[Rule], int]] = []
+        for config in configs:
+            names = _names(config)
+            repeat = next_repeat.get(names, 0)
+            requests.append((config, repeat))
+            next_repeat[names] = repeat + 1
+        verdicts = self._settle(requests)
+        self._asked = next_repeat
+        return verdicts
+
+    def trials(self, config: frozenset[Rule]) -> list[Observation]:
+        """Every training of ``config`` asked in this session, in repeat order."""
+        observations = []
+        for repeat in range(self._asked.get(_names(config), 0)):
+            trial = self._cached(_key(config, repeat))
+            if trial is None:
+                continue
+            observations.append(Observation(repeat, self.verdict_of(trial), self.near_threshold(trial)))
+        return observations
+
+
+def _names(config: frozenset[Rule]) -> frozenset[str]:
+    return frozenset(rule.name for rule in config)
+
+
+def _key(config: frozenset[Rule], repeat: int = 0) -> ConfigKey:
+    return (_names(config), repeat)

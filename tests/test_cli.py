@@ -310,3 +310,37 @@ def test_a_device_where_trainings_fail_to_start_is_set_aside(tmp_path):
     assert len(on_device_1) <= 3
     retried = [trial for trial in report["trials"] if trial["attempt"] == 2]
     assert retried and all(trial["device"] == "0" and trial["outcome"] != "unresolved" for trial in retried)
+
+
+def flaky_config(tmp_path: Path, budget: int) -> str:
+    """A training whose verdict flips on a seeded schedule (seed 1 flips a few mid-search trainings)."""
+    culprit = GRAPH[7]
+    write_config(
+        tmp_path, "--culprits", culprit, "--flip-rate", "0.12", "--seed", "1",
+        budget=budget, rules={"GraphFusion": GRAPH[:12], "UBFusion": []},
+    )
+    return culprit
+
+
+def test_a_flaky_training_still_yields_the_culprit_and_the_report_shows_the_evidence(tmp_path):
+    culprit = flaky_config(tmp_path, budget=80)
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert [[rule["name"] for rule in c["rules"]] for c in report["culprits"]] == [[culprit]]
+    assert report["flaky"] is True and report["inconsistencies"]
+    evidence = report["inconsistencies"][0]
+    assert evidence["explanation"] and evidence["configurations"][0]["trainings"]
+    assert any(trial["role"] == "repeat" and trial["repeat"] > 0 for trial in report["trials"])
+    assert "FLAKY" in result.stdout
+
+
+def test_resume_of_a_flaky_search_trains_no_repeat_twice(tmp_path):
+    culprit = flaky_config(tmp_path, budget=10)
+    assert fusion_dd("search", cwd=tmp_path).returncode == 3
+    resumed = fusion_dd("resume", "--budget", "80", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert [[rule["name"] for rule in c["rules"]] for c in report["culprits"]] == [[culprit]]
+    launched = launches(tmp_path)
+    assert len(set(launched)) == len(launched), "a (configuration, repeat) was trained twice"
