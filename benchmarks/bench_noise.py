@@ -38,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from results_file import replace_section
+
 REPO = Path(__file__).resolve().parents[1]
 for entry in (REPO, REPO / "benchmarks"):
     if str(entry) not in sys.path:
@@ -268,15 +270,8 @@ def render(
 
 
 def write_section(text: str, path: Path = RESULTS) -> None:
-    """Replace this script's section, keep every other section of the file."""
-    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        new = head + text.rstrip("\n") + tail
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new, encoding="utf-8")
+    """Replace this script's section of RESULTS.md, keeping every other section."""
+    replace_section(text, BEGIN, END, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,6 +47,10 @@ def write_demo_config(
     }
     if strategy is not None:
         document["search"]["strategy"] = strategy
+    if noise > 0:
+        # Noisy trainings: repeat the baseline so the report shows its spread and
+        # near-threshold verdicts get a margin.
+        document["score"] = {"baseline_repeats": 3}
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
