@@ -110,6 +110,7 @@ class Engine:
         self._retired: list[Device] = []
         self._some_device_works = False
         self._pool: DevicePool | None = None
+        self._reference_rounds = 0  # rounds of reference trainings this session (the oracle counts the rest)
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
         self._oracle: TrainingOracle | None = None
@@ -387,6 +388,7 @@ class Engine:
                 (lambda device, cancel, key=key, role=role: self._train(key, role, device, cancel))
                 for key, role in needed
             ]
+            self._reference_rounds += 1
             run_batch(jobs, self._devices(), cleanup_timeout=self.config.train.kill_grace + 30)
         if any(self._settled(key) is None for key, _ in keys):
             return None
@@ -507,7 +509,7 @@ class Engine:
             status=status,
             preconditions=pre,
             result=result,
-            rounds=self._oracle.rounds if self._oracle is not None else None,
+            rounds=self._reference_rounds + (self._oracle.rounds if self._oracle is not None else 0),
             message=message,
         )
 
