@@ -31,7 +31,7 @@ from .report import build_report, write_outputs
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES
-from .search.culprits import CulpritSearch, find_culprits
+from .search.culprits import CulpritSearch, choose_off_by_effect, find_culprits
 from .search.noise import NoisePolicy
 from .search.oracle import Outcome
 from .state import ConfigKey, SearchState, TrialState, definition_changes, encode_float, replay
@@ -151,6 +151,26 @@ class Engine:
             )
 
     # -- trainings -----------------------------------------------------------------
+
+    def _switch_off_chooser(self) -> Any:
+        """For an interacting set, switch off the rule that fused the fewest places in the all-on run.
+
+        The counts come from the all-on training's fusion_result.json; without one
+        the search layer's default choice applies.
+        """
+        all_on = self.state.cache().get((frozenset(rule.name for rule in self.rules), 0))
+        if all_on is None:
+            return None
+        try:
+            results = read_trial_results(self.state_dir / all_on.trial_dir)
+        except UsageError:
+            return None
+        effects: dict[Rule, int] = {}
+        for result in results:
+            for stats in result.graphs.values():
+                for rule, pass_stats in stats.items():
+                    effects[rule] = effects.get(rule, 0) + pass_stats.effect_times
+        return choose_off_by_effect(effects) if effects else None
 
     def _margin(self, pre: Preconditions) -> float:
         """How close to the limit a metric must land to count as a near-threshold verdict (re-trained)."""
@@ -492,6 +512,7 @@ class Engine:
             strategy,
             parallelism=len(self.config.train.devices),
             noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
+            choose_off=self._switch_off_chooser(),
         )
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})

@@ -39,11 +39,12 @@ OBEDIENT_TRAINING = textwrap.dedent(
     on = {name: section for name, section in rules.items()
           if "--ignore-switch" in sys.argv or switch.state(name, Section(section)) is not False}
     graph = {n: {"match_times": "1", "effect_times": "1"} for n, s in on.items() if s == "GraphFusion"}
-    ub = {n: {"match_times": "1", "effect_times": "1", "repository_hit_times": "0"}
+    ub = {n: {"match_times": "5", "effect_times": "5", "repository_hit_times": "0"}
           for n, s in on.items() if s == "UBFusion"}
     with open(os.path.join(os.environ["FUSION_DD_TRIAL_DIR"], "fusion_result.json"), "w") as f:
         json.dump({"session_and_graph_id_0_0": {"graph_fusion": graph, "ub_fusion": ub}}, f)
-    print("accuracy: %s" % (0.5 if "FixPipeAbilityProcessPass" in on else 0.9))
+    pair = "ConvToFullyConnectionFusionPass" in on and "TbeEltwiseFusionPass" in on
+    print("accuracy: %s" % (0.5 if "FixPipeAbilityProcessPass" in on or pair else 0.9))
     """
 )
 
@@ -98,9 +99,16 @@ def test_search_takes_rules_from_artifacts_and_names_culprit_layers(tmp_path):
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
     assert {rule["name"] for rule in report["candidates"]} == set(GRAPH_RULES) | {UB_RULE}
-    (culprit,) = report["culprits"]
+    by_kind = {culprit["kind"]: culprit for culprit in report["culprits"]}
+    culprit = by_kind["independent"]
     assert culprit["rules"] == [{"name": "FixPipeAbilityProcessPass", "section": "GraphFusion"}]
     assert culprit["where"]["FixPipeAbilityProcessPass"]["layers"] == ["dense_1/MatMul", "dense_1/BiasAdd"]
+    pair = by_kind["interacting"]
+    assert {rule["name"] for rule in pair["rules"]} == {"ConvToFullyConnectionFusionPass", UB_RULE}
+    # The UB rule fused 5 places in the all-on run, the graph rule 1: keep the bigger fusion on.
+    assert pair["switched_off"] == ["ConvToFullyConnectionFusionPass"]
+    assert "fewest places" in pair["reason"]
+    assert report["fix_verified"] is True
     assert "dense_1/MatMul" in result.stdout
     assert report["switch_check"] == {"applied": report["trainings"]}
 

@@ -17,7 +17,7 @@ so that it follows the corrected branch.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
@@ -110,6 +110,38 @@ def default_choose_off(culprit_set: frozenset[T]) -> tuple[T, str]:
         f"off {_label(chosen)} alone defeats it and keeps {others} on; chose {_label(chosen)} as {why}"
     )
     return chosen, reason
+
+
+def choose_off_by_effect(effects: Mapping[T, int]) -> Chooser:
+    """A chooser that keeps the most fusion on: switch off the rule that fused the fewest ops.
+
+    ``effects`` are the rules' ``effect_times`` in the all-on run's
+    ``fusion_result.json``. A rule that rewrote fewer places costs less
+    performance when it is switched off. Rules without a count, and ties, fall back
+    to ``default_choose_off``.
+    """
+
+    def choose(culprit_set: frozenset[T]) -> tuple[T, str]:
+        counted = {rule: effects[rule] for rule in culprit_set if rule in effects}
+        if len(counted) != len(culprit_set) or len(set(counted.values())) == 1:
+            return default_choose_off(culprit_set)
+        fewest = min(counted.values())
+        candidates = frozenset(rule for rule, count in counted.items() if count == fewest)
+        chosen = candidates if len(candidates) == 1 else None
+        if chosen is None:
+            pick, _ = default_choose_off(candidates)
+        else:
+            (pick,) = chosen
+        members = ", ".join(sorted(_label(r) for r in culprit_set))
+        kept = ", ".join(f"{_label(r)} ({counted[r]})" for r in sorted(culprit_set, key=_label) if r != pick)
+        reason = (
+            f"{{{members}}} fails only together and removing any one of them passes, so switching off "
+            f"{_label(pick)} alone defeats it; chose {_label(pick)} because it fused the fewest places in the "
+            f"all-on run ({counted[pick]}), which keeps the bigger fusions on: {kept}"
+        )
+        return pick, reason
+
+    return choose
 
 
 def _accepts(strategy: Strategy, keyword: str) -> bool:
