@@ -77,6 +77,8 @@ def _install_sigterm() -> None:
     """SIGTERM stops a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130."""
 
     def handler(signum: int, frame: Any) -> None:
+        # One stop is enough: a second SIGTERM must not cut the clean-up short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
