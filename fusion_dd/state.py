@@ -8,7 +8,8 @@ trainings finished, how much budget was used or which trainings were lost.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,31 +82,27 @@ class SearchState:
     sessions: list[dict[str, Any]] = field(default_factory=list)
     retired_devices: list[dict[str, Any]] = field(default_factory=list)
     start_record: dict[str, Any] | None = None
+    # Kept up to date by apply(): the engine asks for them once per question.
+    _by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
+    _attempts: dict[ConfigKey, int] = field(default_factory=dict, repr=False)
 
     @property
     def launched(self) -> int:
         """Trainings launched over the whole search, resumes included: what the budget caps."""
         return len(self.trials)
 
-    def cache(self) -> dict[ConfigKey, TrialState]:
-        """Finished trainings by (configuration, repeat).
+    def cache(self) -> Mapping[ConfigKey, TrialState]:
+        """Finished trainings by (configuration, repeat), read-only.
 
         A key may have several attempts (retries of crashed or timed-out
         trainings): the first attempt that produced a result wins, else the
         latest unresolved one, whose reason is then the one to report.
         """
-        result: dict[ConfigKey, TrialState] = {}
-        for trial in self.trials.values():
-            if trial.finished is None:
-                continue
-            current = result.get(trial.key)
-            if current is None or not current.resolved:
-                result[trial.key] = trial
-        return result
+        return MappingProxyType(self._by_key)
 
     def attempts(self, key: ConfigKey) -> int:
         """How many trainings of this (configuration, repeat) finished."""
-        return sum(1 for trial in self.trials.values() if trial.key == key and trial.finished is not None)
+        return self._attempts.get(key, 0)
 
     def open_trials(self) -> list[TrialState]:
         return [trial for trial in self.trials.values() if trial.open]
@@ -137,8 +134,12 @@ class SearchState:
             )
         elif kind == "trial_finished":
             trial = self.trials.get(record["trial_id"])
-            if trial is not None:
+            if trial is not None and trial.finished is None:
                 trial.finished = record
+                self._attempts[trial.key] = self._attempts.get(trial.key, 0) + 1
+                current = self._by_key.get(trial.key)
+                if current is None or not current.resolved:
+                    self._by_key[trial.key] = trial
         elif kind == "trial_cancelled":
             trial = self.trials.get(record["trial_id"])
             if trial is not None and trial.finished is None:
