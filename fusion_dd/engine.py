@@ -325,7 +325,8 @@ class Engine:
         keys: Sequence[ConfigKey],
         stop_after: Callable[[TrialState], bool] | None,
         role: str = "search",
-    ) -> dict[ConfigKey, TrialState]:
+    ) -> None:
+        """Train these keys over the device pool (repeats get the role "repeat"); results land in the journal."""
         pool = self._devices()
         jobs = [
             (
@@ -335,8 +336,7 @@ class Engine:
             )
             for key in keys
         ]
-        results = run_batch(jobs, pool, stop_after=stop_after, cleanup_timeout=self.config.train.kill_grace + 30)
-        return {trial.key: trial for trial in results if trial is not None}
+        run_batch(jobs, pool, stop_after=stop_after, cleanup_timeout=self.config.train.kill_grace + 30)
 
     def _load_baseline_curve(self) -> None:
         """The baseline's loss curve (the upper envelope of its repeats), once every baseline run finished."""

@@ -23,8 +23,9 @@ from .search.oracle import BudgetExhausted, Observation, Outcome
 from .state import ConfigKey, TrialState
 
 # Launch a batch of (configuration, repeat) keys, in order; once a finished
-# training satisfies ``stop_after`` the later ones may be cancelled.
-BatchLauncher = Callable[[Sequence[ConfigKey], Callable[[TrialState], bool] | None], object]
+# training satisfies ``stop_after`` the later ones may be cancelled. Results are
+# read back through ``cached``.
+BatchLauncher = Callable[[Sequence[ConfigKey], Callable[[TrialState], bool] | None], None]
 
 
 class TrainingOracle:
