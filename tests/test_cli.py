@@ -55,6 +55,18 @@ def write_config(tmp_path: Path, *train_args: str, budget: int = 100, **sections
     return path
 
 
+def start_search(tmp_path: Path, output: int) -> subprocess.Popen[str]:
+    """`fusion-dd search` in the background, for tests that signal or kill the coordinator."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "fusion_dd.cli", "search"],
+        cwd=tmp_path,
+        env=env(),
+        stdout=output,
+        stderr=output,
+        text=True,
+    )
+
+
 def launches(tmp_path: Path) -> list[tuple[tuple[str, ...], int]]:
     log = tmp_path / "launch.log"
     if not log.exists():
@@ -132,13 +144,7 @@ def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
 def test_resume_after_sigkill_never_retrains_a_finished_configuration(tmp_path):
     write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.6")
     state = tmp_path / ".fusion-dd"
-    coordinator = subprocess.Popen(
-        [sys.executable, "-m", "fusion_dd.cli", "search"],
-        cwd=tmp_path,
-        env=env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    coordinator = start_search(tmp_path, subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -227,14 +233,7 @@ def test_held_lock_is_a_clear_error(tmp_path):
 def test_sigterm_and_ctrl_c_stop_cleanly(tmp_path, sig, code):
     write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "30")
     state = tmp_path / ".fusion-dd"
-    coordinator = subprocess.Popen(
-        [sys.executable, "-m", "fusion_dd.cli", "search"],
-        cwd=tmp_path,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    coordinator = start_search(tmp_path, subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not (state / "trials" / "0002" / "supervisor.json").exists():
         assert time.monotonic() < deadline
