@@ -24,6 +24,7 @@ from typing import Any
 
 from .errors import UsageError
 from .rules import Rule, Section
+from .safe_read import SMALL_FILE_BYTES, loads_json, read_text
 
 ALL = "ALL"
 _TOP_LEVEL_KEYS = ("Switch", "Priority", "ExceptionalPassOfO1Level")
@@ -71,18 +72,12 @@ def parse_switch_text(text: str, source: str = "fusion_switch.cfg") -> SwitchFil
 def load_switch_file(path: str | Path) -> SwitchFile:
     """Read and parse a switch file, with a clear error when it is missing."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: switch file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read switch file ({exc})") from None
-    return parse_switch_text(text, str(path))
+    return parse_switch_text(read_text(path, "switch file", SMALL_FILE_BYTES), str(path))
 
 
 def _parse_json(text: str, source: str) -> SwitchFile:
     try:
-        document = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+        document = loads_json(text, source, "switch file", object_pairs_hook=_reject_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"{source}:{exc.lineno}: not valid JSON ({exc.msg}); "

@@ -27,6 +27,7 @@ import yaml
 
 from ..errors import UsageError
 from ..rules import Rule, Section, catalog, catalog_section
+from ..safe_read import FUSION_RESULT_BYTES, GRAPH_DUMP_BYTES, SMALL_FILE_BYTES, loads_json, too_deep
 from ..switch import parse_switch_text
 from .common import read_text, sort_rules
 from .discover import artifacts_in
@@ -125,8 +126,8 @@ def read_source(path: Path) -> _Evidence:
     """Read one file as whatever kind it is."""
     name = path.name
     if name.startswith("fusion_result") and name.endswith(".json"):
-        return _from_fusion_result(read_text(path, FUSION_RESULT), str(path))
-    text = read_text(path, "rule source")
+        return _from_fusion_result(read_text(path, FUSION_RESULT, FUSION_RESULT_BYTES), str(path))
+    text = read_text(path, "rule source", _size_limit(path))
     if name.startswith("ge_proto_") and path.suffix == ".txt":
         return _from_graph(graph_from_proto_text(text, str(path)), "graph_text")
     if path.suffix == ".cfg":
@@ -142,6 +143,13 @@ def read_source(path: Path) -> _Evidence:
     if lines and _PROTO_START.match(lines[0]):
         return _from_graph(graph_from_proto_text(text, str(path)), "graph_text")
     return _from_rule_list(text, str(path))
+
+
+def _size_limit(path: Path) -> int:
+    """Switch files and YAML lists are written by people; any other file may be a graph dump."""
+    if path.suffix in (".cfg", ".yaml", ".yml"):
+        return SMALL_FILE_BYTES
+    return GRAPH_DUMP_BYTES
 
 
 def _significant_lines(text: str) -> list[str]:
@@ -184,7 +192,7 @@ def _from_graph(model: GraphModel, kind: SourceKind) -> _Evidence:
 
 def _from_json(text: str, source: str) -> _Evidence:
     try:
-        document = json.loads(text)
+        document = loads_json(text, source, "rule source")
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data" and ('"graph_fusion"' in text or '"ub_fusion"' in text):
             return _from_fusion_result(text, source)  # graphs appended as objects
@@ -269,6 +277,8 @@ def _from_rule_document(document: Any, source: str) -> _Evidence:
 def _load_yaml(text: str, source: str) -> Any:
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise too_deep(source, "rule list") from None
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark is not None else "?"
         raise UsageError(f"{source}:{line}: not valid YAML ({exc.problem})") from None

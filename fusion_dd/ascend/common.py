@@ -7,23 +7,23 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..rules import Rule
+from ..safe_read import read_bytes
 
 
-def read_text(path: Path, what: str) -> str:
-    """A file's text, or a one-line UsageError that names the file and what was expected."""
+def read_text(path: Path, what: str, limit: int) -> str:
+    """A regular file's text of at most ``limit`` bytes, or a one-line UsageError naming it.
+
+    ``safe_read`` refuses FIFOs, devices, directories and oversized files before
+    reading; a file that is not UTF-8 is not any artifact fusion-dd reads.
+    """
+    data = read_bytes(path, what, limit)
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: {what} not found") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory, expected a {what} file") from None
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(
             f"{path}: not a UTF-8 text file; expected a {what} "
             "(GE dumps are protobuf text, atc --mode=5 writes JSON)"
         ) from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read {what} ({exc.strerror})") from None
 
 
 def sort_rules(rules: Iterable[Rule]) -> list[Rule]:

@@ -9,7 +9,9 @@ anyway or were undone, and parsing every stage costs time.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,14 +25,53 @@ BUILD_SUFFIX = "_Build.txt"
 
 def graph_dumps_in(directory: Path) -> list[Path]:
     """The graph dumps under a directory, only the ``Build`` stage when present."""
-    dumps = sorted(path for path in directory.rglob(GRAPH_DUMP_GLOB) if path.is_file())
+    dumps = _files_named(directory, GRAPH_DUMP_GLOB)
     build = [path for path in dumps if path.name.endswith(BUILD_SUFFIX)]
     return build or dumps
 
 
 def fusion_results_in(directory: Path) -> list[Path]:
     """Every ``fusion_result.json`` under a directory (e.g. ``$ASCEND_WORK_PATH/FE/<pid>/``)."""
-    return sorted(path for path in directory.rglob(FUSION_RESULT) if path.is_file())
+    return _files_named(directory, FUSION_RESULT)
+
+
+def _files_named(directory: Path, pattern: str) -> list[Path]:
+    """Every non-directory under ``directory`` whose name matches, sorted.
+
+    Iterative (``rglob`` recurses once per level, so a training that leaves a
+    directory tree a thousand levels deep in its trial dir would crash the
+    search); symlinked directories are not followed and unreadable ones are
+    skipped, as ``rglob`` does. A FIFO or device with a matching name is kept, so
+    that its reader names it instead of the file silently missing; a dangling
+    symlink is skipped.
+    """
+    found: list[Path] = []
+    pending = [directory]
+    while pending:
+        current = pending.pop()
+        try:
+            with os.scandir(current) as entries:
+                listed = list(entries)
+        except OSError:
+            continue
+        for entry in listed:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                pending.append(current / entry.name)
+            elif fnmatch.fnmatchcase(entry.name, pattern) and _exists(entry):
+                found.append(current / entry.name)
+    return sorted(found)
+
+
+def _exists(entry: os.DirEntry[str]) -> bool:
+    """A file, or a special file that is really there (a dangling symlink is not)."""
+    try:
+        return entry.is_file() or not entry.is_symlink()
+    except OSError:
+        return False
 
 
 def artifacts_in(directory: Path) -> list[Path]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..rules import Rule, Section
+from ..safe_read import FUSION_RESULT_BYTES, check_depth, too_deep
 from .common import read_text, sort_rules
 
 FILE_NAME = "fusion_result.json"
@@ -68,7 +69,7 @@ class FusionResult:
 def read_fusion_result(path: str | Path) -> FusionResult:
     """Read one ``fusion_result.json``; a malformed file is a UsageError naming it."""
     path = Path(path)
-    return parse_fusion_result(read_text(path, FILE_NAME), str(path))
+    return parse_fusion_result(read_text(path, FILE_NAME, FUSION_RESULT_BYTES), str(path))
 
 
 def parse_fusion_result(text: str, source: str) -> FusionResult:
@@ -111,6 +112,9 @@ def _json_objects(text: str, source: str) -> list[_Pairs]:
                 f"{source}:{exc.lineno}: not valid JSON ({exc.msg}); expected "
                 f"{FILE_NAME} as the compiler writes it"
             ) from None
+        except RecursionError:
+            raise too_deep(source, FILE_NAME) from None
+        check_depth(value, source, FILE_NAME)
         if not isinstance(value, _Pairs):
             raise UsageError(
                 f"{source}: the top level must be a JSON object with one key per graph"

@@ -13,6 +13,7 @@ enum name and ``s`` as plain strings, none of which that mapping accepts.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from google.protobuf import text_format
 
 from ..errors import UsageError
 from ..rules import Rule, Section
+from ..safe_read import GRAPH_DUMP_BYTES, MAX_JSON_DEPTH, loads_json, too_deep
 from .common import read_text, sort_rules
 from .ge_schema import message_class
 
@@ -112,7 +114,7 @@ def rules_of(graphs: Iterable[GraphModel]) -> list[Rule]:
 def load_graph(path: str | Path) -> GraphModel:
     """Read one graph dump, text or mode-5 JSON, told apart by content."""
     path = Path(path)
-    text = read_text(path, "graph dump")
+    text = read_text(path, "graph dump", GRAPH_DUMP_BYTES)
     if text.lstrip().startswith("{"):
         return graph_from_json_text(text, str(path))
     return graph_from_proto_text(text, str(path))
@@ -129,9 +131,13 @@ def graph_from_proto_text(text: str, source: str) -> GraphModel:
     """
     model = message_class("ModelDef")()
     try:
-        text_format.Merge(text, model, allow_unknown_field=True)
+        text_format.Merge(text, model, allow_unknown_field=True, **_DEPTH_OPTION)
     except text_format.ParseError as exc:
         raise UsageError(_parse_error_line(exc, source)) from None
+    except RecursionError:
+        # Fields our schema does not declare are skipped by recursion that
+        # max_recursion_depth does not bound; a dump nested that deep is hostile.
+        raise too_deep(source, "GE graph dump") from None
     graphs = []
     ops: list[GraphOp] = []
     for index, graph in enumerate(model.graph):
@@ -139,6 +145,15 @@ def graph_from_proto_text(text: str, source: str) -> GraphModel:
         graphs.append(graph_name)
         ops.extend(_op_from_proto(op, graph_name) for op in graph.op)
     return GraphModel(source=source, name=model.name, graphs=tuple(graphs), ops=tuple(ops))
+
+
+# protobuf >= 4.25 bounds the nesting of declared messages itself; older ones
+# only through Python's recursion limit (caught above).
+_DEPTH_OPTION = (
+    {"max_recursion_depth": MAX_JSON_DEPTH}
+    if "max_recursion_depth" in inspect.signature(text_format.Merge).parameters
+    else {}
+)
 
 
 def _parse_error_line(exc: text_format.ParseError, source: str) -> str:
@@ -208,7 +223,7 @@ def _decode(raw: bytes) -> str:
 def graph_from_json_text(text: str, source: str) -> GraphModel:
     """Parse the JSON written by ``atc --mode=5`` (or ``atc --json`` for an om)."""
     try:
-        document = json.loads(text)
+        document = loads_json(text, source, "atc --mode=5 JSON")
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"{source}:{exc.lineno}: not valid JSON ({exc.msg}); "
