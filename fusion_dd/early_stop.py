@@ -366,7 +366,7 @@ def _records_from_jsonl(chunk: bytes, tail: _Tail) -> list[tuple[int | None, flo
     for raw in lines:
         try:
             record = json.loads(raw.decode("utf-8", "replace"))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested 100,000 deep
             continue  # a corrupt line says nothing; metrics.py reports those
         report = _report_of(record)
         if report is not None:

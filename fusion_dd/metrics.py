@@ -273,7 +273,7 @@ def _scan_metrics_file(path: Path, key: str) -> _RecordScan:
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # a line nested past Python's recursion is not a record
             if complete:  # a torn last line is expected; anything else is noted
                 scan.skipped += 1
             continue
