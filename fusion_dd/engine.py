@@ -114,6 +114,7 @@ class Engine:
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
         self._oracle: TrainingOracle | None = None
+        self._unreadable_result_said = False
 
     # -- journal ----------------------------------------------------------------
 
@@ -301,6 +302,7 @@ class Engine:
                 "duration": round(run.duration, 3),
                 "log": str(Path(trial.trial_dir) / run.log_path.name),
                 "switch_check": check.status,
+                "switch_check_reason": check.message if check.status != "applied" else None,
                 "early_stop": dict(run.early_stop) if run.early_stop else None,
             }
         )
@@ -317,6 +319,11 @@ class Engine:
         try:
             results = read_trial_results(self.state_dir / trial.trial_dir)
         except UsageError as exc:
+            # A training can leave anything behind (a FIFO, a huge or deeply nested
+            # file): that only costs the proof, never the search. Said once per session.
+            if not self._unreadable_result_said:
+                self._unreadable_result_said = True
+                self.events.message(f"warning: trial #{trial.trial_id}: switch check unverified: {exc}")
             return SwitchCheck("unverified", f"unreadable fusion_result.json: {exc}")
         return check_switch_applied(results, self.rules, self._config_rules(trial.config))
 
