@@ -22,6 +22,7 @@ from .early_stop import EarlyStopRule
 from .errors import UsageError
 from .metrics import DEFAULT_LOSS_PATTERN
 from .rules import Rule, Section
+from .safe_read import SMALL_FILE_BYTES, read_text, too_deep
 from .switch import SwitchFile, load_switch_file
 
 DEFAULT_CONFIG_NAME = "fusion-dd.yaml"
@@ -274,17 +275,16 @@ class _StrictLoader(yaml.SafeLoader):
 def load_config(path: Path) -> SearchConfig:
     """Read and validate a config file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         raise UsageError(
             f"{path}: config file not found; write one (see the README's config "
             "reference) or pass -c/--config"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read the config file ({exc})") from None
+        )
+    text = read_text(path, "config file", SMALL_FILE_BYTES)  # not a FIFO, not /dev/zero
     try:
         document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise too_deep(str(path), "config file") from None
     except _DuplicateKeyError as exc:
         raise UsageError(f"{path}:{exc.line}: duplicate key {exc.key!r}; YAML would silently keep the last one") from None
     except yaml.YAMLError as exc:
