@@ -15,7 +15,6 @@ environment variables (see :data:`PLACEHOLDERS`).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -31,6 +30,8 @@ from typing import Any, Protocol
 
 import fusion_dd
 
+from .errors import UsageError
+from .safe_read import SMALL_FILE_BYTES, loads_json, read_text
 from .supervisor import (
     LAUNCH_FILE,
     LOG_FILE,
@@ -537,10 +538,14 @@ def _supervisor_env() -> dict[str, str]:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from a file written atomically; None when absent or unreadable."""
+    """A JSON object from a file written atomically; None when absent or unreadable.
+
+    The training runs in its trial dir and can replace these files with anything
+    (a FIFO, a huge or deeply nested file): read them like any artifact.
+    """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = loads_json(read_text(path, path.name, SMALL_FILE_BYTES), str(path), path.name)
+    except (UsageError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
