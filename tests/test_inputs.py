@@ -204,3 +204,36 @@ def test_search_refuses_a_config_that_is_not_a_readable_file(tmp_path, problem):
         config = Path(problem)
     result = fusion_dd("search", "--dry-run", "-c", str(config), cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, str(config), "nested" if problem == "nested" else "not a regular file")
+
+
+def test_trial_files_a_training_replaced_read_as_unreadable(tmp_path):
+    # The training runs in its trial dir and can overwrite supervisor.json & co.
+    from fusion_dd.trial import _read_json
+
+    (tmp_path / "supervisor.json").write_text('{"a": ' * DEPTH + "1" + "}" * DEPTH)
+    os.mkfifo(tmp_path / "status.json")
+    assert _read_json(tmp_path / "supervisor.json") is None
+    assert _read_json(tmp_path / "status.json") is None
+    (tmp_path / "supervisor.json").write_text('{"supervisor_pid": 12}')
+    assert _read_json(tmp_path / "supervisor.json") == {"supervisor_pid": 12}
+
+
+def test_safe_read_bounds(tmp_path):
+    from fusion_dd.errors import UsageError
+    from fusion_dd.safe_read import MAX_JSON_DEPTH, loads_json, read_bytes
+
+    at_limit = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert loads_json(at_limit, "x", "thing") is not None
+    with pytest.raises(UsageError, match="x: nested more than 100 levels"):
+        loads_json("[" + at_limit + "]", "x", "thing")
+    # Object pairs count one level per object, not two.
+    pairs = loads_json('{"a": ' * MAX_JSON_DEPTH + "1" + "}" * MAX_JSON_DEPTH, "x", "thing", object_pairs_hook=list)
+    assert pairs
+    (tmp_path / "ten").write_bytes(b"0123456789")
+    assert read_bytes(tmp_path / "ten", "thing", 10) == b"0123456789"
+    with pytest.raises(UsageError, match="ten: 10 bytes, more than the 9 bytes"):
+        read_bytes(tmp_path / "ten", "thing", 9)
+    with pytest.raises(UsageError, match="not a regular file \\(a directory\\)"):
+        read_bytes(tmp_path, "thing", 10)
+    if Path("/proc/self/status").exists():  # size 0 in stat, content when read
+        assert b"Name" in read_bytes("/proc/self/status", "thing", 1 << 20)
