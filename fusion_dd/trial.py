@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import fusion_dd
 
+from . import strays
 from .supervisor import (
     LAUNCH_FILE,
     LOG_FILE,
@@ -600,23 +601,13 @@ def _kill_strays(trial_dir: Path) -> int:
     """SIGKILL processes left from a trial whose supervisor died; returns how many.
 
     They are recognised by ``FUSION_DD_TRIAL_DIR`` in their initial environment,
-    which every process of the training inherits, so a reused pid is never hit.
+    which every process of the training inherits (``setsid`` daemons too), so a
+    reused pid is never hit. Without the supervisor there is no ancestry to
+    follow: its orphans were re-parented away (see :mod:`fusion_dd.strays`).
     """
-    marker = f"{PLACEHOLDERS['trial_dir']}={trial_dir}".encode("utf-8", "surrogateescape")
-    killed = 0
-    me = os.getpid()
-    for pid in _pids():
-        if pid == me:
-            continue
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-    return killed
+    launch_env = (_read_json(trial_dir / LAUNCH_FILE) or {}).get("env")
+    marker = launch_env.get(strays.TRIAL_DIR_ENV) if isinstance(launch_env, dict) else None
+    return strays.kill_now(str(marker) if marker else str(trial_dir))
 
 
 __all__ = [
