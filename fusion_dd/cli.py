@@ -25,7 +25,7 @@ from .report import display_path, summary_lines
 from .state import replay
 from .status import status_lines
 from .switch import render_switch
-from .trial import PLACEHOLDERS, substitute
+from .trial import PLACEHOLDERS, substitute, substitute_command
 
 app = typer.Typer(
     name="fusion-dd",
@@ -141,7 +141,7 @@ def _dry_run(config: SearchConfig) -> None:
             "device": ",".join(device),
             "trial_id": "0001",
         }
-        argv = [substitute(part, values) for part in config.train.command]
+        argv = substitute_command(config.train.command, values)
         workdir = substitute(config.train.workdir, values)
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")

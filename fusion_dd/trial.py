@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import fusion_dd
 
-from . import strays
+from . import shell, strays
 from .supervisor import (
     LAUNCH_FILE,
     LOG_FILE,
@@ -199,6 +199,21 @@ def substitute(argv_element: str, values: Mapping[str, str]) -> str:
     return _TOKEN.sub(replace, argv_element)
 
 
+def substitute_command(command: Sequence[str], values: Mapping[str, str]) -> list[str]:
+    """The training's argv with its placeholders replaced (what runs, and what ``--dry-run`` shows).
+
+    Each element as :func:`substitute` does, except the script of a shell
+    invocation (``bash -c "..."``), where each value is shell-quoted for where
+    it stands, so that a path with a space or a ``$(...)`` stays one literal
+    word (:mod:`fusion_dd.shell`).
+    """
+    script = shell.script_index([str(part) for part in command])
+    return [
+        shell.substitute_script(str(part), values) if position == script else substitute(str(part), values)
+        for position, part in enumerate(command)
+    ]
+
+
 def placeholder_values(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, str]:
     """The value of each placeholder for this trial (absolute paths)."""
     directory = trial_dir if trial_dir is not None else _absolute(spec.trial_dir)
@@ -222,7 +237,7 @@ def resolve_launch(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, 
     """
     directory = trial_dir if trial_dir is not None else _absolute(spec.trial_dir)
     values = placeholder_values(spec, directory)
-    argv = [substitute(str(part), values) for part in spec.command]
+    argv = substitute_command(spec.command, values)
     workdir = substitute(spec.workdir, values) if spec.workdir else ""
     workdir_path = Path(workdir).expanduser()
     if not workdir_path.is_absolute():
@@ -622,4 +637,5 @@ __all__ = [
     "resolve_launch",
     "start_trial",
     "substitute",
+    "substitute_command",
 ]

@@ -1,5 +1,5 @@
-"""Processes through the CLI: signals stop every training, strays die with their trial.
-Real subprocesses, generous bounds.
+"""Processes through the CLI: signals stop every training, strays die with their trial,
+placeholders in shell scripts are quoted. Real subprocesses, generous bounds.
 
 The trainings here are tests/fakes/fake_train.py; a "setsid child" is a grandchild
 that left the training's process group and session, like a daemonized worker.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -207,3 +208,42 @@ def test_setsid_grandchildren_do_not_outlive_their_trials(tmp_path: Path) -> Non
         assert not alive, f"{len(alive)} of {len(children)} setsid grandchildren outlived the search"
     finally:
         kill_leftovers(state)
+
+
+SHELL_STATE_DIR = "state $(touch pwned) x"
+
+
+def shell_command(shell: list[str]) -> list[str]:
+    """A training run through a shell script whose placeholders sit unquoted and quoted."""
+    training = " ".join(shlex.quote(part) for part in fake("--culprits", CULPRIT))
+    script = (
+        f"{training} --switch-file {{switch_file}} --launch-log \"{{trial_dir}}/launch.log\""
+        f" | tee {{trial_dir}}/tee.log"
+    )
+    return [*shell, script]
+
+
+@pytest.mark.parametrize("shell", [["bash", "-c"], ["sh", "-ec"]], ids=["bash -c", "sh -ec"])
+def test_placeholders_in_a_shell_script_are_quoted(tmp_path: Path, shell: list[str]) -> None:
+    write_config(tmp_path, shell_command(shell), [0, 1], state_dir=SHELL_STATE_DIR)
+    state = tmp_path / SHELL_STATE_DIR
+
+    result = fusion_dd("search", cwd=tmp_path)
+    assert not list(tmp_path.rglob("pwned")), "a state path ran a command"
+    assert result.returncode == 0, result.stderr
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == "found", report.get("message")
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    for trial in report["trials"]:
+        trial_dir = state / "trials" / trial["trial_id"]
+        assert "accuracy" in (trial_dir / "tee.log").read_text()
+        assert (trial_dir / "launch.log").exists()
+
+    # The dry run shows what really ran (trial 0001's own paths).
+    shown = fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [line for line in shown.stdout.splitlines() if line.startswith("  ASCEND_DEVICE_ID=0 ")]
+    argv = shlex.split(line.split(") ", 1)[1])
+    assert shlex.quote(str(state / "trials" / "0001" / "fusion_switch.cfg")) in argv[-1]
+    launch = json.loads((state / "trials" / "0001" / "launch.json").read_text())
+    assert launch["argv"] == argv
