@@ -136,13 +136,15 @@ class BatchRun(Generic[R]):
 
         # A daemon: if a training cannot be stopped within cleanup_timeout,
         # fusion-dd must still be able to exit (its supervisor goes on killing it).
-        threading.Thread(target=drive, name="fusion-dd-batch", daemon=True).start()
+        driver = threading.Thread(target=drive, name="fusion-dd-batch", daemon=True)
         try:
+            driver.start()
             while not done.wait(0.5):
                 pass
         except BaseException:
             self.cancel_all()
-            self._wait_shielded(done, cleanup_timeout)
+            if driver.ident is not None:  # it started: wait for its clean-up
+                self._wait_shielded(done, cleanup_timeout)
             raise
         if failure:
             raise failure[0]

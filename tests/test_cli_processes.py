@@ -99,12 +99,19 @@ def kill_leftovers(state: Path) -> None:
                 pass
 
 
-def interrupt_and_check(coordinator: subprocess.Popen[str], sig: int, trial_dir: Path) -> None:
-    """Signal the coordinator while ``trial_dir``'s training runs; it must stop it and exit 130 in time."""
+def interrupt_and_check(coordinator: subprocess.Popen[str], sig: int, trial_dir: Path, twice: bool = False) -> None:
+    """Signal the coordinator while ``trial_dir``'s training runs; it must stop it and exit 130 in time.
+
+    ``twice``: the signal again during the clean-up (an impatient user); it must not cut it short.
+    """
     record = supervisor_record(trial_dir)
     assert "training_pgid" in record, record
     sent = time.monotonic()
     coordinator.send_signal(sig)
+    if twice:
+        time.sleep(0.5)
+        assert coordinator.poll() is None, "stopped before its training was killed"
+        coordinator.send_signal(sig)
     try:
         out, err = coordinator.communicate(timeout=KILL_GRACE + 60)
     except subprocess.TimeoutExpired:
@@ -147,9 +154,19 @@ LONE = {
 }
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize("layout", list(LONE))
-def test_a_signal_stops_a_training_that_runs_alone(tmp_path: Path, sig: int, layout: str) -> None:
+SIGNALS = {"SIGTERM": (signal.SIGTERM, False), "SIGINT": (signal.SIGINT, False), "SIGINT twice": (signal.SIGINT, True)}
+CASES = [
+    ("one device", "SIGTERM"),
+    ("one device", "SIGINT"),
+    ("one device", "SIGINT twice"),
+    ("batch of one", "SIGTERM"),
+    ("batch of one", "SIGINT"),
+]
+
+
+@pytest.mark.parametrize("layout, signals", CASES, ids=[f"{layout}-{signals}" for layout, signals in CASES])
+def test_a_signal_stops_a_training_that_runs_alone(tmp_path: Path, layout: str, signals: str) -> None:
+    sig, twice = SIGNALS[signals]
     devices, sections = LONE[layout]
     # It ignores SIGTERM: only the supervisor's SIGKILL after kill_grace ends it.
     write_config(
@@ -160,7 +177,7 @@ def test_a_signal_stops_a_training_that_runs_alone(tmp_path: Path, sig: int, lay
     try:
         wait_for_training(state / "trials" / "0001", coordinator)
         assert not (state / "trials" / "0002").exists(), "the training was not alone"
-        interrupt_and_check(coordinator, sig, state / "trials" / "0001")
+        interrupt_and_check(coordinator, sig, state / "trials" / "0001", twice)
     finally:
         if coordinator.poll() is None:
             coordinator.kill()
