@@ -133,11 +133,19 @@ def _quote(stack: Sequence[str], value: str) -> str:
     return quoted
 
 
+def _substitute_line(line: str, values: Mapping[str, str], context: Sequence[str]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return _quote(context, values[name]) if name in values else match.group(0)
+
+    return _TOKEN.sub(replace, line)
+
+
 def substitute_script(script: str, values: Mapping[str, str]) -> str:
     """Replace each known ``{name}`` in a shell script by its value, quoted for where it stands."""
     out: list[str] = []
     stack = ["plain"]
-    pending: list[tuple[str, bool]] = []  # here-documents opened on this line: (delimiter, strip tabs)
+    pending: list[tuple[str, bool, bool]] = []  # here-documents opened on this line
     index = 0
     length = len(script)
     while index < length:
@@ -209,8 +217,11 @@ def substitute_script(script: str, values: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-def _heredoc_word(script: str, opener: re.Match[str], pending: list[tuple[str, bool]]) -> int:
-    """Note the here-document opened by ``<<`` at ``opener``; returns the index after its word."""
+def _heredoc_word(script: str, opener: re.Match[str], pending: list[tuple[str, bool, bool]]) -> int:
+    """Note the here-document opened by ``<<`` at ``opener``; returns the index after its word.
+
+    Noted as (delimiter, strip leading tabs (``<<-``), delimiter quoted: the body is literal).
+    """
     start = opener.end()
     end = start
     while end < len(script) and not _WORD_END.match(script, end):
@@ -218,22 +229,20 @@ def _heredoc_word(script: str, opener: re.Match[str], pending: list[tuple[str, b
     word = script[start:end]
     quoted = any(quote in word for quote in "'\"\\")
     delimiter = word.replace("\\", "").replace("'", "").replace('"', "")
-    pending.append((("'" if quoted else "") + delimiter, opener.group(1) == "-"))
+    pending.append((delimiter, opener.group(1) == "-", quoted))
     return end
 
 
 def _heredoc_bodies(
     script: str,
     index: int,
-    pending: list[tuple[str, bool]],
+    pending: list[tuple[str, bool, bool]],
     values: Mapping[str, str],
     out: list[str],
     stack: Sequence[str],
 ) -> int:
     """Copy the bodies of the here-documents that start at ``index``; returns the index after them."""
-    for marked, strip_tabs in pending:
-        quoted = marked.startswith("'")
-        delimiter = marked[1:] if quoted else marked
+    for delimiter, strip_tabs, quoted in pending:
         context = [*stack, "heredoc_literal" if quoted else "heredoc"]
         while index < len(script):
             end = script.find("\n", index)
@@ -244,8 +253,6 @@ def _heredoc_bodies(
                 out.append(line)
                 index = end
                 break
-            out.append(
-                _TOKEN.sub(lambda m: _quote(context, values[m.group(1)]) if m.group(1) in values else m.group(0), line)
-            )
+            out.append(_substitute_line(line, values, context))
             index = end
     return index

@@ -113,10 +113,10 @@ def interrupt_and_check(coordinator: subprocess.Popen[str], sig: int, trial_dir:
         assert coordinator.poll() is None, "stopped before its training was killed"
         coordinator.send_signal(sig)
     try:
-        out, err = coordinator.communicate(timeout=KILL_GRACE + 60)
+        _, err = coordinator.communicate(timeout=KILL_GRACE + 60)
     except subprocess.TimeoutExpired:
         coordinator.kill()
-        out, err = coordinator.communicate()
+        _, err = coordinator.communicate()
         pytest.fail(f"fusion-dd did not stop on signal {sig}: {err}")
     took = time.monotonic() - sent
     assert coordinator.returncode == 130, err
