@@ -67,6 +67,35 @@ def _environ_has(pid: int, marker: bytes) -> bool:
     return marker in environ.split(b"\0")
 
 
+Stat = tuple[str, int, int, int]
+
+
+def _scan() -> dict[int, Stat]:
+    return {pid: stat for pid in _pids() if (stat := _stat(pid)) is not None}
+
+
+def _trial_processes(trial_dir: str, root: int | None) -> dict[int, Stat]:
+    """Every live process of the trial (see :func:`find`), with its stat."""
+    me = os.getpid()
+    stats = _scan()
+    found: dict[int, Stat] = {}
+    if root is not None:
+        children: dict[int, list[int]] = {}
+        for pid, (_, ppid, _, _) in stats.items():
+            children.setdefault(ppid, []).append(pid)
+        stack = [root]
+        while stack:
+            for child in children.get(stack.pop(), []):
+                if child not in found:
+                    found[child] = stats[child]
+                    stack.append(child)
+    marker = f"{TRIAL_DIR_ENV}={trial_dir}".encode("utf-8", "surrogateescape")
+    for pid, stat in stats.items():
+        if pid not in found and pid != me and _environ_has(pid, marker):
+            found[pid] = stat
+    return {pid: stat for pid, stat in found.items() if pid not in (me, root) and stat[0] != "Z"}
+
+
 def find(trial_dir: str, root: int | None = None, outside: int | None = None) -> Processes:
     """Live processes of this trial: descendants of ``root`` and carriers of its marker.
 
@@ -77,28 +106,7 @@ def find(trial_dir: str, root: int | None = None, outside: int | None = None) ->
     themselves are never included; nor are zombies (they have ended; their
     parent reaps them).
     """
-    me = os.getpid()
-    stats = {pid: stat for pid in _pids() if (stat := _stat(pid)) is not None}
-    found: Processes = {}
-    if root is not None:
-        children: dict[int, list[int]] = {}
-        for pid, (_, ppid, _, _) in stats.items():
-            children.setdefault(ppid, []).append(pid)
-        stack = [root]
-        while stack:
-            for child in children.get(stack.pop(), []):
-                if child not in found:
-                    found[child] = stats[child][3]
-                    stack.append(child)
-    marker = f"{TRIAL_DIR_ENV}={trial_dir}".encode("utf-8", "surrogateescape")
-    for pid, (_, _, _, start) in stats.items():
-        if pid not in found and pid != me and _environ_has(pid, marker):
-            found[pid] = start
-    return {
-        pid: start
-        for pid, start in found.items()
-        if pid not in (me, root) and stats[pid][0] != "Z" and stats[pid][2] != outside
-    }
+    return {pid: stat[3] for pid, stat in _trial_processes(trial_dir, root).items() if stat[2] != outside}
 
 
 def alive(processes: Processes) -> Processes:
@@ -118,12 +126,6 @@ def send(processes: Processes, sig: int) -> None:
             os.kill(pid, sig)
 
 
-def _signal_group(pgid: int | None, sig: int) -> None:
-    if pgid is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-
-
 def terminate(
     trial_dir: str,
     root: int | None = None,
@@ -138,27 +140,39 @@ def terminate(
     wait up to ``grace`` s, then SIGKILL what is left.
 
     One grace period for all, so a stray never doubles the time a cancellation
-    takes. ``also_done`` says whether the caller's own part has ended (the
-    supervisor: its training reaped and its group empty); ``on_poll`` runs every
-    poll (the supervisor reaps its children there, re-parented strays included).
-    Processes forked meanwhile are looked for every ``_RESCAN_SECONDS``. The
-    SIGKILL phase lasts at most ``give_up`` seconds. Returns what was found.
+    takes. The group is signalled with ``killpg`` (one signal per member, no
+    fork race), once per phase, and only while one of the trial's own
+    processes is in it: a group number whose members are all gone may have
+    been reused. (Without ``/proc`` the group is signalled as before.) ``also_done`` says
+    whether the caller's own part has ended (the supervisor: its training
+    reaped and its group empty); ``on_poll`` runs every poll (the supervisor
+    reaps its children there, re-parented strays included). Processes forked
+    meanwhile are looked for every ``_RESCAN_SECONDS``. The SIGKILL phase lasts
+    at most ``give_up`` seconds. Returns the processes found outside the group.
     """
-    found = find(trial_dir, root, outside=pgid)
+    found: Processes = {}
+    procfs = os.path.isdir("/proc/self")
+
+    def scan(sig: int, group: bool) -> None:
+        everything = _trial_processes(trial_dir, root)
+        if group and pgid is not None and (not procfs or any(stat[2] == pgid for stat in everything.values())):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+        new = {pid: stat[3] for pid, stat in everything.items() if stat[2] != pgid and pid not in found}
+        found.update(new)
+        send(new, sig)
+
     for sig, limit in ((signal.SIGTERM, max(grace, 0.0)), (signal.SIGKILL, give_up)):
-        _signal_group(pgid, sig)
-        send(found, sig)
+        if sig == signal.SIGKILL:
+            send(found, sig)
+        scan(sig, group=True)
         deadline = time.monotonic() + limit
         scanned = time.monotonic()
         while True:
             on_poll()
             if time.monotonic() - scanned >= _RESCAN_SECONDS:
                 scanned = time.monotonic()
-                new = {
-                    pid: start for pid, start in find(trial_dir, root, outside=pgid).items() if pid not in found
-                }
-                found.update(new)
-                send(new, sig)
+                scan(sig, group=False)  # the group had its signal
             if also_done() and not alive(found):
                 return found
             if time.monotonic() >= deadline:

@@ -248,6 +248,17 @@ def test_a_setsid_grandchild_ends_with_its_trial(tmp_path: Path, ending: str, cl
             os.kill(child, signal.SIGKILL)
 
 
+def test_a_cancelled_training_gets_one_sigterm_however_long_the_grace(tmp_path: Path) -> None:
+    """Some launchers read a second SIGTERM as "abort the clean-up now"."""
+    script = "trap 'echo TERM' TERM; echo ready; while :; do sleep 0.05; done"
+    handle = start_trial(make_spec(tmp_path, command=["bash", "-c", script], grace=1.5))
+    assert eventually(lambda: "ready" in (handle.trial_dir / "output.log").read_text())
+    handle.cancel()
+    run = handle.wait(poll=0.05)
+    assert run.cancelled and run.signal == signal.SIGKILL
+    assert run.log_path.read_text().count("TERM") == 1
+
+
 def test_a_setsid_grandchild_of_a_lost_supervisor_is_killed_on_adoption(tmp_path: Path) -> None:
     handle = start_trial(make_spec(tmp_path, "--hang", "--setsid-child"))
     child = setsid_child(handle.trial_dir)
