@@ -25,7 +25,7 @@ from .report import display_path, summary_lines
 from .state import replay
 from .status import status_lines
 from .switch import render_switch
-from .trial import PLACEHOLDERS, substitute
+from .trial import PLACEHOLDERS, substitute, substitute_command
 
 app = typer.Typer(
     name="fusion-dd",
@@ -74,14 +74,26 @@ def _load(
 
 
 def _install_sigterm() -> None:
-    """SIGTERM stops a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130."""
+    """SIGTERM stops a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130.
+
+    The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread
+    (where the engine waits for its trainings, see :mod:`fusion_dd.executor`);
+    later ones are ignored, because one stop is enough and a second Ctrl-C must
+    not cut short the killing of the trainings or the writing of the journal and
+    report. A Python-level no-op rather than ``SIG_IGN``, which child processes
+    would inherit.
+    """
+
+    def stopping(signum: int, frame: Any) -> None:
+        pass
 
     def handler(signum: int, frame: Any) -> None:
-        # One stop is enough: a second SIGTERM must not cut the clean-up short.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, stopping)
+        signal.signal(signal.SIGINT, stopping)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
 
 
 def _warn(config: SearchConfig) -> None:
@@ -129,7 +141,7 @@ def _dry_run(config: SearchConfig) -> None:
             "device": ",".join(device),
             "trial_id": "0001",
         }
-        argv = [substitute(part, values) for part in config.train.command]
+        argv = substitute_command(config.train.command, values)
         workdir = substitute(config.train.workdir, values)
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")

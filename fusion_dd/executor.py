@@ -12,6 +12,13 @@ position i only cancels positions after i; positions before i still run to the e
 
 Devices: a task takes a device from the pool before it launches and returns it
 when its training has ended, so two trainings never share a device.
+
+Interrupts: the caller's thread never runs a job; it only waits for the batch.
+Python delivers Ctrl-C and SIGTERM (as ``KeyboardInterrupt``) to the main thread,
+so the interrupt always lands in that wait, which cancels every job and waits
+for their trainings to be killed. joblib runs a one-job batch (or any batch with
+``n_jobs=1``) sequentially in the calling thread; there the interrupt used to
+land inside the job's own wait and abandon its training, still running.
 """
 
 from __future__ import annotations
@@ -107,11 +114,54 @@ class BatchRun(Generic[R]):
     def run(self, stop_after: Callable[[R], bool] | None, cleanup_timeout: float) -> list[R | None]:
         """Run every job; once job i satisfies ``stop_after``, jobs after i are cancelled.
 
-        Returns one entry per job, None for a job that never launched.
+        Returns one entry per job, None for a job that never launched. The jobs
+        run in a driver thread (see the module docstring); an exception there
+        is raised here. An interrupt here cancels every job and waits up to
+        ``cleanup_timeout`` for them to end, ignoring further interrupts meanwhile:
+        a second Ctrl-C must not abandon trainings that are being killed.
         """
         results: list[R | None] = [None] * len(self.jobs)
         if not self.jobs:
             return results
+        failure: list[BaseException] = []
+        done = threading.Event()
+
+        def drive() -> None:
+            try:
+                self._drive(results, stop_after, cleanup_timeout)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                failure.append(exc)
+            finally:
+                done.set()
+
+        # A daemon: if a training cannot be stopped within cleanup_timeout,
+        # fusion-dd must still be able to exit (its supervisor goes on killing it).
+        driver = threading.Thread(target=drive, name="fusion-dd-batch", daemon=True)
+        try:
+            driver.start()
+            while not done.wait(0.5):
+                pass
+        except BaseException:
+            self.cancel_all()
+            if driver.ident is not None:  # it started: wait for its clean-up
+                self._wait_shielded(done, cleanup_timeout)
+            raise
+        if failure:
+            raise failure[0]
+        return results
+
+    def _wait_shielded(self, done: threading.Event, timeout: float) -> None:
+        """Wait for the driver thread to finish cleaning up; further interrupts only wait on."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                done.wait(max(0.0, deadline - time.monotonic()))
+                return
+            except KeyboardInterrupt:
+                if time.monotonic() >= deadline:
+                    return
+
+    def _drive(self, results: list[R | None], stop_after: Callable[[R], bool] | None, cleanup_timeout: float) -> None:
         n_jobs = max(1, min(self.pool.size, len(self.jobs)))
         try:
             with Parallel(n_jobs=n_jobs, backend="threading", return_as="generator_unordered") as parallel:
@@ -124,7 +174,6 @@ class BatchRun(Generic[R]):
             self.cancel_all()
             self.wait_idle(cleanup_timeout)
             raise
-        return results
 
 
 def run_batch(

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import strays
+
 LAUNCH_FILE = "launch.json"
 SUPERVISOR_FILE = "supervisor.json"
 STATUS_FILE = "status.json"
@@ -134,29 +136,31 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _kill_group(pgid: int, children: _Children, grace: float) -> None:
-    """SIGTERM the whole group, give it ``grace`` seconds, then SIGKILL what is left.
+def _end_training(pgid: int, children: _Children, grace: float, trial_marker: str) -> None:
+    """Stop everything of the training that is still running: SIGTERM, ``grace`` seconds, SIGKILL.
 
-    The whole group, because trainings start data loaders and per-device workers
-    that would otherwise keep holding the accelerator.
+    The whole process group, because trainings start data loaders and
+    per-device workers that would otherwise keep holding the accelerator; and
+    the strays that left the group (``setsid`` daemons), found by ancestry and by
+    the trial's environment marker (:mod:`fusion_dd.strays`). Also after a
+    normal exit, so nothing of a trial outlives it. Returns at once when
+    nothing is left.
     """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + max(grace, 0.0)
-    while time.monotonic() < deadline:
+
+    def training_gone() -> bool:
         children.reap()
-        if children.training_done and not _group_alive(pgid):
-            return
-        time.sleep(_POLL_SECONDS)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    # SIGKILL cannot be ignored; wait (boundedly) until the kernel has delivered it.
-    deadline = time.monotonic() + 30.0
-    while time.monotonic() < deadline:
-        children.reap()
-        if children.training_done and not _group_alive(pgid):
-            return
-        time.sleep(_POLL_SECONDS)
+        return children.training_done and not _group_alive(pgid)
+
+    if training_gone() and not strays.find(trial_marker, root=os.getpid(), outside=pgid):
+        return
+    strays.terminate(
+        trial_marker,
+        root=os.getpid(),
+        grace=grace,
+        pgid=pgid,
+        also_done=training_gone,
+        on_poll=children.reap,
+    )
 
 
 def _start_error(exc: OSError, argv: list[str], workdir: str) -> str:
@@ -259,9 +263,8 @@ def run(trial_dir: Path) -> int:
             break
         time.sleep(_POLL_SECONDS)
 
-    # Also after a normal exit: leftovers of the group would hold the device.
-    if not children.training_done or _group_alive(pgid):
-        _kill_group(pgid, children, grace)
+    # Also after a normal exit: leftovers would hold the device.
+    _end_training(pgid, children, grace, env.get(strays.TRIAL_DIR_ENV, str(trial_dir)))
     children.reap()
     proc.returncode = 0  # reaped by us; keeps Popen from reaping or warning later
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import fusion_dd
 
+from . import shell, strays
 from .errors import UsageError
 from .safe_read import SMALL_FILE_BYTES, loads_json, read_text
 from .supervisor import (
@@ -199,6 +200,21 @@ def substitute(argv_element: str, values: Mapping[str, str]) -> str:
     return _TOKEN.sub(replace, argv_element)
 
 
+def substitute_command(command: Sequence[str], values: Mapping[str, str]) -> list[str]:
+    """The training's argv with its placeholders replaced (what runs, and what ``--dry-run`` shows).
+
+    Each element as :func:`substitute` does, except the script of a shell
+    invocation (``bash -c "..."``), where each value is shell-quoted for where
+    it stands, so that a path with a space or a ``$(...)`` stays one literal
+    word (:mod:`fusion_dd.shell`).
+    """
+    script = shell.script_index([str(part) for part in command])
+    return [
+        shell.substitute_script(str(part), values) if position == script else substitute(str(part), values)
+        for position, part in enumerate(command)
+    ]
+
+
 def placeholder_values(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, str]:
     """The value of each placeholder for this trial (absolute paths)."""
     directory = trial_dir if trial_dir is not None else _absolute(spec.trial_dir)
@@ -222,7 +238,7 @@ def resolve_launch(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, 
     """
     directory = trial_dir if trial_dir is not None else _absolute(spec.trial_dir)
     values = placeholder_values(spec, directory)
-    argv = [substitute(str(part), values) for part in spec.command]
+    argv = substitute_command(spec.command, values)
     workdir = substitute(spec.workdir, values) if spec.workdir else ""
     workdir_path = Path(workdir).expanduser()
     if not workdir_path.is_absolute():
@@ -605,23 +621,13 @@ def _kill_strays(trial_dir: Path) -> int:
     """SIGKILL processes left from a trial whose supervisor died; returns how many.
 
     They are recognised by ``FUSION_DD_TRIAL_DIR`` in their initial environment,
-    which every process of the training inherits, so a reused pid is never hit.
+    which every process of the training inherits (``setsid`` daemons too), so a
+    reused pid is never hit. Without the supervisor there is no ancestry to
+    follow: its orphans were re-parented away (see :mod:`fusion_dd.strays`).
     """
-    marker = f"{PLACEHOLDERS['trial_dir']}={trial_dir}".encode("utf-8", "surrogateescape")
-    killed = 0
-    me = os.getpid()
-    for pid in _pids():
-        if pid == me:
-            continue
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-    return killed
+    launch_env = (_read_json(trial_dir / LAUNCH_FILE) or {}).get("env")
+    marker = launch_env.get(strays.TRIAL_DIR_ENV) if isinstance(launch_env, dict) else None
+    return strays.kill_now(str(marker) if marker else str(trial_dir))
 
 
 __all__ = [
@@ -636,4 +642,5 @@ __all__ = [
     "resolve_launch",
     "start_trial",
     "substitute",
+    "substitute_command",
 ]

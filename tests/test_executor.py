@@ -1,5 +1,6 @@
 """The device pool executor: in-order answers, cancellation of what no longer matters, one training per device."""
 
+import _thread
 import threading
 import time
 
@@ -69,3 +70,38 @@ def test_an_interrupt_cancels_running_jobs_and_waits_for_them():
     with pytest.raises(KeyboardInterrupt):
         run_batch([slow, explode], DevicePool([("0",), ("1",)]), cleanup_timeout=30)
     assert finished == [("0",)]
+
+
+def test_an_interrupt_of_the_caller_cancels_a_job_that_runs_alone():
+    """One job (so joblib would run it sequentially): Ctrl-C in the caller must still cancel it.
+
+    Python delivers Ctrl-C to the main thread, where ``run_batch`` is called.
+    """
+    started = threading.Event()
+    seen = []
+
+    def lone(device, cancel):
+        started.set()
+        seen.append("cancelled" if cancel.wait(30) else "ran to its end")
+        return "stopped"
+
+    def interrupt_when_started():
+        if started.wait(30):
+            _thread.interrupt_main()
+
+    helper = threading.Thread(target=interrupt_when_started)
+    helper.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_batch([lone], DevicePool([("0",)]), cleanup_timeout=30)
+    finally:
+        helper.join(30)
+    assert seen == ["cancelled"]
+
+
+def test_an_error_of_a_job_reaches_the_caller():
+    def broken(device, cancel):
+        raise ValueError("unreadable")
+
+    with pytest.raises(ValueError, match="unreadable"):
+        run_batch([broken], DevicePool([("0",)]))

@@ -215,6 +215,63 @@ def test_leftovers_of_a_finished_training_are_killed(tmp_path: Path) -> None:
     assert eventually(lambda: group_gone(training_pgid(run.trial_dir)))
 
 
+def setsid_child(trial_dir: Path) -> int:
+    """The pid of the grandchild that left the training's group (printed by the fake)."""
+    log = trial_dir / "output.log"
+    assert eventually(lambda: "setsid child pid " in log.read_text())
+    return int(log.read_text().split("setsid child pid ")[1].split()[0])
+
+
+@pytest.mark.parametrize("clean_env", [False, True], ids=["marked", "clean environment"])
+@pytest.mark.parametrize("ending", ["exit", "timeout", "cancel"])
+def test_a_setsid_grandchild_ends_with_its_trial(tmp_path: Path, ending: str, clean_env: bool) -> None:
+    """A daemonized worker outside the group is killed before the status is written.
+
+    With a clean environment only its ancestry (re-parented to the subreaper
+    supervisor) ties it to the trial.
+    """
+    args = ["--setsid-child", "--ignore-sigterm"] + (["--clean-env-child"] if clean_env else [])
+    if ending != "exit":
+        args.append("--hang")
+    handle = start_trial(make_spec(tmp_path, *args, timeout=1.0 if ending == "timeout" else 30.0))
+    child = setsid_child(handle.trial_dir)
+    try:
+        if ending == "cancel":
+            handle.cancel()
+        run = handle.wait(poll=0.05)
+        assert (run.exit_code == 0, run.timed_out, run.cancelled) == (
+            ending == "exit", ending == "timeout", ending == "cancel"
+        )
+        assert pid_gone(child), "the setsid grandchild outlived its trial"
+    finally:
+        if not pid_gone(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_cancelled_training_gets_one_sigterm_however_long_the_grace(tmp_path: Path) -> None:
+    """Some launchers read a second SIGTERM as "abort the clean-up now"."""
+    script = "trap 'echo TERM' TERM; echo ready; while :; do sleep 0.05; done"
+    handle = start_trial(make_spec(tmp_path, command=["bash", "-c", script], grace=1.5))
+    assert eventually(lambda: "ready" in (handle.trial_dir / "output.log").read_text())
+    handle.cancel()
+    run = handle.wait(poll=0.05)
+    assert run.cancelled and run.signal == signal.SIGKILL
+    assert run.log_path.read_text().count("TERM") == 1
+
+
+def test_a_setsid_grandchild_of_a_lost_supervisor_is_killed_on_adoption(tmp_path: Path) -> None:
+    handle = start_trial(make_spec(tmp_path, "--hang", "--setsid-child"))
+    child = setsid_child(handle.trial_dir)
+    try:
+        os.kill(handle.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        handle._process.wait(timeout=30)  # type: ignore[union-attr]  # reap our child
+        assert adopt_trial(handle.trial_dir) is None
+        assert eventually(lambda: pid_gone(child))
+    finally:
+        if not pid_gone(child):
+            os.kill(child, signal.SIGKILL)
+
+
 def test_a_command_that_does_not_exist(tmp_path: Path) -> None:
     run = run_trial(make_spec(tmp_path, command=["fusion-dd-no-such-training-xyz", "--x"]))
     assert run.exit_code is None and run.signal is None

@@ -44,6 +44,12 @@ Whole-run behaviour, independent of the switch file:
   --spawn-child          start a grandchild in the same process group that sleeps
                          (and ignores SIGTERM too with --ignore-sigterm); its pid is
                          printed as ``child pid N``
+  --setsid-child         start a grandchild that leaves the process group and the
+                         session (``setsid``), like a daemonized worker, and sleeps
+                         (ignoring SIGTERM with --ignore-sigterm); its pid is printed
+                         as ``setsid child pid N``
+  --clean-env-child      with --setsid-child: the grandchild starts with an empty
+                         environment, so only its ancestry ties it to the trial
   --no-metric            print no metric and write no metric record
   --metric-times K       print the metric K times; only the last is the real value
   --metric-name NAME     metric label and metrics-file key (default "accuracy")
@@ -105,6 +111,8 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--spawn-child", action="store_true")
+    parser.add_argument("--setsid-child", action="store_true")
+    parser.add_argument("--clean-env-child", action="store_true")
     parser.add_argument("--no-metric", action="store_true")
     parser.add_argument("--metric-times", type=int, default=1)
     parser.add_argument("--metric-name", default="accuracy")
@@ -208,12 +216,20 @@ def _device() -> str | None:
     return None
 
 
-def _spawn_child(ignore_sigterm: bool) -> int:
+def _spawn_child(ignore_sigterm: bool, setsid: bool = False, clean_env: bool = False) -> int:
     code = "import signal, time\n"
     if ignore_sigterm:
         code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     code += "time.sleep(3600)\n"
-    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.DEVNULL,
+        # A daemon lets go of the training's output, as a real one would.
+        stdout=subprocess.DEVNULL if setsid else None,
+        stderr=subprocess.DEVNULL if setsid else None,
+        start_new_session=setsid,
+        env={} if clean_env else None,
+    )
     return child.pid
 
 
@@ -253,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.spawn_child:
         print(f"child pid {_spawn_child(args.ignore_sigterm)}", flush=True)
+    if args.setsid_child:
+        pid = _spawn_child(args.ignore_sigterm, setsid=True, clean_env=args.clean_env_child)
+        print(f"setsid child pid {pid}", flush=True)
     for name in args.print_env:
         print(f"env {name}={os.environ.get(name, '<unset>')}", flush=True)
     if args.print_cwd:
