@@ -179,6 +179,7 @@ class Journal:
         self._lock_file: Any = None
         self._file: Any = None
         self._lost: str | None = None
+        self._size = 0  # the file's size after our last write: nobody else writes to it
 
     @classmethod
     def open(cls, state_dir: Path) -> "Journal":
@@ -192,6 +193,7 @@ class Journal:
         try:
             journal._repair_torn_tail()
             journal._file = open(journal.path, "ab")
+            journal._size = os.fstat(journal._file.fileno()).st_size
             journal._seal_legacy_lines()
         except BaseException:
             journal.close()
@@ -271,6 +273,7 @@ class Journal:
         self._file.write(line)
         self._file.flush()
         os.fsync(self._file.fileno())
+        self._size = os.fstat(self._file.fileno()).st_size
 
     def check_in_place(self) -> None:
         """Raise :class:`JournalLost` unless the path still names the file we append to.
@@ -279,6 +282,8 @@ class Journal:
         file has no link left or no path; a replaced one (a restored copy, an
         editor's save-by-rename) has another inode. Reopening by path would be
         wrong in both cases: the records written so far are not in that file.
+        A size other than the one our last write left means someone truncated
+        or wrote to it: appending would build on records we never wrote.
         """
         if self._lost is None:
             assert self._file is not None
@@ -293,6 +298,8 @@ class Journal:
                 self._lost = "was replaced by another file"
             elif there is None or mine.st_nlink == 0:
                 self._lost = "was deleted"
+            elif mine.st_size != self._size:
+                self._lost = "was truncated or written to by another program"
         if self._lost is not None:
             raise JournalLost(
                 f"{self.path}: the journal {self._lost} while this search was running; stopped without "

@@ -184,6 +184,15 @@ def test_appending_to_a_replaced_journal_is_refused(tmp_path):
     assert [r["type"] for r in read_records(tmp_path / "journal.jsonl")] == ["search_started"]
 
 
+def test_appending_to_a_journal_truncated_by_someone_else_is_refused(tmp_path):
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {}})
+        os.truncate(tmp_path / "journal.jsonl", 0)
+        with pytest.raises(JournalLost, match="was truncated or written to by another program"):
+            journal.append({"type": "search_stopped", "reason": "x"})
+    assert (tmp_path / "journal.jsonl").read_bytes() == b""
+
+
 # -- --restart ---------------------------------------------------------------------------------
 
 
