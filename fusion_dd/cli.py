@@ -19,7 +19,7 @@ from . import __version__
 from .config import DEFAULT_CONFIG_NAME, SearchConfig, load_config, parse_config, parse_devices
 from .engine import EXIT_INTERRUPTED, EXIT_USAGE, Engine, SearchResult
 from .errors import UsageError
-from .journal import JOURNAL_NAME, read_records
+from .journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
 from .report import display_path, summary_lines
 from .state import replay
@@ -105,7 +105,7 @@ def run_engine(config: SearchConfig) -> SearchResult:
     """Run (or resume) a search with the console display and print its summary."""
     _warn(config)
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
-    events.start()
+    events.start(launched_before=_launched_before(config.state_dir))
     _install_sigterm()
     try:
         result = Engine(config, events).run()
@@ -115,6 +115,18 @@ def run_engine(config: SearchConfig) -> SearchResult:
     for line in summary_lines(result.report, config.state_dir):
         typer.echo(line)
     return result
+
+
+def _launched_before(state_dir: Path) -> int:
+    """Trainings earlier sessions launched, so that a resumed counter goes on from there.
+
+    A journal that cannot be read counts 0 here: the engine reads it next and
+    reports the problem properly.
+    """
+    try:
+        return replay(read_records(state_dir / JOURNAL_NAME)).launched
+    except (UsageError, OSError, KeyError, TypeError, ValueError):
+        return 0
 
 
 def _dry_run(config: SearchConfig) -> None:
@@ -172,13 +184,26 @@ def search(
     jobs: Optional[int] = JobsOption,
     state_dir: Optional[Path] = StateDirOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; launch nothing."),
+    restart: bool = typer.Option(
+        False, "--restart", help="Move the state directory aside (to NAME.1, NAME.2, ...; nothing is deleted) and start afresh."
+    ),
 ) -> None:
     """Search for the fusion rules that break accuracy (resumes an unfinished search in the state directory)."""
     loaded = _load(config, budget=budget, devices=devices, jobs=jobs, state_dir=state_dir)
     if dry_run:
         _warn(loaded)
         _dry_run(loaded)
+        if restart:
+            typer.echo(f"with --restart, {display_path(loaded.state_dir)} would first be moved aside (nothing deleted)")
         return
+    if restart:
+        moved = move_aside(loaded.state_dir)
+        if moved is not None:
+            typer.echo(
+                f"fusion-dd: moved the old search aside: {display_path(loaded.state_dir)} -> {display_path(moved)} "
+                "(its journal, trials and report are kept there); starting afresh",
+                err=True,
+            )
     raise typer.Exit(run_engine(loaded).exit_code)
 
 

@@ -25,7 +25,7 @@ from .config import SearchConfig
 from .errors import UsageError
 from .early_stop import envelope, make_monitor, read_curve
 from .executor import Device, DevicePool, run_batch
-from .journal import Journal
+from .journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .metrics import MetricSpec, classify, read_metric
 from .report import build_report, write_outputs
 from .rules import Rule
@@ -36,7 +36,7 @@ from .search.noise import NoisePolicy
 from .search.oracle import Outcome
 from .state import ConfigKey, SearchState, TrialState, definition_changes, encode_float, replay
 from .switch import render_switch
-from .trial import TrialRun, TrialSpec, adopt_trial, start_trial
+from .trial import TrialRun, TrialSpec, adopt_trial, start_trial, supervisor_started
 from .ascend import SwitchCheck, check_switch_applied, read_trial_results
 from .training_oracle import TrainingOracle
 
@@ -115,6 +115,7 @@ class Engine:
         self._journal_lock = threading.Lock()
         self._oracle: TrainingOracle | None = None
         self._unreadable_result_said = False
+        self._pre: Preconditions | None = None  # the references' verdict, once measured
 
     # -- journal ----------------------------------------------------------------
 
@@ -131,9 +132,20 @@ class Engine:
             self.state.apply(record)
 
     def _open(self) -> None:
+        if not (self.state_dir / JOURNAL_NAME).exists():
+            self._refuse_trials_without_journal()  # before creating anything there
         self._journal = Journal.open(self.state_dir)
         self.state = replay(self._journal.records())
         definition = self.config.definition()
+        if self.state.definition is None:
+            self._refuse_trials_without_journal()
+        unknown = self._unknown_trial_dirs()
+        if unknown:
+            shown = ", ".join(f"{TRIALS_DIR}/{name}" for name in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+            self.events.message(
+                f"warning: {len(unknown)} trial director{'y' if len(unknown) == 1 else 'ies'} the journal does not "
+                f"know ({shown}); left untouched: new trials skip those numbers"
+            )
         if self.state.definition is None:
             self._append(
                 {
@@ -148,8 +160,43 @@ class Engine:
             changes = ", ".join(definition_changes(self.state.definition, definition))
             raise UsageError(
                 f"{self.state_dir}: holds a search with a different definition (changed: {changes}); "
-                "restore the old config, or use another --state-dir for the new search"
+                "restore the old config, start over with 'fusion-dd search --restart' (moves this state "
+                "directory aside, keeping its journal), or use another --state-dir for the new search"
             )
+
+    def _refuse_trials_without_journal(self) -> None:
+        """Trial directories but no search in the journal: starting over here would overwrite them."""
+        unknown = self._unknown_trial_dirs()
+        if unknown:
+            raise UsageError(
+                f"{self.state_dir}: holds {len(unknown)} trial director{'y' if len(unknown) == 1 else 'ies'} "
+                f"under {TRIALS_DIR}/ but no journal of a search, so fusion-dd cannot know what they are "
+                "(was the journal deleted?); restore journal.jsonl, or start over with "
+                "'fusion-dd search --restart', which moves this state directory aside"
+            )
+
+    def _unknown_trial_dirs(self) -> list[str]:
+        """Entries under trials/ that no journaled trial owns: never to be reused or overwritten."""
+        try:
+            entries = sorted(entry.name for entry in (self.state_dir / TRIALS_DIR).iterdir())
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise UsageError(f"{self.state_dir / TRIALS_DIR}: cannot list the trial directories ({exc})") from None
+        known = {Path(trial.trial_dir).name for trial in self.state.trials.values()}
+        return [name for name in entries if name not in known]
+
+    def _new_trial_id(self) -> str:
+        """The next trial number whose directory does not exist yet (call with the journal lock held).
+
+        A directory the journal does not know may hold results of a search whose
+        journal was lost; overwriting it would destroy them silently, so its
+        number is skipped (``_open`` said so once).
+        """
+        number = self.state.next_trial_number()
+        while (self.state_dir / TRIALS_DIR / f"{number:04d}").exists():
+            number += 1
+        return f"{number:04d}"
 
     # -- trainings -----------------------------------------------------------------
 
@@ -203,7 +250,7 @@ class Engine:
         """Launch one training on ``device`` and wait for it; None when it was cancelled."""
         names, repeat = key
         with self._journal_lock:
-            trial_id = f"{self.state.next_trial_number():04d}"
+            trial_id = self._new_trial_id()
             record = {
                 "type": "trial_started",
                 "trial_id": trial_id,
@@ -211,7 +258,7 @@ class Engine:
                 "repeat": repeat,
                 "attempt": self.state.attempts(key) + 1,
                 "device": list(device),
-                "trial_dir": f"trials/{trial_id}",
+                "trial_dir": f"{TRIALS_DIR}/{trial_id}",
                 "role": role,
                 "time": time.time(),
             }
@@ -234,7 +281,21 @@ class Engine:
             switch_text=render_switch(self.rules, self._config_rules(names), self.config.base_cfg),
             grace=self.config.train.kill_grace,
         )
-        running = start_trial(spec)
+        try:
+            running = start_trial(spec)
+        except Exception:
+            # Nothing runs: say so, so that this trial costs no budget on resume either.
+            self._append(
+                {"type": "trial_cancelled", "trial_id": trial_id, "reason": "the training could not be started",
+                 "launched": False}
+            )
+            raise
+        try:
+            self._append({"type": "trial_launched", "trial_id": trial_id, "supervisor_pid": running.pid})
+        except BaseException:
+            running.cancel()  # a training that nothing can record must not run on
+            running.wait()
+            raise
         monitor = make_monitor(running.trial_dir, self.config.early_stop, self._baseline_curve)
         run = running.wait(cancel, monitor=monitor)
         try:
@@ -367,11 +428,16 @@ class Engine:
         for trial in orphans:
             handle = adopt_trial(self.state_dir / trial.trial_dir)
             if handle is None:
+                launched = trial.launch is not None or supervisor_started(self.state_dir / trial.trial_dir)
                 self._append(
                     {
                         "type": "trial_cancelled",
                         "trial_id": trial.trial_id,
-                        "reason": "lost: the coordinator stopped and the training never finished",
+                        "reason": "lost: the coordinator stopped and the training never finished"
+                        if launched
+                        else "never launched: the coordinator stopped before the training's supervisor "
+                        "started (costs no budget)",
+                        "launched": launched,
                     }
                 )
             else:
@@ -397,8 +463,8 @@ class Engine:
 
     # -- the search ------------------------------------------------------------------
 
-    def _measure_references(self) -> tuple[list[Measurement], list[Measurement]] | None:
-        """Baseline (all candidates off) and all-on runs, in parallel; None when the budget ran out."""
+    def _reference_keys(self) -> list[tuple[ConfigKey, str]]:
+        """The reference trainings this search needs: (key, role)."""
         score = self.config.score
         everything = frozenset(rule.name for rule in self.rules)
         keys: list[tuple[ConfigKey, str]] = []
@@ -406,6 +472,11 @@ class Engine:
             keys += [((frozenset(), repeat), "baseline") for repeat in range(score.baseline_repeats)]
         if score.all_on_metric is None:
             keys += [((everything, repeat), "all_on") for repeat in range(score.all_on_repeats)]
+        return keys
+
+    def _measure_references(self) -> tuple[list[Measurement], list[Measurement]] | None:
+        """Baseline (all candidates off) and all-on runs, in parallel; None when the budget ran out."""
+        keys = self._reference_keys()
         while True:
             needed = [(key, role) for key, role in keys if self._settled(key) is None]
             needed = needed[: self.remaining_budget()]
@@ -419,8 +490,16 @@ class Engine:
             run_batch(jobs, self._devices(), cleanup_timeout=self.config.train.kill_grace + 30)
         if any(self._settled(key) is None for key, _ in keys):
             return None
-        cache = self.state.cache()
         self._load_baseline_curve()
+        return self._reference_measurements()
+
+    def _reference_measurements(self) -> tuple[list[Measurement], list[Measurement]] | None:
+        """What the references measured (or were given as), None while one still needs training."""
+        if any(self._settled(key) is None for key, _ in self._reference_keys()):
+            return None
+        score = self.config.score
+        everything = frozenset(rule.name for rule in self.rules)
+        cache = self.state.cache()
 
         def measured(names: frozenset[str], repeats: int) -> list[Measurement]:
             runs = [cache[(names, repeat)].measurement for repeat in range(repeats)]
@@ -472,18 +551,14 @@ class Engine:
             if self._journal is None:
                 raise
             self._append({"type": "search_stopped", "reason": "interrupted"})
-            return self._stop("interrupted", EXIT_INTERRUPTED, None, None)
+            return self._stop("interrupted", EXIT_INTERRUPTED, self._known_preconditions(), None)
         finally:
             if self._journal is not None:
                 self._journal.close()
 
-    def _search(self) -> SearchResult:
-        references = self._measure_references()
-        if references is None:
-            self._append({"type": "search_stopped", "reason": "budget_exhausted"})
-            return self._stop("budget_exhausted", EXIT_BUDGET, None, None)
+    def _preconditions(self, references: tuple[list[Measurement], list[Measurement]]) -> Preconditions:
         baseline, all_on = references
-        pre = check_preconditions(
+        self._pre = check_preconditions(
             baseline,
             all_on,
             tolerance=self.config.score.tolerance,
@@ -492,6 +567,26 @@ class Engine:
             crash_is_failure=self.config.score.crash_is_failure,
             strict=self.config.score.strict,
         )
+        return self._pre
+
+    def _known_preconditions(self) -> Preconditions | None:
+        """For a report of a search that stopped early: the references' verdict, once they were measured.
+
+        Never trains: a stop must not launch anything. Read from the journal's
+        cache, so an interruption during adoption of the last reference still
+        reports the baseline, all-on and threshold.
+        """
+        if self._pre is not None:
+            return self._pre
+        references = self._reference_measurements()
+        return self._preconditions(references) if references is not None else None
+
+    def _search(self) -> SearchResult:
+        references = self._measure_references()
+        if references is None:
+            self._append({"type": "search_stopped", "reason": "budget_exhausted"})
+            return self._stop("budget_exhausted", EXIT_BUDGET, self._known_preconditions(), None)
+        pre = self._preconditions(references)
         for warning in pre.warnings:
             self.events.message(f"warning: {warning}")
         if not pre.ok:

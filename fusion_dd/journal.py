@@ -12,15 +12,33 @@ would. Readers (``fusion-dd status``) do not take the lock: appends are single
 ``write`` calls of whole lines, so a reader sees at worst a torn last line, which it
 ignores.
 
-Record types (``type`` field): ``search_started``, ``trial_started``,
-``trial_finished``, ``trial_cancelled``, ``search_finished``.
+Record types (``type`` field): ``search_started``, ``session_started``,
+``trial_started``, ``trial_launched``, ``trial_finished``, ``trial_cancelled``,
+``device_retired``, ``search_stopped``, ``search_finished``, ``legacy_sealed``.
+
+Integrity: every line carries ``crc``, the CRC-32 of the canonical JSON of the
+rest of the record, so a line edited into different but valid JSON is refused
+with its file:line instead of being believed. Journals of fusion-dd 0.1.0 have no
+checksums; such lines are accepted only as the file's leading lines, and the
+first coordinator that resumes such a journal appends a ``legacy_sealed`` record
+(checksummed) with the SHA-256 of those leading bytes, so that from then on an
+edit of the old lines is caught as well. A line without a checksum after one
+that has one is refused.
+
+The coordinator also makes sure that it writes into the file that is at
+``STATE/journal.jsonl``: a journal deleted or replaced during a search would
+otherwise swallow every later record, and the next search would start over and
+overwrite the trials (see :meth:`Journal.append`).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import itertools
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,25 +47,63 @@ from .errors import UsageError
 
 JOURNAL_NAME = "journal.jsonl"
 LOCK_NAME = "lock"
-FORMAT_VERSION = 1
+TRIALS_DIR = "trials"
+FORMAT_VERSION = 2
+CHECKSUM_KEY = "crc"
+SEALED = "legacy_sealed"
+_UNTRUSTED = (
+    "the search state cannot be trusted (restore the file, or start over with "
+    "'fusion-dd search --restart', which moves this state directory aside)"
+)
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """All complete records of a journal file, in order.
+class JournalLost(UsageError):
+    """The journal file was deleted or replaced while this coordinator was writing to it."""
 
-    A torn last line (the coordinator died mid-write) is ignored; a corrupt line
-    anywhere else means the file was damaged by something else, and guessing
-    would risk a wrong answer, so it is an error naming the line.
+
+def _canonical(record: dict[str, Any]) -> str:
+    """The one text a record's checksum is computed over (key order and spacing fixed)."""
+    return json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":"), ensure_ascii=True)
+
+
+def checksum(record: dict[str, Any]) -> str:
+    """CRC-32 (8 hex digits) of the record without its own checksum field.
+
+    A CRC catches edits and damage, not forgery: anyone can recompute it. That is
+    the point here: a person editing a line by hand, or a tool rewriting it,
+    must not silently change what the search believes.
     """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the journal ({exc})") from None
+    body = {key: value for key, value in record.items() if key != CHECKSUM_KEY}
+    return f"{zlib.crc32(_canonical(body).encode('utf-8')):08x}"
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """One journal line: the record, its checksum added, and a newline.
+
+    Values JSON cannot hold are stringified first (``default=str``) so that the
+    checksum is computed over exactly what a reader will parse back; NaN and
+    infinities are refused (``ValueError``) before anything is written.
+    """
+    plain = json.loads(json.dumps(record, allow_nan=False, default=str))
+    plain.pop(CHECKSUM_KEY, None)
+    plain[CHECKSUM_KEY] = checksum(plain)
+    return (json.dumps(plain, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _scan(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """Parse and verify a journal's bytes: (records, length of an unsealed legacy prefix).
+
+    The second value is, for a journal written wholly without checksums (by
+    0.1.0), its length: the bytes a ``legacy_sealed`` record must cover; 0 for
+    every other journal.
+    """
     lines = data.split(b"\n")
     records: list[dict[str, Any]] = []
+    offset = 0  # byte offset of the current line
+    legacy = False  # a line without a checksum was seen
+    checked_from: int | None = None  # line number of the first line with a checksum
     for number, line in enumerate(lines, start=1):
+        start, offset = offset, offset + len(line) + 1
         if not line.strip():
             continue
         is_last = number == len(lines) or all(not rest.strip() for rest in lines[number:])
@@ -58,12 +114,60 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         except ValueError:
             if is_last and not data.endswith(b"\n"):
                 break  # torn tail: the write that was interrupted never counted
-            raise UsageError(
-                f"{path}:{number}: corrupt journal line; the search state cannot be "
-                "trusted (restore the file or start over with another --state-dir)"
-            ) from None
+            raise UsageError(f"{path}:{number}: corrupt journal line; {_UNTRUSTED}") from None
+        if CHECKSUM_KEY not in record:
+            if checked_from is not None:
+                raise UsageError(
+                    f"{path}:{number}: journal line without a checksum after line {checked_from}, "
+                    f"which has one: the line was edited or damaged; {_UNTRUSTED}"
+                )
+            legacy = True
+        else:
+            if record[CHECKSUM_KEY] != checksum(record):
+                raise UsageError(
+                    f"{path}:{number}: journal line does not match its checksum: it was edited or "
+                    f"damaged; {_UNTRUSTED}"
+                )
+            if checked_from is None:
+                checked_from = number
+                if legacy and record.get("type") != SEALED:
+                    raise UsageError(
+                        f"{path}:{number}: the lines before this one have no checksum and were never "
+                        f"sealed: the journal was edited or damaged; {_UNTRUSTED}"
+                    )
+            if record.get("type") == SEALED:
+                _check_seal(path, data, record, start)
+            record = {key: value for key, value in record.items() if key != CHECKSUM_KEY}
         records.append(record)
-    return records
+    return records, (len(data) if legacy and checked_from is None else 0)
+
+
+def _check_seal(path: Path, data: bytes, seal: dict[str, Any], start: int) -> None:
+    """The legacy lines a seal covers must be exactly the bytes before it, unchanged."""
+    covered = seal.get("legacy_bytes")
+    if covered != start or hashlib.sha256(data[:start]).hexdigest() != seal.get("legacy_sha256"):
+        lines = data[:start].count(b"\n")
+        raise UsageError(
+            f"{path}:1-{lines}: the lines written by fusion-dd 0.1.0 (without checksums) changed after "
+            f"they were sealed: they were edited or damaged; {_UNTRUSTED}"
+        )
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """All complete, verified records of a journal file, in order (checksums removed).
+
+    A torn last line (the coordinator died mid-write) is ignored; a corrupt line
+    anywhere else, or one that fails its checksum, means the file was damaged or
+    edited by something else, and guessing would risk a wrong answer, so it is
+    an error naming the file and line.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the journal ({exc})") from None
+    return _scan(path, data)[0]
 
 
 class Journal:
@@ -74,6 +178,8 @@ class Journal:
         self.path = state_dir / JOURNAL_NAME
         self._lock_file: Any = None
         self._file: Any = None
+        self._lost: str | None = None
+        self._size = 0  # the file's size after our last write: nobody else writes to it
 
     @classmethod
     def open(cls, state_dir: Path) -> "Journal":
@@ -84,9 +190,38 @@ class Journal:
         except OSError as exc:
             raise UsageError(f"{state_dir}: cannot create the state directory ({exc})") from None
         journal._acquire_lock()
-        journal._repair_torn_tail()
-        journal._file = open(journal.path, "ab")
+        try:
+            journal._repair_torn_tail()
+            journal._file = open(journal.path, "ab")
+            journal._size = os.fstat(journal._file.fileno()).st_size
+            journal._seal_legacy_lines()
+        except BaseException:
+            journal.close()
+            raise
         return journal
+
+    def _seal_legacy_lines(self) -> None:
+        """Cover the checksum-less lines of a 0.1.0 journal with one checksummed record.
+
+        Nothing is rewritten (a journal is only ever appended to): the new
+        record holds the SHA-256 of the old lines, so that their later edit is
+        caught like the edit of any new line.
+        """
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"{self.path}: cannot read the journal ({exc})") from None
+        records, legacy = _scan(self.path, data)
+        if legacy:
+            self.append(
+                {
+                    "type": SEALED,
+                    "legacy_lines": data[:legacy].count(b"\n"),
+                    "legacy_bytes": legacy,
+                    "legacy_sha256": hashlib.sha256(data[:legacy]).hexdigest(),
+                    "format": FORMAT_VERSION,
+                }
+            )
 
     def _acquire_lock(self) -> None:
         lock_path = self.state_dir / LOCK_NAME
@@ -124,13 +259,53 @@ class Journal:
         return read_records(self.path)
 
     def append(self, record: dict[str, Any]) -> None:
-        """Write one record durably: one write call, flush, fsync."""
+        """Write one record durably: one write call, flush, fsync.
+
+        First checks that the open file is still the one at the journal's path
+        (:meth:`check_in_place`); once it is not, every append raises
+        :class:`JournalLost`, so nothing more is written into a deleted file and,
+        since a launch is journaled before it happens, nothing more is launched.
+        """
         if self._file is None:
             raise RuntimeError("journal is not open")
-        line = json.dumps(record, sort_keys=True, allow_nan=False, default=str) + "\n"
-        self._file.write(line.encode("utf-8"))
+        line = encode_record(record)
+        self.check_in_place()
+        self._file.write(line)
         self._file.flush()
         os.fsync(self._file.fileno())
+        self._size = os.fstat(self._file.fileno()).st_size
+
+    def check_in_place(self) -> None:
+        """Raise :class:`JournalLost` unless the path still names the file we append to.
+
+        Compares the open descriptor (fstat) with the path (stat): a deleted
+        file has no link left or no path; a replaced one (a restored copy, an
+        editor's save-by-rename) has another inode. Reopening by path would be
+        wrong in both cases: the records written so far are not in that file.
+        A size other than the one our last write left means someone truncated
+        or wrote to it: appending would build on records we never wrote.
+        """
+        if self._lost is None:
+            assert self._file is not None
+            try:
+                mine = os.fstat(self._file.fileno())
+                there: os.stat_result | None = os.stat(self.path)
+            except FileNotFoundError:
+                there = None
+            except OSError as exc:
+                raise UsageError(f"{self.path}: cannot check the journal ({exc})") from None
+            if there is not None and (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
+                self._lost = "was replaced by another file"
+            elif there is None or mine.st_nlink == 0:
+                self._lost = "was deleted"
+            elif mine.st_size != self._size:
+                self._lost = "was truncated or written to by another program"
+        if self._lost is not None:
+            raise JournalLost(
+                f"{self.path}: the journal {self._lost} while this search was running; stopped without "
+                "launching another training (running ones were cancelled). Restore the journal if you "
+                "have a copy, or start over with 'fusion-dd search --restart'"
+            )
 
     def close(self) -> None:
         if self._file is not None:
@@ -150,3 +325,43 @@ class Journal:
 def iter_type(records: list[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]]:
     """The records of one type, in order."""
     return (record for record in records if record.get("type") == kind)
+
+
+def move_aside(state_dir: Path) -> Path | None:
+    """Rename a search's state directory to the first free ``NAME.1``, ``NAME.2``, ...
+
+    For ``fusion-dd search --restart``: a fresh search without destroying the
+    old one (its journal, trials and report stay readable, and ``fusion-dd
+    status --state-dir NAME.1`` still works). Nothing is ever deleted. Returns
+    the new path, or None when there was nothing to move (no directory, or an
+    empty one). Refused while a coordinator holds the directory's lock, and for
+    a non-empty directory that does not look like a state directory.
+    """
+    try:
+        entries = {entry.name for entry in state_dir.iterdir()}
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"{state_dir}: cannot read the state directory ({exc})") from None
+    if not entries:
+        return None
+    if not entries & {JOURNAL_NAME, LOCK_NAME, TRIALS_DIR}:
+        raise UsageError(
+            f"{state_dir}: is not a fusion-dd state directory (no {JOURNAL_NAME}, no {TRIALS_DIR}/), so "
+            "--restart leaves it alone; choose another --state-dir"
+        )
+    holder = Journal(state_dir)
+    holder._acquire_lock()  # refuses while a search runs here; held until the move is done
+    try:
+        for number in itertools.count(1):
+            target = state_dir.with_name(f"{state_dir.name}.{number}")
+            if os.path.lexists(target):
+                continue
+            try:
+                os.rename(state_dir, target)
+            except OSError as exc:
+                raise UsageError(f"{state_dir}: cannot move it aside to {target} ({exc})") from None
+            return target
+    finally:
+        holder.close()
+    raise AssertionError("unreachable")  # pragma: no cover

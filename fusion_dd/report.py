@@ -105,14 +105,22 @@ def build_report(
 ) -> dict[str, Any]:
     threshold = preconditions.threshold if preconditions is not None else None
     if message is None:
-        refused = preconditions is not None and not preconditions.ok
+        refused = preconditions is not None and not preconditions.ok and preconditions.status == status
         message = preconditions.message if refused and preconditions is not None else STATUS_TEXT[status]
     cache = state.cache()
-    baseline_runs = [
-        trial.measurement.value
+    baseline_measurements = [
+        trial.measurement
         for (names, _repeat), trial in sorted(cache.items(), key=lambda item: item[0][1])
         if not names and trial.measurement is not None
     ]
+    baseline_runs = [measurement.value for measurement in baseline_measurements]
+    if threshold is not None:
+        baseline: float | None = threshold.baseline
+    elif config.score.baseline_metric is not None:
+        baseline = config.score.baseline_metric
+    else:
+        # A search stopped before its threshold was set still shows what the baseline measured.
+        baseline = combine_runs(baseline_measurements).value if baseline_measurements else None
     everything = frozenset(rule.name for rule in config.rules)
     all_on_runs = [
         trial.measurement
@@ -132,9 +140,7 @@ def build_report(
         "budget": config.search.budget,
         "rounds": rounds,
         "strategy": config.search.strategy,
-        "baseline": _number(threshold.baseline) if threshold else (
-            config.score.baseline_metric if config.score.baseline_metric is not None else None
-        ),
+        "baseline": _number(baseline),
         "baseline_runs": [_number(value) for value in baseline_runs],
         "all_on": _number(all_on),
         "all_on_runs": [_number(run.value) for run in all_on_runs],
@@ -186,6 +192,8 @@ def build_report(
             f"fusion-dd resume --state-dir {display_path(config.state_dir)} "
             f"--budget {config.search.budget + max(10, config.search.budget // 2)}"
         )
+    elif status == "interrupted":
+        report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}"
     report["switch_check"], report["warnings"] = _switch_evidence(state, report)
     if preconditions is not None:
         report["warnings"][:0] = list(preconditions.warnings)
@@ -353,8 +361,8 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         )
     for warning in report.get("warnings") or []:
         lines.append(f"  warning: {warning}")
-    if report.get("continue_with"):
-        lines.append(f"  continue with: {report['continue_with']}")
     if state_dir is not None:
         lines.append(f"  report: {display_path(state_dir / REPORT_NAME)}")
+    if report.get("continue_with"):  # last, where a person looks for what to do next
+        lines.append(f"  continue with: {report['continue_with']}")
     return lines

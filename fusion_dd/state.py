@@ -46,6 +46,7 @@ class TrialState:
     attempt: int = 1
     finished: dict[str, Any] | None = None
     cancelled: dict[str, Any] | None = None
+    launch: dict[str, Any] | None = None  # the trial_launched record: its supervisor is running
 
     @property
     def key(self) -> ConfigKey:
@@ -55,6 +56,19 @@ class TrialState:
     def open(self) -> bool:
         """Started, and neither finished nor given up: it may still be running."""
         return self.finished is None and self.cancelled is None
+
+    @property
+    def costs_budget(self) -> bool:
+        """A training counts against the budget once its supervisor started.
+
+        The coordinator journals ``trial_started`` before it starts the
+        supervisor; if it dies in between, the next coordinator finds no trace
+        of a supervisor and records the trial cancelled with ``launched:
+        false``: nothing ran, so nothing is charged. A trial still open counts
+        (it may be starting right now), and so does every trial of a 0.1.0
+        journal, whose cancellations never say.
+        """
+        return not (self.cancelled is not None and self.cancelled.get("launched") is False)
 
     @property
     def resolved(self) -> bool:
@@ -89,7 +103,7 @@ class SearchState:
     @property
     def launched(self) -> int:
         """Trainings launched over the whole search, resumes included: what the budget caps."""
-        return len(self.trials)
+        return sum(1 for trial in self.trials.values() if trial.costs_budget)
 
     def cache(self) -> Mapping[ConfigKey, TrialState]:
         """Finished trainings by (configuration, repeat), read-only.
@@ -108,7 +122,9 @@ class SearchState:
         return [trial for trial in self.trials.values() if trial.open]
 
     def next_trial_number(self) -> int:
-        return len(self.trials) + 1
+        """One past the highest trial number the journal knows (numbers may have gaps)."""
+        numbers = [int(trial_id) for trial_id in self.trials if trial_id.isdigit()]
+        return max(numbers, default=0) + 1
 
     def apply(self, record: dict[str, Any]) -> None:
         """Take one journal record into account (replay and live updates share this)."""
@@ -132,6 +148,10 @@ class SearchState:
                 role=record.get("role", "search"),
                 attempt=int(record.get("attempt", 1)),
             )
+        elif kind == "trial_launched":
+            trial = self.trials.get(record["trial_id"])
+            if trial is not None:
+                trial.launch = record
         elif kind == "trial_finished":
             trial = self.trials.get(record["trial_id"])
             if trial is not None and trial.finished is None:

@@ -13,7 +13,8 @@ from pathlib import Path
 from .errors import UsageError
 from .journal import JOURNAL_NAME, LOCK_NAME, read_records
 from .report import summary_lines
-from .state import SearchState, replay
+from .state import SearchState, TrialState, replay
+from .trial import supervised_state
 
 
 def coordinator_pid(state_dir: Path) -> int | None:
@@ -50,10 +51,16 @@ def status_lines(state_dir: Path) -> list[str]:
     budget = state.sessions[-1]["budget"] if state.sessions else None
     finished = [t for t in state.trials.values() if t.finished is not None]
     cancelled = [t for t in state.trials.values() if t.cancelled is not None]
-    open_trials = state.open_trials()
+    # The journal calls a trial open until a coordinator collects it; after a
+    # SIGKILL of the coordinator its supervisor may well have finished it since.
+    open_trials = [(trial, *supervised_state(state_dir / trial.trial_dir)) for trial in state.open_trials()]
+    running = [entry for entry in open_trials if entry[1] == "running" or (entry[1] == "gone" and pid is not None)]
+    ended = [entry for entry in open_trials if entry[1] == "ended"]
+    gone = [entry for entry in open_trials if entry[1] == "gone" and pid is None]
     lines.append(
         f"  trainings launched: {state.launched}" + (f" of budget {budget}" if budget is not None else "")
-        + f"; finished {len(finished)}, cancelled or lost {len(cancelled)}, running {len(open_trials)}"
+        + f"; finished {len(finished) + len(ended)}, cancelled or lost {len(cancelled) + len(gone)}, "
+        f"running {len(running)}"
     )
     if state.finished is not None:
         lines.append("  state: finished")
@@ -66,10 +73,19 @@ def status_lines(state_dir: Path) -> list[str]:
         last_stop = state.stops[-1]["reason"] if state.stops else "coordinator gone"
         lines.append(f"  state: stopped ({last_stop}); continue with 'fusion-dd resume --state-dir {state_dir}'")
     now = time.time()
-    for trial in open_trials:
+    for trial, _, _ in running:
         lines.append(
             f"  running #{trial.trial_id} on device {','.join(trial.device)} for {int(now - trial.started_at)}s "
             f"({len(trial.config)} rules on, {trial.role})"
+        )
+    collect = "being collected" if pid is not None else "'fusion-dd resume' records its result"
+    for trial, _, status in ended:
+        assert status is not None
+        lines.append(f"  ended   #{trial.trial_id} on device {','.join(trial.device)} {_how(status)}; {collect}")
+    for trial, _, _ in gone:
+        lines.append(
+            f"  lost    #{trial.trial_id} on device {','.join(trial.device)}: its supervisor is gone without a "
+            "result; 'fusion-dd resume' trains it again"
         )
     recent = finished[-8:]
     if recent:
@@ -84,4 +100,21 @@ def status_lines(state_dir: Path) -> list[str]:
     return lines
 
 
-__all__ = ["status_lines", "coordinator_pid", "SearchState"]
+def _how(status: dict) -> str:
+    """How a training ended, from its status.json (written by its supervisor)."""
+    duration = status.get("duration")
+    after = f" after {float(duration):.0f}s" if isinstance(duration, (int, float)) else ""
+    if status.get("error"):
+        how = f"could not run: {status['error']}"
+    elif status.get("cancelled"):
+        how = "cancelled"
+    elif status.get("timed_out"):
+        how = "timed out"
+    elif status.get("signal") is not None:
+        how = f"killed by signal {status['signal']}"
+    else:
+        how = f"exit code {status.get('exit_code')}"
+    return f"({how}){after}"
+
+
+__all__ = ["status_lines", "coordinator_pid", "SearchState", "TrialState"]

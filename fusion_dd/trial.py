@@ -325,6 +325,40 @@ def adopt_trial(trial_dir: str | os.PathLike[str]) -> "RunningTrial | None":
     return None
 
 
+def supervisor_started(trial_dir: str | os.PathLike[str]) -> bool:
+    """Did a supervisor ever run for this trial? (It writes supervisor.json first thing.)
+
+    For a trial whose journal has no ``trial_launched`` record, this tells a
+    training that ran (and costs budget) from one whose coordinator died
+    before the supervisor started (which costs nothing).
+    """
+    directory = Path(trial_dir)
+    return (directory / SUPERVISOR_FILE).exists() or (directory / STATUS_FILE).exists()
+
+
+def supervised_state(trial_dir: str | os.PathLike[str]) -> tuple[str, dict[str, Any] | None]:
+    """What a trial's own files say, without the journal: for ``fusion-dd status``.
+
+    ``("ended", status)`` once the supervisor wrote ``status.json`` (also after
+    the coordinator died: the supervisor outlives it); ``("running", None)``
+    while its supervisor lives; ``("gone", None)`` otherwise. Read-only: unlike
+    :func:`adopt_trial` it kills nothing.
+    """
+    directory = Path(trial_dir)
+    status = _read_json(directory / STATUS_FILE)
+    if status is not None:
+        return "ended", status
+    if directory.is_dir():
+        directory = directory.resolve()
+        pid = (_read_json(directory / SUPERVISOR_FILE) or {}).get("supervisor_pid")
+        if isinstance(pid, int) and _is_our_supervisor(pid, directory):
+            return "running", None
+        status = _read_json(directory / STATUS_FILE)  # it may have ended while we looked
+        if status is not None:
+            return "ended", status
+    return "gone", None
+
+
 class RunningTrial:
     """Handle on a supervised training: poll it, wait for it, cancel it.
 
@@ -643,4 +677,6 @@ __all__ = [
     "start_trial",
     "substitute",
     "substitute_command",
+    "supervised_state",
+    "supervisor_started",
 ]
