@@ -1,7 +1,8 @@
 """The ``fusion-dd`` command: parses arguments, calls the engine, prints. No search logic here.
 
 Exit codes: 0 the search finished (a refusal such as "nothing to debug" is an
-answer too), 2 usage or config error, 3 budget exhausted, 130 interrupted.
+answer too), 2 usage or config error, or a training that does not run
+(``training_broken``: no answer about fusion), 3 budget exhausted, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from .engine import EXIT_INTERRUPTED, EXIT_USAGE, Engine, SearchResult
 from .errors import UsageError
 from .journal import JOURNAL_NAME, read_records
 from .progress import ConsoleEvents
+from .broken import STATUS as TRAINING_BROKEN
+from .broken import broken_lines
+from .preflight import preflight, trial_values
 from .report import display_path, summary_lines
 from .state import replay
 from .status import status_lines
 from .switch import render_switch
-from .trial import PLACEHOLDERS, substitute
+from .trial import PLACEHOLDERS, resolve_relative, substitute
 
 app = typer.Typer(
     name="fusion-dd",
@@ -102,6 +106,9 @@ def run_engine(config: SearchConfig) -> SearchResult:
     typer.echo("")
     for line in summary_lines(result.report, config.state_dir):
         typer.echo(line)
+    if result.status == TRAINING_BROKEN:
+        for line in broken_lines(result.report):
+            typer.echo(line, err=True)
     return result
 
 
@@ -120,16 +127,9 @@ def _dry_run(config: SearchConfig) -> None:
     echo(render_switch(rules, rules, config.base_cfg).rstrip())
     echo("")
     echo("command lines (trial 0001 shown; each trial has its own directory):")
-    trial_dir = config.state_dir / "trials" / "0001"
     for device in config.train.devices:
-        values = {
-            "switch_file": str(trial_dir / "fusion_switch.cfg"),
-            "trial_dir": str(trial_dir),
-            "metrics_file": str(trial_dir / "metrics.jsonl"),
-            "device": ",".join(device),
-            "trial_id": "0001",
-        }
-        argv = [substitute(part, values) for part in config.train.command]
+        values = trial_values(config, device)
+        argv = resolve_relative([substitute(part, values) for part in config.train.command], config.base_dir)
         workdir = substitute(config.train.workdir, values)
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
@@ -149,7 +149,15 @@ def _dry_run(config: SearchConfig) -> None:
             f"{config.train.timeout / 3600:.2g} h timeout"
         )
     echo(f"state directory: {config.state_dir}")
+    checked = preflight(config)
+    echo("pre-flight (the command the first trial runs):")
+    for note in checked.notes:
+        echo(f"  ok: {note}")
+    for problem in checked.errors:
+        echo(f"  FAILS: {problem}")
     echo("nothing was launched (dry run)")
+    if checked.errors:
+        _fail(f"{checked.errors[0]}; a search would stop with status {TRAINING_BROKEN} before any training")
 
 
 @app.command()
