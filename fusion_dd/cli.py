@@ -11,6 +11,7 @@ import math
 import shlex
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
@@ -88,9 +89,16 @@ def _install_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _warn(config: SearchConfig) -> None:
-    for warning in config.warnings:
+def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:
+    """Warnings on stderr, at most ``shown`` lines and a count: 5,000 names must not bury the output."""
+    for warning in warnings[:shown]:
         typer.echo(f"fusion-dd: warning: {warning}", err=True)
+    if len(warnings) > shown:
+        typer.echo(f"fusion-dd: warning: and {len(warnings) - shown:,} more warnings like these", err=True)
+
+
+def _warn(config: SearchConfig) -> None:
+    _print_warnings(config.warnings, shown=20)
 
 
 def run_engine(config: SearchConfig) -> SearchResult:
@@ -249,8 +257,7 @@ def rules(
     if output_format not in ("yaml", "txt", "json"):
         raise UsageError(f"--format: {output_format!r} is not one of yaml, txt, json")
     candidates = collect_candidates(sources, keep_unfired=keep_unfired)
-    for warning in candidates.warnings:
-        typer.echo(f"fusion-dd: warning: {warning}", err=True)
+    _print_warnings(candidates.warnings)
     if candidates.dropped:
         names = ", ".join(rule.name for rule in candidates.dropped)
         typer.echo(f"fusion-dd: left out because they never fired (keep them with --keep-unfired): {names}", err=True)
