@@ -397,6 +397,8 @@ def _check_placeholders(reader: _Reader, text: str, key: str) -> None:
     """An unknown ``{name}`` is a typo (``{swich_file}``) that would reach the training literally."""
     from .trial import PLACEHOLDERS, unknown_placeholders
 
+    if "\x00" in text:
+        raise reader.error(key, "contains a NUL character, which no command line or environment can carry")
     unknown = unknown_placeholders(text)
     if unknown:
         name = unknown[0]

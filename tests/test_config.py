@@ -1,6 +1,7 @@
 """fusion-dd.yaml validation: every mistake is one line naming the key, exit code 2, nothing launched."""
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -82,7 +83,6 @@ def test_definition_ignores_budget_devices_and_timeouts(tmp_path):
         ("  devices: [0, 1]", "  env: {CACHE: '{trial_dir}/{cache}'}", "train.env.CACHE: unknown placeholder {cache}"),
         ("  devices: [0, 1]", '  devices: "0,,1"', "train.devices: empty device id (number 2) in '0,,1'"),
         ("  devices: [0, 1]", '  devices: ["0\\0"]', "train.devices: invalid device id"),
-        ("metric:", "state_dir: /\nmetric:", "state_dir: / is a filesystem root"),
         ("SoftmaxFusionPass]", "SoftmaxFusionPas]", "rules.GraphFusion[1]: SoftmaxFusionPas (GraphFusion) is not a known CANN pass name (did you mean SoftmaxFusionPass"),
         ("SoftmaxFusionPass]", "ALL]", "rules.GraphFusion[1]: must be a pass name: 'ALL' is the switch file's default entry"),
         ("rules:", "rules:\n  unknown: maybe", "rules.unknown: must be error, warn or ignore"),
@@ -102,6 +102,17 @@ def test_config_errors_name_the_key_and_exit_2(tmp_path, capsys, old, new, messa
     assert str(path) in err or path.name in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / ".fusion-dd").exists(), "nothing may be launched or written"
+
+
+@pytest.mark.parametrize("state_dir, problem", [("/", "is a filesystem root"), ("~", "is the home directory")])
+def test_state_dir_root_or_home_is_refused(tmp_path, capsys, state_dir, problem):
+    # --dry-run: on a version without the check this test must fail without writing into / or ~.
+    path = write(tmp_path, GOOD.replace("metric:", f"state_dir: {str(Path(state_dir).expanduser())!r}\nmetric:"))
+    with pytest.raises(SystemExit) as info:
+        main(["search", "--dry-run", "-c", str(path)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"state_dir: {Path(state_dir).expanduser()} {problem}" in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_command(tmp_path):
