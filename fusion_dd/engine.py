@@ -458,7 +458,8 @@ class Engine:
         broken = diagnose_references(
             trials,
             [trial for trial in baseline if trial is not None],
-            all(self._settled(key) is not None for key in wanted),
+            # With the budget spent, the trainings so far are all the evidence there will be.
+            all(self._settled(key) is not None for key in wanted) or self.remaining_budget() == 0,
         )
         if broken is not None:
             raise TrainingBroken(broken)
