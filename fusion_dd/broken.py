@@ -155,8 +155,11 @@ def broken_lines(report: dict[str, Any]) -> list[str]:
         tail = details.get("log_tail") or []
         lines.append(f"  last {len(tail)} line(s) of {details['log']}:" if tail else f"  {details['log']} is empty")
         lines.extend(f"    | {line}" for line in tail)
-    lines.append(
-        "  fix the training (try the command by hand), then run `fusion-dd search` again; "
-        "no answer about fusion was reached"
-    )
+    if details.get("preflight"):
+        lines.append("  nothing was launched; fix the command (or the config) and run `fusion-dd search` again")
+    else:
+        lines.append(
+            "  no answer about fusion was reached; fix the training (try the command by hand) and run "
+            "`fusion-dd search` again (the references are trained afresh); a changed config needs a new --state-dir"
+        )
     return lines
