@@ -188,6 +188,8 @@ def build_report(
             f"--budget {config.search.budget + max(10, config.search.budget // 2)}"
         )
     report["switch_check"], report["warnings"] = _switch_evidence(state, report)
+    if status == "training_broken":
+        report["warnings"] = []  # trainings that do not run prove nothing about the switch files either
     if preconditions is not None:
         report["warnings"][:0] = list(preconditions.warnings)
     report["warnings"].extend(record["reason"] for record in state.retired_devices)
