@@ -1,7 +1,8 @@
 """The ``fusion-dd`` command: parses arguments, calls the engine, prints. No search logic here.
 
 Exit codes: 0 the search finished (a refusal such as "nothing to debug" is an
-answer too), 2 usage or config error, 3 budget exhausted, 130 interrupted.
+answer too), 2 usage or config error, or a training that does not run
+(``training_broken``: no answer about fusion), 3 budget exhausted, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 import shlex
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
@@ -21,11 +23,14 @@ from .engine import EXIT_INTERRUPTED, EXIT_USAGE, Engine, SearchResult
 from .errors import UsageError
 from .journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
+from .broken import STATUS as TRAINING_BROKEN
+from .broken import broken_lines
+from .preflight import preflight, trial_values
 from .report import display_path, summary_lines
 from .state import replay
 from .status import status_lines
 from .switch import render_switch
-from .trial import PLACEHOLDERS, substitute, substitute_command
+from .trial import PLACEHOLDERS, resolve_relative, substitute, substitute_command
 
 app = typer.Typer(
     name="fusion-dd",
@@ -96,9 +101,16 @@ def _install_sigterm() -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def _warn(config: SearchConfig) -> None:
-    for warning in config.warnings:
+def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:
+    """Warnings on stderr, at most ``shown`` lines and a count: 5,000 names must not bury the output."""
+    for warning in warnings[:shown]:
         typer.echo(f"fusion-dd: warning: {warning}", err=True)
+    if len(warnings) > shown:
+        typer.echo(f"fusion-dd: warning: and {len(warnings) - shown:,} more warnings like these", err=True)
+
+
+def _warn(config: SearchConfig) -> None:
+    _print_warnings(config.warnings, shown=20)
 
 
 def run_engine(config: SearchConfig) -> SearchResult:
@@ -114,6 +126,9 @@ def run_engine(config: SearchConfig) -> SearchResult:
     typer.echo("")
     for line in summary_lines(result.report, config.state_dir):
         typer.echo(line)
+    if result.status == TRAINING_BROKEN:
+        for line in broken_lines(result.report):
+            typer.echo(line, err=True)
     return result
 
 
@@ -144,16 +159,9 @@ def _dry_run(config: SearchConfig) -> None:
     echo(render_switch(rules, rules, config.base_cfg).rstrip())
     echo("")
     echo("command lines (trial 0001 shown; each trial has its own directory):")
-    trial_dir = config.state_dir / "trials" / "0001"
     for device in config.train.devices:
-        values = {
-            "switch_file": str(trial_dir / "fusion_switch.cfg"),
-            "trial_dir": str(trial_dir),
-            "metrics_file": str(trial_dir / "metrics.jsonl"),
-            "device": ",".join(device),
-            "trial_id": "0001",
-        }
-        argv = substitute_command(config.train.command, values)
+        values = trial_values(config, device)
+        argv = resolve_relative(substitute_command(config.train.command, values), config.base_dir)
         workdir = substitute(config.train.workdir, values)
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
@@ -173,7 +181,15 @@ def _dry_run(config: SearchConfig) -> None:
             f"{config.train.timeout / 3600:.2g} h timeout"
         )
     echo(f"state directory: {config.state_dir}")
+    checked = preflight(config)
+    echo("pre-flight (the command the first trial runs):")
+    for note in checked.notes:
+        echo(f"  ok: {note}")
+    for problem in checked.errors:
+        echo(f"  FAILS: {problem}")
     echo("nothing was launched (dry run)")
+    if checked.errors:
+        _fail(f"{checked.errors[0]}; a search would stop with status {TRAINING_BROKEN} before any training")
 
 
 @app.command()
@@ -278,8 +294,7 @@ def rules(
     if output_format not in ("yaml", "txt", "json"):
         raise UsageError(f"--format: {output_format!r} is not one of yaml, txt, json")
     candidates = collect_candidates(sources, keep_unfired=keep_unfired)
-    for warning in candidates.warnings:
-        typer.echo(f"fusion-dd: warning: {warning}", err=True)
+    _print_warnings(candidates.warnings)
     if candidates.dropped:
         names = ", ".join(rule.name for rule in candidates.dropped)
         typer.echo(f"fusion-dd: left out because they never fired (keep them with --keep-unfired): {names}", err=True)

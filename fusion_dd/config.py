@@ -21,11 +21,21 @@ import yaml
 from .early_stop import EarlyStopRule
 from .errors import UsageError
 from .metrics import DEFAULT_LOSS_PATTERN
-from .rules import Rule, Section
+from .rules import Rule, Section, name_problem
 from .safe_read import SMALL_FILE_BYTES, read_text, too_deep
 from .switch import SwitchFile, load_switch_file
 
 DEFAULT_CONFIG_NAME = "fusion-dd.yaml"
+#: The two reference trainings and at least one more: a smaller budget can never answer.
+MIN_BUDGET = 3
+#: What a state directory may hold before fusion-dd has journaled anything in it.
+UNKNOWN_POLICIES = ("error", "warn", "ignore")
+#: Unknown rule names shown one per line under ``rules.unknown: warn``; the rest are counted.
+UNKNOWN_SHOWN = 10
+# Device ids end up in environment variables and command lines: numbers, names,
+# GPU/MIG UUIDs ("MIG-GPU-.../1/0"); never white space, separators or NUL.
+_DEVICE_ID = re.compile(r"[A-Za-z0-9_.:/-]+")
+_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials"}
 
 # The schema: every allowed key, so that a typo is reported with a suggestion.
 _SCHEMA: dict[str, Any] = {
@@ -36,6 +46,7 @@ _SCHEMA: dict[str, Any] = {
         "from": None,
         "keep_unfired": None,
         "graphs": None,
+        "unknown": None,
     },
     "train": {
         "command": None,
@@ -189,12 +200,15 @@ class SearchConfig:
         """Apply command-line overrides (``--budget``, ``--devices``/``--jobs``, ``--state-dir``)."""
         config = self
         if budget is not None:
-            if budget < 0:
-                raise UsageError("--budget: must be zero or a positive number of trainings")
+            if budget < MIN_BUDGET:
+                raise UsageError(
+                    f"--budget: must be at least {MIN_BUDGET} (the two reference trainings and one more), got {budget}"
+                )
             config = replace(config, search=replace(config.search, budget=budget))
         if devices is not None:
             config = replace(config, train=replace(config.train, devices=devices))
         if state_dir is not None:
+            check_state_dir(state_dir.resolve(), "--state-dir", config.source)
             config = replace(config, state_dir=state_dir.resolve())
         return config
 
@@ -322,6 +336,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         raise UsageError(f"{reader.source}: {exc}") from None
     state_dir_raw = document.get("state_dir", ".fusion-dd")
     state_dir = (base_dir / reader.string(state_dir_raw, "state_dir")).resolve()
+    check_state_dir(state_dir, f"{reader.source}: state_dir", source)
     return SearchConfig(
         source=source,
         rules=rules,
@@ -338,6 +353,62 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         graphs=graphs,
         early_stop=early_stop,
     )
+
+
+def check_state_dir(path: Path, key: str, config_source: Path | None = None) -> None:
+    """Refuse a state directory that would mix fusion-dd's files with someone else's.
+
+    The state directory receives a journal, trial directories and reports, and
+    ``--restart``-like clean-ups may move it: a filesystem root, the home
+    directory, or a non-empty directory that holds no fusion-dd search
+    (``journal.jsonl``) must never be one. The config file itself may live there
+    (``fusion-dd demo`` writes its config into its state directory).
+    """
+    path = Path(path)
+    if path == path.parent:
+        raise UsageError(f"{key}: {path} is a filesystem root; give a directory of its own, e.g. .fusion-dd")
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, KeyError, OSError):
+        home = None
+    if home is not None and path == home:
+        raise UsageError(f"{key}: {path} is the home directory; give a directory of its own, e.g. .fusion-dd")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{key}: {path} is not a directory")
+    if not path.is_dir() or (path / "journal.jsonl").exists():
+        return
+    try:
+        entries = {entry.name for entry in path.iterdir()}
+    except OSError as exc:
+        raise UsageError(f"{key}: cannot read {path} ({exc.strerror or exc})") from None
+    allowed = set(_STATE_FILES)
+    if config_source is not None and Path(config_source).parent == path:
+        allowed.add(Path(config_source).name)
+    foreign = sorted(entries - allowed)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise UsageError(
+            f"{key}: {path} is not empty ({shown}) and holds no fusion-dd search (no journal.jsonl); "
+            "give a new or empty directory, e.g. .fusion-dd"
+        )
+
+
+def _check_placeholders(reader: _Reader, text: str, key: str) -> None:
+    """An unknown ``{name}`` is a typo (``{swich_file}``) that would reach the training literally."""
+    from .trial import PLACEHOLDERS, unknown_placeholders
+
+    if "\x00" in text:
+        raise reader.error(key, "contains a NUL character, which no command line or environment can carry")
+    unknown = unknown_placeholders(text)
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(name, list(PLACEHOLDERS), n=1)
+        hint = f"did you mean {{{close[0]}}}? " if close else ""
+        known = ", ".join(f"{{{known}}}" for known in PLACEHOLDERS)
+        raise reader.error(
+            key,
+            f"unknown placeholder {{{name}}}; {hint}(known: {known}; write {{{{{name}}}}} for a literal {{{name}}})",
+        )
 
 
 def _read_base_cfg(
@@ -362,14 +433,20 @@ def _read_rules(
     silently ignores a misspelled name and a search over it would prove nothing.
     """
     keep_unfired = reader.boolean(section.get("keep_unfired", False), "rules.keep_unfired")
+    policy = section.get("unknown", "error")
+    if policy not in UNKNOWN_POLICIES:
+        raise reader.error("rules.unknown", f"must be error, warn or ignore, got {policy!r}")
     rules: list[Rule] = []
     warnings: list[str] = []
+    unknown: list[tuple[str, str]] = []  # (config key, message) of names neither catalog nor artifacts know
     fired: set[str] | None = None
     known_sections: dict[str, set[Section]] = {}
     if section.get("from") is not None:
         candidates = _rules_from_artifacts(reader, section["from"], base_dir, keep_unfired)
         rules.extend(candidates.rules)
-        warnings.extend(candidates.warnings)
+        unknown_texts = {str(item) for item in candidates.name_warnings if item.kind == "unknown"}
+        unknown.extend(("rules.from", text) for text in unknown_texts)
+        warnings.extend(text for text in candidates.warnings if text not in unknown_texts)
         fired = candidates.fired
         for rule in candidates.rules:
             known_sections.setdefault(rule.name, set()).add(rule.section)
@@ -384,23 +461,23 @@ def _read_rules(
         if not isinstance(names, list):
             raise reader.error(key, "must be a list of fusion pass names")
         for index, name in enumerate(names):
-            if not isinstance(name, str) or not name.strip():
-                raise reader.error(f"{key}[{index}]", f"must be a pass name, got {name!r}")
-            if name != name.strip() or any(ch.isspace() for ch in name):
-                raise reader.error(
-                    f"{key}[{index}]",
-                    f"{name!r} contains white space; CANN pass names never do",
-                )
+            problem = name_problem(name)
+            if problem is not None:
+                raise reader.error(f"{key}[{index}]", f"must be a pass name: {problem}")
             if name in listed_keys:
                 raise reader.error(key, f"duplicate rule {name!r} (also in {listed_keys[name]})")
-            listed_keys[name] = key
+            listed_keys[name] = f"{key}[{index}]"
             listed.append(Rule(name, section_enum))
     from .ascend import validate_names
 
     for warning in validate_names(listed, fired, known_sections):
+        if warning.kind == "unknown":
+            unknown.append((listed_keys[warning.rule.name], warning.message))
+            continue
         warnings.append(warning.message)
         if warning.kind == "never-fired" and not keep_unfired:
             listed.remove(warning.rule)
+    warnings.extend(_unknown_names(reader, unknown, policy))
     rules.extend(rule for rule in listed if rule.name not in seen)
     if not rules:
         raise reader.error(
@@ -409,6 +486,33 @@ def _read_rules(
             "rules.UBFusion (or rules.from: [fusion_result.json])",
         )
     return tuple(rules), tuple(warnings)
+
+
+def _unknown_names(reader: _Reader, unknown: list[tuple[str, str]], policy: str) -> list[str]:
+    """``rules.unknown``: a name neither the catalog nor the artifacts know is an error by default.
+
+    CANN ignores a misspelled name silently, so a search over it "proves" the rule
+    harmless. Newer CANN versions add passes the catalog lacks: ``warn`` or
+    ``ignore`` accept them. Thousands of unknown names make one line, not thousands.
+    """
+    if not unknown or policy == "ignore":
+        return []
+    more = len(unknown) - 1
+    if policy == "error":
+        key, message = unknown[0]
+        rest = f"; and {more:,} more unknown name(s)" if more else ""
+        raise reader.error(
+            key,
+            f"{message}{rest}; fix the spelling (take names from `fusion-dd rules fusion_result.json`), "
+            "or set rules.unknown: warn for passes newer than fusion-dd's catalog",
+        )
+    shown = [message for _, message in unknown[:UNKNOWN_SHOWN]]
+    if len(unknown) > UNKNOWN_SHOWN:
+        shown.append(
+            f"and {len(unknown) - UNKNOWN_SHOWN:,} more names unknown to the catalog "
+            "(rules.unknown: warn; kept as candidates)"
+        )
+    return shown
 
 
 def _rules_from_artifacts(reader: _Reader, raw: Any, base_dir: Path, keep_unfired: bool) -> Any:
@@ -466,15 +570,14 @@ def parse_devices(raw: Any, key: str = "train.devices", reader: _Reader | None =
 
     entries: list[tuple[str, ...]] = []
     if isinstance(raw, str):
-        if ";" in raw:
-            groups = [group for group in raw.split(";") if group.strip()]
-            for group in groups:
-                ids = tuple(part.strip() for part in group.split(",") if part.strip())
-                if not ids:
-                    raise fail(f"empty device group in {raw!r}")
-                entries.append(ids)
-        else:
-            entries = [(part.strip(),) for part in raw.split(",") if part.strip()]
+        # Every separator must separate something: "0,,1" or "0;" is a typo, not a pool.
+        groups = raw.split(";") if ";" in raw else raw.split(",")
+        for number, group in enumerate(groups, start=1):
+            ids = tuple(part.strip() for part in group.split(",")) if ";" in raw else (group.strip(),)
+            if not all(ids):
+                what = "device group" if ";" in raw else "device id"
+                raise fail(f"empty {what} (number {number}) in {raw!r}; write e.g. \"0,1,2,3\" or \"0,1;2,3\"")
+            entries.append(ids)
     elif isinstance(raw, list):
         for item in raw:
             if isinstance(item, list):
@@ -497,8 +600,8 @@ def parse_devices(raw: Any, key: str = "train.devices", reader: _Reader | None =
             f"device {duplicates[0]} appears twice; two trainings must never share a device"
         )
     for device in flat:
-        if any(ch.isspace() for ch in device) or "," in device or ";" in device:
-            raise fail(f"invalid device id {device!r}")
+        if not _DEVICE_ID.fullmatch(device):
+            raise fail(f"invalid device id {device!r}: use letters, digits and . _ : / - only")
     return tuple(entries)
 
 
@@ -506,7 +609,10 @@ def _read_train(reader: _Reader, section: Mapping[str, Any]) -> TrainConfig:
     if section.get("command") is None:
         raise reader.error("train.command", "missing: the command that runs one training")
     command = _parse_command(reader, section["command"])
+    for index, argument in enumerate(command):
+        _check_placeholders(reader, argument, f"train.command[{index}]")
     workdir = reader.string(section.get("workdir", "."), "train.workdir")
+    _check_placeholders(reader, workdir, "train.workdir")
     env_raw = reader.mapping(section.get("env"), "train.env")
     env: dict[str, str] = {}
     for name, value in env_raw.items():
@@ -515,6 +621,7 @@ def _read_train(reader: _Reader, section: Mapping[str, Any]) -> TrainConfig:
         if value is None or isinstance(value, (dict, list)):
             raise reader.error(f"train.env.{name}", "must be a string or number")
         env[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        _check_placeholders(reader, env[name], f"train.env.{name}")
     timeout_raw = section.get("timeout", 14400)
     timeout = None if timeout_raw is None else reader.number(timeout_raw, "train.timeout", positive=True)
     devices = parse_devices(section.get("devices", [0]), "train.devices", reader)
@@ -620,7 +727,7 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
             "search.strategy",
             f"unknown strategy {strategy!r}; choose one of {', '.join(sorted(STRATEGIES))}",
         )
-    budget = reader.integer(section.get("budget", 200), "search.budget", minimum=0)
+    budget = reader.integer(section.get("budget", 200), "search.budget", minimum=MIN_BUDGET)
     confirm = section.get("confirm", "auto")
     if confirm not in ("auto", "strict", "off"):
         raise reader.error("search.confirm", f"must be auto, strict or off, got {confirm!r}")

@@ -38,6 +38,10 @@ from .state import ConfigKey, SearchState, TrialState, definition_changes, encod
 from .switch import render_switch
 from .trial import TrialRun, TrialSpec, adopt_trial, start_trial, supervisor_started
 from .ascend import SwitchCheck, check_switch_applied, read_trial_results
+from .broken import STATUS as TRAINING_BROKEN
+from .broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
+from .broken import report_details
+from .preflight import preflight
 from .training_oracle import TrainingOracle
 
 EXIT_OK = 0
@@ -82,7 +86,7 @@ class QuietEvents:
 
 @dataclass(frozen=True)
 class SearchResult:
-    status: str  # found | budget_exhausted | baseline_fails | no_failure | interrupted
+    status: str  # found | budget_exhausted | baseline_fails | no_failure | interrupted | training_broken
     exit_code: int
     report: dict[str, Any]
     report_path: Path
@@ -147,6 +151,7 @@ class Engine:
                 f"know ({shown}); left untouched: new trials skip those numbers"
             )
         if self.state.definition is None:
+            self._preflight()  # before the search is journaled: a fixed config then starts afresh
             self._append(
                 {
                     "type": "search_started",
@@ -478,6 +483,7 @@ class Engine:
         """Baseline (all candidates off) and all-on runs, in parallel; None when the budget ran out."""
         keys = self._reference_keys()
         while True:
+            self._raise_if_broken(keys)
             needed = [(key, role) for key, role in keys if self._settled(key) is None]
             needed = needed[: self.remaining_budget()]
             if not needed:
@@ -487,7 +493,9 @@ class Engine:
                 for key, role in needed
             ]
             self._reference_rounds += 1
-            run_batch(jobs, self._devices(), cleanup_timeout=self.config.train.kill_grace + 30)
+            run_batch(
+                jobs, self._devices(), stop_after=is_start_error, cleanup_timeout=self.config.train.kill_grace + 30
+            )
         if any(self._settled(key) is None for key, _ in keys):
             return None
         self._load_baseline_curve()
@@ -515,6 +523,45 @@ class Engine:
             all_on = measured(everything, score.all_on_repeats)
         return baseline, all_on
 
+    def _preflight(self) -> None:
+        """Stop before any training when the command cannot run (see fusion_dd.preflight)."""
+        result = preflight(self.config)
+        if result.errors:
+            raise TrainingBroken(
+                BrokenTraining(
+                    f"pre-flight: {result.errors[0]}",
+                    command=tuple(result.argv),
+                    details={"problems": list(result.errors[1:]), "workdir": result.workdir, "preflight": True},
+                )
+            )
+
+    def _raise_if_broken(self, keys: Sequence[tuple[ConfigKey, str]]) -> None:
+        """Stop when the reference trainings show that the training itself does not run (fusion_dd.broken)."""
+        wanted = {key for key, _ in keys}
+        since = list(self.state.trials.values())[self.state.broken_before :]
+        trials = [trial for trial in since if trial.key in wanted]
+        baseline = [self._settled(key) for key, role in keys if role == "baseline"]
+        broken = diagnose_references(
+            trials,
+            [trial for trial in baseline if trial is not None],
+            # With the budget spent, the trainings so far are all the evidence there will be.
+            all(self._settled(key) is not None for key in wanted) or self.remaining_budget() == 0,
+        )
+        if broken is not None:
+            raise TrainingBroken(broken)
+
+    def _stop_broken(self, broken: BrokenTraining) -> SearchResult:
+        """report.json with status training_broken, exit 2; not a finished search: fixed, it may run again."""
+        command, workdir = broken.command, broken.details.get("workdir")
+        if broken.trial is not None:
+            command, workdir = launched_command(self.state_dir / broken.trial.trial_dir)
+        details = report_details(broken, self.state_dir, command or self.config.train.command, workdir)
+        if self.state.definition is not None:
+            self._append({"type": "search_stopped", "reason": TRAINING_BROKEN, "detail": broken.reason})
+        report = self._report(TRAINING_BROKEN, None, None, message=f"stopped: {broken.reason}")
+        report[TRAINING_BROKEN] = details
+        return self._write(TRAINING_BROKEN, EXIT_USAGE, report)
+
     def _refuse_ignored_switch(self) -> None:
         """Trainings whose switch file was ignored make every result in this state directory meaningless."""
         for trial in self.state.trials.values():
@@ -532,6 +579,7 @@ class Engine:
             if self.state.finished is not None:
                 self.events.message("this search has already finished; showing its answer")
                 return self._result_from_finished()
+            self._preflight()
             self._append(
                 {
                     "type": "session_started",
@@ -543,6 +591,8 @@ class Engine:
             )
             self._adopt_orphans()
             return self._search()
+        except TrainingBroken as exc:
+            return self._stop_broken(exc.broken)
         except SwitchIgnored as exc:
             self._append({"type": "search_stopped", "reason": "switch_ignored"})
             self._stop("switch_ignored", EXIT_USAGE, None, None, message=str(exc))

@@ -87,6 +87,7 @@ def render_init_config(
   # graphs: [dump/ge_proto_*_Build.txt]  # graph dumps of an all-on run: name the culprits' layers
 
 train:
+  # A relative script path (train.py) is taken from this file's directory when it is there, else from workdir.
   command: {json.dumps(argv)}{note}
   workdir: "{{trial_dir}}"     # each trial runs in its own directory: no shared caches
   timeout: 14400             # seconds per training

@@ -31,6 +31,7 @@ STATUS_TEXT = {
     "interrupted": "interrupted",
     "switch_ignored": "stopped: the compiler ignored the switch file",
     "too_noisy": "refused: the failure is small against the baseline's run-to-run noise",
+    "training_broken": "stopped: the training does not run (no answer about fusion)",
 }
 
 
@@ -195,6 +196,8 @@ def build_report(
     elif status == "interrupted":
         report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}"
     report["switch_check"], report["warnings"] = _switch_evidence(state, report)
+    if status == "training_broken":
+        report["warnings"] = []  # trainings that do not run prove nothing about the switch files either
     if preconditions is not None:
         report["warnings"][:0] = list(preconditions.warnings)
     report["warnings"].extend(record["reason"] for record in state.retired_devices)

@@ -53,6 +53,25 @@ class Rule:
         return {"name": self.name, "section": self.section.value}
 
 
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a CANN pass name, or None when it can.
+
+    Checked for hand-listed names and for names read from artifacts alike: an
+    empty name, white space or a control character (NUL) would be written into
+    ``fusion_switch.cfg`` where CANN ignores it silently, and ``ALL`` is the
+    switch file's default entry, not a pass.
+    """
+    if not isinstance(name, str) or not name:
+        return f"{name!r} is not a pass name (empty or not a string)"
+    if any(ch.isspace() for ch in name):
+        return f"{name!r} contains white space; CANN pass names never do"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        return f"{name!r} contains a control character; CANN pass names never do"
+    if name == "ALL":
+        return "'ALL' is the switch file's default entry, not a pass name"
+    return None
+
+
 _CATALOG_FILES = {Section.GRAPH: "graph_fusion.txt", Section.UB: "ub_fusion.txt"}
 
 

@@ -45,6 +45,8 @@ from collections.abc import Mapping, Sequence
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
 
 _TOKEN = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# ``{{name}}`` is a literal ``{name}`` (the same escape as :func:`fusion_dd.trial.substitute`).
+_ESCAPED = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 #: Long options of bash/zsh that take the next argument as their value.
 _LONG_WITH_VALUE = frozenset({"--rcfile", "--init-file"})
 _HEREDOC = re.compile(r"<<(-?)[ \t]*")
@@ -135,10 +137,12 @@ def _quote(stack: Sequence[str], value: str) -> str:
 
 def _substitute_line(line: str, values: Mapping[str, str], context: Sequence[str]) -> str:
     def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
+        if match.group(1) is not None:
+            return "{" + match.group(1) + "}"
+        name = match.group(2)
         return _quote(context, values[name]) if name in values else match.group(0)
 
-    return _TOKEN.sub(replace, line)
+    return re.sub(f"{_ESCAPED.pattern}|{_TOKEN.pattern}", replace, line)
 
 
 def substitute_script(script: str, values: Mapping[str, str]) -> str:
@@ -149,6 +153,11 @@ def substitute_script(script: str, values: Mapping[str, str]) -> str:
     index = 0
     length = len(script)
     while index < length:
+        escaped = _ESCAPED.match(script, index)
+        if escaped:
+            out.append("{" + escaped.group(1) + "}")
+            index = escaped.end()
+            continue
         match = _TOKEN.match(script, index)
         if match and match.group(1) in values:
             out.append(_quote(stack, values[match.group(1)]))

@@ -96,6 +96,9 @@ class SearchState:
     sessions: list[dict[str, Any]] = field(default_factory=list)
     retired_devices: list[dict[str, Any]] = field(default_factory=list)
     start_record: dict[str, Any] | None = None
+    # Trials before this index were judged by a ``training_broken`` stop: the next
+    # session trains the references again instead of re-reading that verdict.
+    broken_before: int = 0
     # Kept up to date by apply(): the engine asks for them once per question.
     _by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
     _attempts: dict[ConfigKey, int] = field(default_factory=dict, repr=False)
@@ -166,6 +169,12 @@ class SearchState:
                 trial.cancelled = record
         elif kind == "search_stopped":
             self.stops.append(record)
+            if record.get("reason") == "training_broken":
+                # The user fixes the training and runs again: its failed attempts no longer count.
+                self.broken_before = len(self.trials)
+                for key, trial in self._by_key.items():
+                    if not trial.resolved:
+                        self._attempts.pop(key, None)
         elif kind == "device_retired":
             self.retired_devices.append(record)
         elif kind == "search_finished":

@@ -61,7 +61,8 @@ PLACEHOLDERS: Mapping[str, str | None] = {
 REPEAT_ENV = "FUSION_DD_REPEAT"
 WORK_PATH_ENV = "ASCEND_WORK_PATH"
 _SUPERVISOR_MODULE = "fusion_dd.supervisor"
-_TOKEN = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# ``{{name}}`` (or ``{{name}``) is the escape for a literal ``{name}``; tried first.
+_ESCAPED_OR_TOKEN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}?|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class StopRequest(Protocol):
@@ -186,18 +187,61 @@ class TrialRun:
 
 
 def substitute(argv_element: str, values: Mapping[str, str]) -> str:
-    """Replace every ``{name}`` whose name is in ``values``; leave everything else.
+    """Replace every ``{name}`` whose name is in ``values``; ``{{name}}`` is a literal ``{name}``.
 
-    Not ``str.format``: commands legitimately contain braces (``awk '{print
-    $1}'``, JSON, shell ``${VAR}``), and an unknown ``{x}`` must reach the
-    training unchanged rather than fail. Substituted values are not scanned
-    again, so a path containing ``{device}`` stays literal.
+    Not ``str.format``: commands legitimately contain braces (JSON, shell
+    ``${VAR}``, ``awk '{ print $1 }'``), which stay as they are; only a doubled
+    brace around a name is unescaped (the config refuses an unknown ``{name}``
+    and tells the user to write ``{{name}}``). Substituted values are not
+    scanned again, so a path containing ``{device}`` stays literal.
     """
 
     def replace(match: re.Match[str]) -> str:
-        return values.get(match.group(1), match.group(0))
+        if match.group(1) is not None:
+            return "{" + match.group(1) + "}"
+        return values.get(match.group(2), match.group(0))
 
-    return _TOKEN.sub(replace, argv_element)
+    return _ESCAPED_OR_TOKEN.sub(replace, argv_element)
+
+
+def unknown_placeholders(text: str, known: Sequence[str] = tuple(PLACEHOLDERS)) -> list[str]:
+    """The ``{name}`` tokens in ``text`` that are no placeholder (``{{name}}`` and shell ``${name}`` excepted)."""
+    found = []
+    for match in _ESCAPED_OR_TOKEN.finditer(text):
+        name = match.group(2)
+        if name is not None and name not in known and not text[: match.start()].endswith("$"):
+            found.append(name)
+    return found
+
+
+def looks_like_script(argument: str) -> bool:
+    """A command argument that names a script file (``train.py``, ``run/train.sh``)."""
+    return (
+        argument.endswith((".py", ".sh"))
+        and not argument.startswith("-")
+        and not any(ch.isspace() for ch in argument)
+        and "=" not in argument
+    )
+
+
+def resolve_relative(argv: Sequence[str], base_dir: Path) -> list[str]:
+    """Relative paths of the program and of script arguments, made absolute beside the config.
+
+    ``["python", "train.py"]`` with ``workdir: "{trial_dir}"`` must run the
+    ``train.py`` beside fusion-dd.yaml, not look for one in the (empty) trial
+    directory. A relative path is taken from the config file's directory when
+    the file exists there; otherwise it is left for the workdir to resolve.
+    A program without a ``/`` is a PATH lookup and stays as it is.
+    """
+    resolved = list(argv)
+    for index, argument in enumerate(resolved):
+        path_like = ("/" in argument) if index == 0 else looks_like_script(argument)
+        if not path_like or os.path.isabs(argument) or argument.startswith("~"):
+            continue
+        candidate = _absolute(base_dir) / argument
+        if candidate.is_file():
+            resolved[index] = os.path.normpath(str(candidate))
+    return resolved
 
 
 def substitute_command(command: Sequence[str], values: Mapping[str, str]) -> list[str]:
@@ -238,7 +282,7 @@ def resolve_launch(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, 
     """
     directory = trial_dir if trial_dir is not None else _absolute(spec.trial_dir)
     values = placeholder_values(spec, directory)
-    argv = substitute_command(spec.command, values)
+    argv = resolve_relative(substitute_command(spec.command, values), spec.base_dir)
     workdir = substitute(spec.workdir, values) if spec.workdir else ""
     workdir_path = Path(workdir).expanduser()
     if not workdir_path.is_absolute():
@@ -674,9 +718,11 @@ __all__ = [
     "adopt_trial",
     "placeholder_values",
     "resolve_launch",
+    "resolve_relative",
     "start_trial",
     "substitute",
     "substitute_command",
     "supervised_state",
     "supervisor_started",
+    "unknown_placeholders",
 ]

@@ -1,6 +1,7 @@
 """fusion-dd.yaml validation: every mistake is one line naming the key, exit code 2, nothing launched."""
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -75,7 +76,16 @@ def test_definition_ignores_budget_devices_and_timeouts(tmp_path):
         ("metric:", "metric:\n  goal: up", "metric.goal: must be 'max' (accuracy) or 'min' (loss)"),
         ("metric:", "score:\n  tolerance: lots\nmetric:", "score.tolerance: must be 'auto'"),
         ("metric:", "search:\n  strategy: magic\nmetric:", "search.strategy: unknown strategy 'magic'"),
-        ("metric:", "search:\n  budget: -1\nmetric:", "search.budget: must be at least 0"),
+        ("metric:", "search:\n  budget: -1\nmetric:", "search.budget: must be at least 3"),
+        ("metric:", "search:\n  budget: 2\nmetric:", "search.budget: must be at least 3, got 2"),
+        ('"{switch_file}"', '"{swich_file}"', "train.command[3]: unknown placeholder {swich_file}; did you mean {switch_file}?"),
+        ("  devices: [0, 1]", '  workdir: "{trail_dir}"', "train.workdir: unknown placeholder {trail_dir}"),
+        ("  devices: [0, 1]", "  env: {CACHE: '{trial_dir}/{cache}'}", "train.env.CACHE: unknown placeholder {cache}"),
+        ("  devices: [0, 1]", '  devices: "0,,1"', "train.devices: empty device id (number 2) in '0,,1'"),
+        ("  devices: [0, 1]", '  devices: ["0\\0"]', "train.devices: invalid device id"),
+        ("SoftmaxFusionPass]", "SoftmaxFusionPas]", "rules.GraphFusion[1]: SoftmaxFusionPas (GraphFusion) is not a known CANN pass name (did you mean SoftmaxFusionPass"),
+        ("SoftmaxFusionPass]", "ALL]", "rules.GraphFusion[1]: must be a pass name: 'ALL' is the switch file's default entry"),
+        ("rules:", "rules:\n  unknown: maybe", "rules.unknown: must be error, warn or ignore"),
         ("metric:", "rules2: {}\nmetric:", "rules2: unknown key; did you mean 'rules'?"),
         ("  command: [", "  workdir: 3\n  command: [", "train.workdir: must be a non-empty string"),
         ("metric:", "score:\n  baseline_repeats: 0\nmetric:", "score.baseline_repeats: must be at least 1"),
@@ -94,9 +104,20 @@ def test_config_errors_name_the_key_and_exit_2(tmp_path, capsys, old, new, messa
     assert not (tmp_path / ".fusion-dd").exists(), "nothing may be launched or written"
 
 
+@pytest.mark.parametrize("state_dir, problem", [("/", "is a filesystem root"), ("~", "is the home directory")])
+def test_state_dir_root_or_home_is_refused(tmp_path, capsys, state_dir, problem):
+    # --dry-run: on a version without the check this test must fail without writing into / or ~.
+    path = write(tmp_path, GOOD.replace("metric:", f"state_dir: {str(Path(state_dir).expanduser())!r}\nmetric:"))
+    with pytest.raises(SystemExit) as info:
+        main(["search", "--dry-run", "-c", str(path)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"state_dir: {Path(state_dir).expanduser()} {problem}" in err and len(err.strip().splitlines()) == 1
+
+
 def test_missing_command(tmp_path):
     with pytest.raises(UsageError, match="train.command: missing"):
-        load_config(write(tmp_path, "rules:\n  GraphFusion: [A]\n"))
+        load_config(write(tmp_path, "rules:\n  GraphFusion: [SoftmaxFusionPass]\n"))
 
 
 def test_missing_config_file(tmp_path, capsys):

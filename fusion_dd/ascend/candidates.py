@@ -26,7 +26,7 @@ from typing import Any, Literal
 import yaml
 
 from ..errors import UsageError
-from ..rules import Rule, Section, catalog, catalog_section
+from ..rules import Rule, Section, catalog, catalog_section, name_problem
 from ..safe_read import FUSION_RESULT_BYTES, GRAPH_DUMP_BYTES, SMALL_FILE_BYTES, loads_json, too_deep
 from ..switch import parse_switch_text
 from .common import read_text, sort_rules
@@ -326,6 +326,7 @@ def _combine(evidence: list[tuple[Path, _Evidence]], keep_unfired: bool) -> Cand
     sources: list[SourceInfo] = []
     warnings: list[str] = []
     for path, item in evidence:
+        _check_names(path, item)
         from_artifact = set(item.rules)
         from_artifact |= {Rule(name, Section.UB) for name in item.ub_names}
         from_artifact |= {Rule(name, each) for name in item.graph_names for each in weak[name]}
@@ -374,6 +375,16 @@ def _combine(evidence: list[tuple[Path, _Evidence]], keep_unfired: bool) -> Cand
         name_warnings=name_warnings,
         fired_sections=covered if fired is not None else set(),
     )
+
+
+def _check_names(path: Path, item: _Evidence) -> None:
+    """Names read from an artifact get the checks hand-listed names get (no empty, blank or NUL name)."""
+    names = [rule.name for rule in item.rules] + sorted(item.ub_names) + sorted(item.graph_names)
+    names += list(item.sections) + [name for name, _, _ in item.declared]
+    for name in names:
+        problem = name_problem(name)
+        if problem is not None:
+            raise UsageError(f"{path}: rule name {problem}; the file is damaged or not a CANN artifact")
 
 
 def resolve_sections(

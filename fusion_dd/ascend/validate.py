@@ -17,6 +17,8 @@ from typing import Literal
 from ..rules import Rule, Section, catalog
 
 WarningKind = Literal["unknown", "never-fired", "section-mismatch"]
+#: Unknown names for which the closest spellings are looked up (see ``validate_names``).
+SUGGESTED_NAMES = 20
 
 
 @dataclass(frozen=True)
@@ -36,13 +38,18 @@ def validate_names(
     rules: Iterable[Rule],
     fired: set[str] | None,
     known_sections: Mapping[str, Iterable[Section]] | None = None,
+    suggest: int | None = SUGGESTED_NAMES,
 ) -> list[NameWarning]:
     """Warnings about candidate names, in the order of ``rules``.
 
     ``fired`` holds the names that changed the graph in the user's artifacts, or
     None when no artifact was given. ``known_sections`` holds the sections the
     artifacts gave each name; they beat the catalog when checking sections.
+    Closest spellings are looked up for the first ``suggest`` unknown names only
+    (None: all): they cost milliseconds each, and thousands of unknown names are
+    reported as a count anyway.
     """
+    suggested = 0
     known = catalog()
     artifact_sections = {
         name: set(sections) for name, sections in (known_sections or {}).items()
@@ -53,7 +60,10 @@ def validate_names(
         name = rule.name
         did_fire = fired is not None and name in fired
         if not did_fire and name not in known and name not in artifact_sections:
-            suggestions = closest_names(name, vocabulary)
+            suggestions: tuple[str, ...] = ()
+            if suggest is None or suggested < suggest:
+                suggested += 1
+                suggestions = closest_names(name, vocabulary)
             hint = f" (did you mean {', '.join(suggestions)}?)" if suggestions else ""
             warnings.append(
                 NameWarning(

@@ -1,0 +1,47 @@
+"""diagnose_references: which reference results mean "the training does not run" (pure, no trainings)."""
+
+from __future__ import annotations
+
+from fusion_dd.broken import diagnose_references, is_start_error, log_tail
+from fusion_dd.state import TrialState
+
+
+def trial(number: int, kind: str, reason: str = "", exit_code: int | None = 0, config: frozenset = frozenset()) -> TrialState:
+    state = TrialState(f"{number:04d}", config, 0, ("0",), f"trials/{number:04d}", 0.0)
+    state.finished = {"kind": kind, "reason": reason, "exit_code": exit_code, "signal": None, "value": 0.9}
+    return state
+
+
+def test_a_start_error_is_broken_at_once_and_an_exit_code_is_not_a_start_error():
+    missing = trial(1, "crash", "command not found: pythn3", exit_code=None)
+    assert is_start_error(missing)
+    assert "command not found: pythn3" in diagnose_references([missing], [], False).reason
+    crashed = trial(1, "crash", "exit code 1", exit_code=1)
+    assert not is_start_error(crashed)
+    assert diagnose_references([crashed], [], False) is None  # one crash: retry first
+
+
+def test_no_metric_anywhere_is_broken_once_settled_or_after_four():
+    runs = [trial(n, "no_metric", "no match of pattern 'x=(\\S+)'") for n in range(1, 4)]
+    assert diagnose_references(runs, [], False) is None
+    assert "without a metric" in diagnose_references(runs, [], True).reason
+    assert diagnose_references(runs + [trial(4, "crash", "exit code 2", 2)], [], False) is not None
+
+
+def test_one_reference_with_a_metric_is_an_answer_not_a_broken_training():
+    runs = [trial(1, "crash", "exit code 1", 1), trial(2, "metric", config=frozenset({"A"}))]
+    assert diagnose_references(runs, [runs[0]], True) is None
+
+
+def test_a_baseline_timeout_is_broken_even_when_all_on_has_a_metric():
+    timeout = trial(1, "timeout", "timed out after 5 s", exit_code=None)
+    runs = [timeout, trial(2, "metric", config=frozenset({"A"}))]
+    broken = diagnose_references(runs, [timeout], True)
+    assert broken is not None and "train.timeout" in broken.reason
+
+
+def test_log_tail_reads_only_the_end(tmp_path):
+    log = tmp_path / "output.log"
+    log.write_text("".join(f"line {n}\n" for n in range(100_000)))
+    assert log_tail(log) == [f"line {n}" for n in range(99_980, 100_000)]
+    assert log_tail(tmp_path / "absent.log") == []
