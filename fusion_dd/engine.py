@@ -390,15 +390,22 @@ class Engine:
 
     # -- the search ------------------------------------------------------------------
 
-    def _measure_references(self) -> tuple[list[Measurement], list[Measurement]] | None:
-        """Baseline (all candidates off) and all-on runs, in parallel; None when the budget ran out."""
+    def _measure_references(self, extra: dict[str, int] | None = None) -> tuple[list[Measurement], list[Measurement]] | None:
+        """Baseline (all candidates off) and all-on runs, in parallel; None when the budget ran out.
+
+        ``extra``: trainings of a reference beyond its configured repeats, asked for
+        by ``check_preconditions`` when its trainings disagree (the next repeats).
+        """
         score = self.config.score
+        extra = extra or {}
         everything = frozenset(rule.name for rule in self.rules)
         keys: list[tuple[ConfigKey, str]] = []
         if score.baseline_metric is None:
-            keys += [((frozenset(), repeat), "baseline") for repeat in range(score.baseline_repeats)]
+            count = score.baseline_repeats + extra.get("baseline", 0)
+            keys += [((frozenset(), repeat), "baseline") for repeat in range(count)]
         if score.all_on_metric is None:
-            keys += [((everything, repeat), "all_on") for repeat in range(score.all_on_repeats)]
+            count = score.all_on_repeats + extra.get("all_on", 0)
+            keys += [((everything, repeat), "all_on") for repeat in range(count)]
         while True:
             needed = [(key, role) for key, role in keys if self._settled(key) is None]
             needed = needed[: self.remaining_budget()]
@@ -422,12 +429,45 @@ class Engine:
         if score.baseline_metric is not None:
             baseline = [Measurement("metric", score.baseline_metric, "given as score.baseline_metric")]
         else:
-            baseline = measured(frozenset(), score.baseline_repeats)
+            baseline = measured(frozenset(), score.baseline_repeats + extra.get("baseline", 0))
         if score.all_on_metric is not None:
             all_on = [Measurement("metric", score.all_on_metric, "given as score.all_on_metric")]
         else:
-            all_on = measured(everything, score.all_on_repeats)
+            all_on = measured(everything, score.all_on_repeats + extra.get("all_on", 0))
         return baseline, all_on
+
+    def _settle_references(self) -> tuple[Preconditions | None, dict[str, int]]:
+        """Train the references until ``check_preconditions`` decides; (None, ...) when the budget ran out.
+
+        A reference whose trainings disagree gets its next repeat and the check runs
+        again (majority, see ``reference_decision``), so one unlucky training never
+        refuses the search. Deterministic given the journal: a resume replays it.
+        """
+        score = self.config.score
+        # confirm "off" keeps single trainings: the configured repeats decide alone.
+        limit = 1 if self.config.search.confirm == "off" else self.config.search.max_trainings
+        extra = {"baseline": 0, "all_on": 0}
+        while True:
+            references = self._measure_references(extra)
+            if references is None:
+                return None, extra
+            baseline, all_on = references
+            pre = check_preconditions(
+                baseline,
+                all_on,
+                tolerance=score.tolerance,
+                goal=self.config.metric.goal,
+                reference=score.reference,
+                crash_is_failure=score.crash_is_failure,
+                strict=score.strict,
+                baseline_limit=1 if score.baseline_metric is not None else max(limit, score.baseline_repeats),
+                all_on_limit=1 if score.all_on_metric is not None else max(limit, score.all_on_repeats),
+            )
+            if not pre.retrain:
+                return pre, extra
+            self.events.message(f"warning: {pre.message}")
+            for role in pre.retrain:
+                extra[role] += 1
 
     def _refuse_ignored_switch(self) -> None:
         """Trainings whose switch file was ignored make every result in this state directory meaningless."""
@@ -471,20 +511,10 @@ class Engine:
                 self._journal.close()
 
     def _search(self) -> SearchResult:
-        references = self._measure_references()
-        if references is None:
+        pre, extra = self._settle_references()
+        if pre is None:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
             return self._stop("budget_exhausted", EXIT_BUDGET, None, None)
-        baseline, all_on = references
-        pre = check_preconditions(
-            baseline,
-            all_on,
-            tolerance=self.config.score.tolerance,
-            goal=self.config.metric.goal,
-            reference=self.config.score.reference,
-            crash_is_failure=self.config.score.crash_is_failure,
-            strict=self.config.score.strict,
-        )
         for warning in pre.warnings:
             self.events.message(f"warning: {warning}")
         if not pre.ok:
@@ -502,9 +532,9 @@ class Engine:
         )
         score = self.config.score
         if score.baseline_metric is None:
-            self._oracle.note_asked(frozenset(), score.baseline_repeats)
+            self._oracle.note_asked(frozenset(), score.baseline_repeats + extra["baseline"])
         if score.all_on_metric is None:
-            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats)
+            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats + extra["all_on"])
         strategy = STRATEGIES[self.config.search.strategy]
         result = find_culprits(
             self.rules,
