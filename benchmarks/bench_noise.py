@@ -105,6 +105,7 @@ class Run:
     status: str = "found"  # or the refusal: baseline_fails, no_failure
     right: bool = False  # exit 0 with exactly the planted sets (and a fix that truly passes)
     verified: bool = False  # the answer claimed its fix verified
+    fix_fails: bool = False  # the fix it wrote truly fails (the model says so)
 
 
 def settle_references(oracle: SimulatedOracle, refs: list[frozenset], policy: str) -> str:
@@ -161,6 +162,7 @@ def run_one(name: str, policy: str, case: Case, n: int, p: int, noise: Noise, se
         "found",
         right,
         result.fix_verified,
+        bool(case.model(result.fix)),
     )
 
 
@@ -275,8 +277,9 @@ def claims_table(rows) -> list[str]:
     """What wrong answers claimed, per case and noise (`bisect`, `auto`)."""
     lines = [
         "| case | noise | seeds | right | refused (baseline_fails / no_failure) | wrong answers | "
-        "wrong, fix claimed verified | wrong, claimed confirmed | median trainings (noise-free) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "wrong, fix claimed verified | of which the fix truly fails | wrong, claimed confirmed | "
+        "median trainings (noise-free) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (kind, n, d, p), noises, cells in rows:
         for noise in noises:
@@ -287,7 +290,8 @@ def claims_table(rows) -> list[str]:
             lines.append(
                 f"| {kind} n={n} d={d} P={p} | {noise.label} | {count} | {cell.right:.1%} | "
                 f"{sum(r.status == 'baseline_fails' for r in runs)} / {sum(r.status == 'no_failure' for r in runs)} | "
-                f"{len(wrong)} | {sum(r.verified for r in wrong)} | {sum(r.confirmed for r in wrong)} | "
+                f"{len(wrong)} | {sum(r.verified for r in wrong)} | {sum(r.verified and r.fix_fails for r in wrong)} | "
+                f"{sum(r.confirmed for r in wrong)} | "
                 f"{statistics.median(r.trainings for r in runs):g} ({statistics.median(r.trainings for r in cell.clean):g}) |"
             )
     return lines
@@ -324,6 +328,7 @@ def target_lines(cell: Cell, limits: bool) -> list[str]:
          cell.median_ratio <= TARGET["ratio"], f"≤ {TARGET['ratio']:g}x"),
         ("wrong and claimed verified or confirmed", f"{cell.share(wrong_claimed):.1%}",
          cell.share(wrong_claimed) <= TARGET["wrong_claimed"], f"≤ {TARGET['wrong_claimed']:.1%}"),
+        ("of those: the fix claimed verified truly fails", f"{cell.share(lambda r: wrong_claimed(r) and r.verified and r.fix_fails):.1%}", True, "-"),
         ("wrong refusals (baseline_fails, no_failure)", f"{cell.share(refused):.1%}", True, "-"),
         ("mean trainings vs the noise-free mean", f"{cell.ratio:.2f}x", True, "-"),
     ]
