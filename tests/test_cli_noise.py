@@ -59,3 +59,19 @@ def test_a_baseline_that_fails_every_time_is_still_refused(tmp_path):
     assert report["status"] == "no_failure", report["message"]
     assert "3 of 3 all-on trainings did not fail" in report["message"]
     assert len(report["baseline_runs"]) == 3 and len(report["all_on_runs"]) == 3
+
+
+def test_resume_in_the_middle_of_re_training_a_reference_trains_nothing_twice(tmp_path):
+    write_config(
+        tmp_path, "--culprits", CULPRIT, "--flip-config", "none@0",
+        rules={"GraphFusion": RULES, "UBFusion": []}, budget=3,
+    )
+    stopped = fusion_dd("search", cwd=tmp_path)
+    assert stopped.returncode == 3, stopped.stderr  # the budget ran out while the references disagreed
+    resumed = fusion_dd("resume", "--budget", "60", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found", report["message"]
+    assert [[rule["name"] for rule in c["rules"]] for c in report["culprits"]] == [[CULPRIT]]
+    launched = launches(tmp_path)
+    assert len(set(launched)) == len(launched), "a (configuration, repeat) was trained twice"
