@@ -328,6 +328,8 @@ def target_lines(cell: Cell, limits: bool) -> list[str]:
          cell.median_ratio <= TARGET["ratio"], f"≤ {TARGET['ratio']:g}x"),
         ("wrong and claimed verified or confirmed", f"{cell.share(wrong_claimed):.1%}",
          cell.share(wrong_claimed) <= TARGET["wrong_claimed"], f"≤ {TARGET['wrong_claimed']:.1%}"),
+        ("of those: in searches that saw no inconsistency (claims on single trainings)",
+         f"{cell.share(lambda r: wrong_claimed(r) and not r.flaky):.1%}", True, "-"),
         ("of those: the fix claimed verified truly fails", f"{cell.share(lambda r: wrong_claimed(r) and r.verified and r.fix_fails):.1%}", True, "-"),
         ("wrong refusals (baseline_fails, no_failure)", f"{cell.share(refused):.1%}", True, "-"),
         ("mean trainings vs the noise-free mean", f"{cell.ratio:.2f}x", True, "-"),
@@ -384,6 +386,14 @@ def render(
         (
             f"| bench_search's noise-free targets with the noise layer on (below) | "
             f"{'all met' if clean_ok else 'not all met'} | all met | {'yes' if clean_ok else '**no**'} |"
+        ),
+        "",
+        (
+            "Until a search sees an inconsistency, its claims rest on single trainings (confirming every claim "
+            "twice would break the noise-free budgets below), so two flips that contradict nothing, or one flip "
+            "of a fix candidate that truly fails, still give a wrong answer that claims a verified fix; after an "
+            "inconsistency each claim needs two agreeing trainings of its own, which two flips of the same "
+            "configuration can still fake."
         ),
         "",
         f"The same at flips 10% ({target_seeds} seeds):",

@@ -390,7 +390,9 @@ class Engine:
 
     # -- the search ------------------------------------------------------------------
 
-    def _measure_references(self, extra: dict[str, int] | None = None) -> tuple[list[Measurement], list[Measurement]] | None:
+    def _measure_references(
+        self, extra: dict[str, int] | None = None
+    ) -> tuple[list[Measurement], list[Measurement]] | None:
         """Baseline (all candidates off) and all-on runs, in parallel; None when the budget ran out.
 
         ``extra``: trainings of a reference beyond its configured repeats, asked for

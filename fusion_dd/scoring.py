@@ -233,7 +233,10 @@ def _baseline_votes(
     good = [run.value for run, vote in zip(baseline_runs, votes) if vote and run.value is not None]
     if reference is not None and good:
         limit = Threshold(reference, resolve_tolerance(tolerance, good, combine_runs(all_on_runs)), goal)
-        votes = [vote and not limit.is_worse(run.value) for run, vote in zip(baseline_runs, votes)]  # type: ignore[arg-type]
+        votes = [
+            vote and not limit.is_worse(run.value)  # type: ignore[arg-type]
+            for run, vote in zip(baseline_runs, votes)
+        ]
     return votes
 
 
@@ -283,11 +286,16 @@ def check_preconditions(
     baseline_decision = reference_decision(baseline_votes, baseline_limit)
     values = [run.value for run, vote in zip(baseline_runs, baseline_votes) if vote and run.value is not None]
     if baseline_decision == REFUSE or (not values and baseline_decision != RETRAIN):
-        why = _baseline_refusal(baseline_runs, baseline_votes, reference) if baseline_runs else "the baseline has no training"
+        why = (
+            _baseline_refusal(baseline_runs, baseline_votes, reference)
+            if baseline_runs
+            else "the baseline has no training"
+        )
         return Preconditions(False, "baseline_fails", f"{why}: {not_the_cause}", None)
     all_on_votes = [True] * len(all_on_runs)
     if values:
-        judge = Threshold(statistics.fmean(values), resolve_tolerance(tolerance, values, combine_runs(all_on_runs)), goal)
+        judge_tolerance = resolve_tolerance(tolerance, values, combine_runs(all_on_runs))
+        judge = Threshold(statistics.fmean(values), judge_tolerance, goal)
         all_on_votes = [judge.verdict(run, crash_is_failure) is Outcome.FAIL for run in all_on_runs]
     all_on_decision = reference_decision(all_on_votes, all_on_limit)
     retrain: list[str] = []
