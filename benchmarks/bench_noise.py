@@ -338,7 +338,8 @@ def target_lines(cell: Cell, limits: bool) -> list[str]:
         "| measure | value |", "|---|---|"]
     for label, value, met, limit in checks:
         if limits:
-            lines.append(f"| {label} | {value} | {limit} | {'yes' if met or limit == '-' else '**no**'} |")
+            verdict = "-" if limit == "-" else ("yes" if met else "**no**")
+            lines.append(f"| {label} | {value} | {limit} | {verdict} |")
         else:
             lines.append(f"| {label} | {value} |")
     return lines
