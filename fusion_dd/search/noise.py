@@ -51,6 +51,12 @@ The rules, and why:
   and failed); then every claim needs two agreeing trainings of its own.
   Without noise, claims supported by monotonicity (a failing subset, a passing
   superset) need nothing more.
+- **The references count.** The engine settles the two references (all off,
+  all on) by majority before the search (``fusion_dd.scoring.reference_decision``);
+  when their own trainings disagreed, the run has shown noise before its first
+  question, so every claim needs two agreeing trainings from the start. With
+  noise seen, a fix is only claimed verified (``verified``) and an answer only
+  ``confirmed`` on two agreeing trainings of each claimed configuration itself.
 - **Revise, then replay.** A verdict that changes after the strategy was told
   raises ``Revised``; ``find_culprits`` then runs the search again from the
   start, which costs nothing (every answer is remembered) and follows the
