@@ -13,8 +13,9 @@ For each cell: the share of seeds whose answer is exactly right (the planted
 culprit sets, and a fix that was verified and truly passes), and the trainings
 (and, on several devices, rounds) used relative to the same seeds without
 noise, same strategy and policy. The two reference configurations (all off,
-all on) are trained once and never flipped: the engine settles them with its own
-baseline repeats before the search starts. Policies: ``auto`` (the default),
+all on) are noisy like every other training and go through the engine's own
+check (``check_preconditions``, re-training a reference by majority as the engine
+does); a refusal counts as a wrong answer. Policies: ``auto`` (the default),
 ``strict`` (every final claim on two agreeing trainings), ``off`` (one training
 per configuration, what the search did before repeats existed).
 
