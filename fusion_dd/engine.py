@@ -120,6 +120,8 @@ class Engine:
         self._oracle: TrainingOracle | None = None
         self._unreadable_result_said = False
         self._pre: Preconditions | None = None  # the references' verdict, once measured
+        # Re-trainings of a reference beyond its configured repeats (its trainings disagreed).
+        self._reference_extra: dict[str, int] = {"baseline": 0, "all_on": 0}
 
     # -- journal ----------------------------------------------------------------
 
@@ -468,20 +470,29 @@ class Engine:
 
     # -- the search ------------------------------------------------------------------
 
-    def _reference_keys(self) -> list[tuple[ConfigKey, str]]:
-        """The reference trainings this search needs: (key, role)."""
+    def _reference_keys(self, extra: dict[str, int] | None = None) -> list[tuple[ConfigKey, str]]:
+        """The reference trainings this search needs: (key, role).
+
+        ``extra``: trainings of a reference beyond its configured repeats, asked for
+        by ``check_preconditions`` when its trainings disagree (the next repeats).
+        """
         score = self.config.score
+        extra = extra or {}
         everything = frozenset(rule.name for rule in self.rules)
         keys: list[tuple[ConfigKey, str]] = []
         if score.baseline_metric is None:
-            keys += [((frozenset(), repeat), "baseline") for repeat in range(score.baseline_repeats)]
+            count = score.baseline_repeats + extra.get("baseline", 0)
+            keys += [((frozenset(), repeat), "baseline") for repeat in range(count)]
         if score.all_on_metric is None:
-            keys += [((everything, repeat), "all_on") for repeat in range(score.all_on_repeats)]
+            count = score.all_on_repeats + extra.get("all_on", 0)
+            keys += [((everything, repeat), "all_on") for repeat in range(count)]
         return keys
 
-    def _measure_references(self) -> tuple[list[Measurement], list[Measurement]] | None:
+    def _measure_references(
+        self, extra: dict[str, int] | None = None
+    ) -> tuple[list[Measurement], list[Measurement]] | None:
         """Baseline (all candidates off) and all-on runs, in parallel; None when the budget ran out."""
-        keys = self._reference_keys()
+        keys = self._reference_keys(extra)
         while True:
             self._raise_if_broken(keys)
             needed = [(key, role) for key, role in keys if self._settled(key) is None]
@@ -499,12 +510,15 @@ class Engine:
         if any(self._settled(key) is None for key, _ in keys):
             return None
         self._load_baseline_curve()
-        return self._reference_measurements()
+        return self._reference_measurements(extra)
 
-    def _reference_measurements(self) -> tuple[list[Measurement], list[Measurement]] | None:
+    def _reference_measurements(
+        self, extra: dict[str, int] | None = None
+    ) -> tuple[list[Measurement], list[Measurement]] | None:
         """What the references measured (or were given as), None while one still needs training."""
-        if any(self._settled(key) is None for key, _ in self._reference_keys()):
+        if any(self._settled(key) is None for key, _ in self._reference_keys(extra)):
             return None
+        extra = extra or {}
         score = self.config.score
         everything = frozenset(rule.name for rule in self.rules)
         cache = self.state.cache()
@@ -516,11 +530,11 @@ class Engine:
         if score.baseline_metric is not None:
             baseline = [Measurement("metric", score.baseline_metric, "given as score.baseline_metric")]
         else:
-            baseline = measured(frozenset(), score.baseline_repeats)
+            baseline = measured(frozenset(), score.baseline_repeats + extra.get("baseline", 0))
         if score.all_on_metric is not None:
             all_on = [Measurement("metric", score.all_on_metric, "given as score.all_on_metric")]
         else:
-            all_on = measured(everything, score.all_on_repeats)
+            all_on = measured(everything, score.all_on_repeats + extra.get("all_on", 0))
         return baseline, all_on
 
     def _preflight(self) -> None:
@@ -561,6 +575,25 @@ class Engine:
         report = self._report(TRAINING_BROKEN, None, None, message=f"stopped: {broken.reason}")
         report[TRAINING_BROKEN] = details
         return self._write(TRAINING_BROKEN, EXIT_USAGE, report)
+
+    def _settle_references(self) -> tuple[Preconditions | None, dict[str, int]]:
+        """Train the references until ``check_preconditions`` decides; (None, ...) when the budget ran out.
+
+        A reference whose trainings disagree gets its next repeat and the check runs
+        again (majority, see ``reference_decision``), so one unlucky training never
+        refuses the search. Deterministic given the journal: a resume replays it.
+        """
+        extra = self._reference_extra
+        while True:
+            references = self._measure_references(extra)
+            if references is None:
+                return None, extra
+            pre = self._preconditions(references)
+            if not pre.retrain:
+                return pre, extra
+            self.events.message(f"warning: {pre.message}")
+            for role in pre.retrain:
+                extra[role] += 1
 
     def _refuse_ignored_switch(self) -> None:
         """Trainings whose switch file was ignored make every result in this state directory meaningless."""
@@ -606,16 +639,24 @@ class Engine:
             if self._journal is not None:
                 self._journal.close()
 
-    def _preconditions(self, references: tuple[list[Measurement], list[Measurement]]) -> Preconditions:
+    def _preconditions(
+        self, references: tuple[list[Measurement], list[Measurement]]
+    ) -> Preconditions:
+        """The references' verdict; a reference whose trainings disagree asks for a re-training."""
         baseline, all_on = references
+        score = self.config.score
+        # confirm "off" keeps single trainings: the configured repeats decide alone.
+        limit = 1 if self.config.search.confirm == "off" else self.config.search.max_trainings
         self._pre = check_preconditions(
             baseline,
             all_on,
-            tolerance=self.config.score.tolerance,
+            tolerance=score.tolerance,
             goal=self.config.metric.goal,
-            reference=self.config.score.reference,
-            crash_is_failure=self.config.score.crash_is_failure,
-            strict=self.config.score.strict,
+            reference=score.reference,
+            crash_is_failure=score.crash_is_failure,
+            strict=score.strict,
+            baseline_limit=1 if score.baseline_metric is not None else max(limit, score.baseline_repeats),
+            all_on_limit=1 if score.all_on_metric is not None else max(limit, score.all_on_repeats),
         )
         return self._pre
 
@@ -628,15 +669,14 @@ class Engine:
         """
         if self._pre is not None:
             return self._pre
-        references = self._reference_measurements()
+        references = self._reference_measurements(self._reference_extra)
         return self._preconditions(references) if references is not None else None
 
     def _search(self) -> SearchResult:
-        references = self._measure_references()
-        if references is None:
+        pre, extra = self._settle_references()
+        if pre is None:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
             return self._stop("budget_exhausted", EXIT_BUDGET, self._known_preconditions(), None)
-        pre = self._preconditions(references)
         for warning in pre.warnings:
             self.events.message(f"warning: {warning}")
         if not pre.ok:
@@ -654,9 +694,9 @@ class Engine:
         )
         score = self.config.score
         if score.baseline_metric is None:
-            self._oracle.note_asked(frozenset(), score.baseline_repeats)
+            self._oracle.note_asked(frozenset(), score.baseline_repeats + extra["baseline"])
         if score.all_on_metric is None:
-            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats)
+            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats + extra["all_on"])
         strategy = STRATEGIES[self.config.search.strategy]
         result = find_culprits(
             self.rules,

@@ -16,6 +16,7 @@ from .config import SearchConfig
 from .rules import Rule
 from .scoring import Preconditions, Threshold, combine_runs
 from .search.culprits import CulpritSearch
+from .search.oracle import Outcome
 from .state import SearchState, TrialState
 from .supervisor import write_json_atomic
 from .switch import SwitchFile, render_switch
@@ -69,6 +70,24 @@ def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failur
     else:
         entry.update(outcome="running")
     return entry
+
+
+def _backing(
+    state: SearchState, config: frozenset[Rule], claim: Outcome, threshold: Threshold | None, crash_is_failure: bool
+) -> dict[str, int]:
+    """How many finished trainings of exactly ``config`` there are, and how many back the claim.
+
+    ``trainings`` counts every finished training of the configuration (repeats
+    included), ``support`` those whose verdict is ``claim`` (FAIL for a culprit
+    set, PASS for the fix): after noise was seen a claim needs two.
+    """
+    names = frozenset(rule.name for rule in config)
+    verdicts = [
+        threshold.verdict(trial.measurement, crash_is_failure)
+        for trial in state.trials.values()
+        if frozenset(trial.config) == names and trial.measurement is not None and threshold is not None
+    ]
+    return {"trainings": len(verdicts), "support": sum(verdict is claim for verdict in verdicts)}
 
 
 def _inconsistency_json(item: Any) -> dict[str, Any]:
@@ -170,19 +189,27 @@ def build_report(
                 "kind": culprit.kind,
                 "switched_off": sorted(rule.name for rule in culprit.switched_off),
                 "reason": culprit.reason,
+                **_backing(state, culprit.rules, Outcome.FAIL, threshold, config.score.crash_is_failure),
             }
             for culprit in result.culprit_sets
         ]
         switched_off = sorted({rule.name for culprit in result.culprit_sets for rule in culprit.switched_off})
         report["switched_off"] = switched_off
         report["fix_verified"] = bool(result.fix_verified)
+        fix_backing = _backing(state, result.fix, Outcome.PASS, threshold, config.score.crash_is_failure)
+        report["fix_verified_by"] = fix_backing["support"]
+        report["fix_trainings"] = fix_backing["trainings"]
         if status == "found":
             report["fix_config"] = FIX_NAME
-            report["fix_reason"] = (
-                "the fix configuration was trained and passes"
-                if result.fix_verified
-                else "the fix configuration was not confirmed by a passing training"
-            )
+            if result.fix_verified:
+                report["fix_reason"] = "the fix configuration was trained and passes"
+            elif result.fix_outcome is Outcome.PASS:
+                report["fix_reason"] = (
+                    f"the fix configuration passed {fix_backing['support']} of {fix_backing['trainings']} "
+                    "training(s); after the noise seen in this search that is not two agreeing trainings"
+                )
+            else:
+                report["fix_reason"] = "the fix configuration was not confirmed by a passing training"
         if result.smallest_failing is not None:
             report["smallest_failing"] = sorted(rule.name for rule in result.smallest_failing)
         report["flaky"] = bool(result.flaky)
@@ -345,6 +372,8 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
                 lines.append(f"  ({index}) {name} fused layers: {layers}{more}")
     if report["status"] == "found":
         verified = "verified: trained and passes" if report["fix_verified"] else "NOT verified"
+        if report.get("fix_trainings"):
+            verified += f", {report['fix_verified_by']} of {report['fix_trainings']} training(s) passed"
         where = display_path(state_dir / FIX_NAME) if state_dir is not None else FIX_NAME
         lines.append("")
         lines.append(f"  fix config ({verified}): {where}")

@@ -82,13 +82,55 @@ class Threshold:
 
 @dataclass(frozen=True)
 class Preconditions:
-    """Whether the search can start; when not, ``status`` and ``message`` say why."""
+    """Whether the search can start; when not, ``status`` and ``message`` say why.
+
+    ``status`` "undecided": the references' trainings disagree and ``retrain``
+    names the references ("baseline", "all_on") that need one more training
+    before anything may be refused (see ``reference_decision``).
+    """
 
     ok: bool
-    status: str  # "ok", "baseline_fails", "no_failure", "too_noisy"
+    status: str  # "ok", "baseline_fails", "no_failure", "too_noisy", "undecided"
     message: str
     threshold: Threshold | None
     warnings: tuple[str, ...] = ()
+    retrain: tuple[str, ...] = ()
+
+
+# How one reference (the baseline, or all candidates on) is settled from its
+# trainings' votes; see ``reference_decision``.
+ACCEPT, REFUSE, RETRAIN = "accept", "refuse", "retrain"
+ACCEPT_LEAD = 2
+REFUSE_LEAD = 3
+
+
+def reference_decision(votes: Sequence[bool], limit: int) -> str:
+    """Accept, refuse or re-train one reference, from its trainings' votes (True: it behaved as it must).
+
+    A refusal (``baseline_fails``, ``no_failure``) ends the search without an
+    answer, so one training of a reference must never decide it: with 5% of
+    trainings flipped that alone made about one search in ten refuse wrongly.
+    The rule, shared by the engine and benchmarks/bench_noise.py:
+
+    - no dissenting vote: accept (a clean run pays nothing);
+    - otherwise re-train until going on leads by ``ACCEPT_LEAD`` votes or
+      refusing leads by ``REFUSE_LEAD``: a refusal throws the user's setup away,
+      so it needs more evidence than going on (with 5% flips a wrong refusal
+      is then about 1 in 1,400 per reference, with a lead of two 1 in 350);
+    - at ``limit`` trainings the majority decides, a tie refuses (a reference
+      that misbehaves half the time is no reference).
+    """
+    good = sum(1 for vote in votes if vote)
+    bad = len(votes) - good
+    if bad == 0:
+        return ACCEPT
+    if len(votes) >= limit:
+        return ACCEPT if good > bad else REFUSE
+    if good - bad >= ACCEPT_LEAD:
+        return ACCEPT
+    if bad - good >= REFUSE_LEAD:
+        return REFUSE
+    return RETRAIN
 
 # The all-on failure must stand this many baseline standard deviations away from
 # the baseline, or partial configurations will land near the threshold and their
@@ -149,6 +191,73 @@ def resolve_tolerance(
     return max(spread, gap_part)
 
 
+def _worse(value: float, than: float, goal: str) -> bool:
+    return value < than if goal == "max" else value > than
+
+
+def _baseline_votes(
+    baseline_runs: Sequence[Measurement],
+    all_on_runs: Sequence[Measurement],
+    tolerance: Tolerance,
+    goal: str,
+    reference: float | None,
+) -> list[bool]:
+    """Whether each baseline training behaved as a baseline: a finite metric on the baseline's side.
+
+    A baseline training that went bad once looks exactly like a passing all-on
+    training. So when the all-on level (the median of its runs) is worse than
+    the best baseline run, a baseline run on the all-on side of their midpoint
+    is a dissenting vote, provided the two levels stand clearly apart (more than
+    ``NOISE_MARGIN_SIGMAS`` standard deviations of the runs around each level):
+    ordinary run-to-run spread is not a flip. With ``reference``, a run worse
+    than it by more than the tolerance dissents too.
+    """
+    values = [run.value for run in baseline_runs if run.has_value and run.value is not None]
+    all_on_values = [run.value for run in all_on_runs if run.has_value and run.value is not None]
+    midpoint = None
+    if len(values) >= 2 and all_on_values:
+        best = max(values) if goal == "max" else min(values)
+        all_on_level = statistics.median(all_on_values)
+        if _worse(all_on_level, best, goal):
+            middle = (best + all_on_level) / 2
+            high = [value for value in values if not _worse(value, middle, goal)]
+            low = [value for value in all_on_values if _worse(value, middle, goal)]
+            groups = [group for group in (high, low) if len(group) >= 2]
+            spread = max((statistics.stdev(group) for group in groups), default=0.0)
+            if abs(best - all_on_level) > NOISE_MARGIN_SIGMAS * spread:
+                midpoint = middle
+    votes = [
+        run.has_value and (midpoint is None or not _worse(run.value, midpoint, goal))  # type: ignore[arg-type]
+        for run in baseline_runs
+    ]
+    good = [run.value for run, vote in zip(baseline_runs, votes) if vote and run.value is not None]
+    if reference is not None and good:
+        limit = Threshold(reference, resolve_tolerance(tolerance, good, combine_runs(all_on_runs)), goal)
+        votes = [
+            vote and not limit.is_worse(run.value)  # type: ignore[arg-type]
+            for run, vote in zip(baseline_runs, votes)
+        ]
+    return votes
+
+
+def _baseline_refusal(baseline_runs: Sequence[Measurement], votes: Sequence[bool], reference: float | None) -> str:
+    """Why the baseline is refused, in words, from its first dissenting training."""
+    index = votes.index(False)
+    run = baseline_runs[index]
+    label = "the baseline (all candidates off)"
+    if len(baseline_runs) > 1:
+        label += f", run {index + 1}"
+    if not run.has_value:
+        what = "produced NaN/Inf" if run.kind == NONFINITE else f"gave no usable metric ({run.reason or run.kind})"
+    elif reference is not None:
+        what = f"reaches {run.value:.6g}, worse than the reference {reference:.6g} by more than the tolerance"
+    else:
+        what = f"reaches {run.value:.6g}, as bad as all candidates on"
+    if len(votes) > 1:
+        what += f" ({votes.count(False)} of {len(votes)} baseline trainings misbehaved)"
+    return f"{label} {what}"
+
+
 def check_preconditions(
     baseline_runs: Sequence[Measurement],
     all_on_runs: Sequence[Measurement],
@@ -158,18 +267,55 @@ def check_preconditions(
     reference: float | None = None,
     crash_is_failure: bool = False,
     strict: bool = False,
+    baseline_limit: int = 1,
+    all_on_limit: int = 1,
 ) -> Preconditions:
-    """test(nothing on) must pass and test(everything on) must fail, or there is nothing to search."""
-    all_on = combine_runs(all_on_runs)
+    """test(nothing on) must pass and test(everything on) must fail, or there is nothing to search.
+
+    Each training of a reference votes, and ``reference_decision`` settles each
+    reference by majority; while one is undecided the result is "undecided"
+    with ``retrain`` naming what to train again (the engine trains the next
+    repeat and asks again). ``*_limit``: trainings of that reference at most
+    (1: decide on the given runs, for references that cannot be re-trained).
+    When all-on does not fail, the baseline is re-trained along with it: a
+    baseline that trained badly once is what makes a failing all-on look fine.
+    Only the trainings on the majority's side set the threshold.
+    """
     not_the_cause = "the culprit is not among the candidates, or fusion is not the cause"
-    for index, run in enumerate(baseline_runs):
-        if not run.has_value:
-            what = "produced NaN/Inf" if run.kind == NONFINITE else f"gave no usable metric ({run.reason or run.kind})"
-            label = "the baseline (all candidates off)"
-            if len(baseline_runs) > 1:
-                label += f", run {index + 1}"
-            return Preconditions(False, "baseline_fails", f"{label} {what}: {not_the_cause}", None)
-    values = [run.value for run in baseline_runs if run.value is not None]
+    baseline_votes = _baseline_votes(baseline_runs, all_on_runs, tolerance, goal, reference)
+    baseline_decision = reference_decision(baseline_votes, baseline_limit)
+    values = [run.value for run, vote in zip(baseline_runs, baseline_votes) if vote and run.value is not None]
+    if baseline_decision == REFUSE or (not values and baseline_decision != RETRAIN):
+        why = (
+            _baseline_refusal(baseline_runs, baseline_votes, reference)
+            if baseline_runs
+            else "the baseline has no training"
+        )
+        return Preconditions(False, "baseline_fails", f"{why}: {not_the_cause}", None)
+    all_on_votes = [True] * len(all_on_runs)
+    if values:
+        judge_tolerance = resolve_tolerance(tolerance, values, combine_runs(all_on_runs))
+        judge = Threshold(statistics.fmean(values), judge_tolerance, goal)
+        all_on_votes = [judge.verdict(run, crash_is_failure) is Outcome.FAIL for run in all_on_runs]
+    all_on_decision = reference_decision(all_on_votes, all_on_limit)
+    retrain: list[str] = []
+    if baseline_decision == RETRAIN:
+        retrain.append("baseline")
+    if all_on_decision == RETRAIN:
+        passed = any(run.has_value and not vote for run, vote in zip(all_on_runs, all_on_votes))
+        if passed and "baseline" not in retrain and len(baseline_runs) <= len(all_on_runs) < baseline_limit:
+            retrain.append("baseline")
+        retrain.append("all_on")
+    if retrain:
+        return Preconditions(
+            False,
+            "undecided",
+            f"the reference trainings disagree; training again: {', '.join(retrain)}",
+            None,
+            retrain=tuple(retrain),
+        )
+    agreeing = [run for run, vote in zip(all_on_runs, all_on_votes) if vote] if all_on_decision == ACCEPT else []
+    all_on = combine_runs(agreeing or list(all_on_runs))
     tolerance_value = resolve_tolerance(tolerance, values, all_on)
     spread = statistics.stdev(values) if len(values) >= 2 else None
     threshold = Threshold(
@@ -179,22 +325,14 @@ def check_preconditions(
         all_on=all_on.value if all_on.has_value else None,
         baseline_spread=spread,
     )
-    if reference is not None:
-        reference_threshold = Threshold(reference, tolerance_value, goal)
-        if reference_threshold.is_worse(threshold.baseline):
-            return Preconditions(
-                False,
-                "baseline_fails",
-                f"the baseline (all candidates off) reaches {threshold.baseline:.6g}, worse than the "
-                f"reference {reference:.6g} by more than the tolerance {tolerance_value:.6g}: {not_the_cause}",
-                threshold,
-            )
     verdict = threshold.verdict(all_on, crash_is_failure)
-    if verdict is not Outcome.FAIL:
+    if all_on_decision == REFUSE or verdict is not Outcome.FAIL:
         if all_on.has_value:
             detail = f"all candidates on reaches {all_on.value:.6g}, within the tolerance of the baseline {threshold.baseline:.6g}"
         else:
             detail = f"all candidates on gave no usable metric ({all_on.reason or all_on.kind})"
+        if len(all_on_votes) > 1:
+            detail += f" ({all_on_votes.count(False)} of {len(all_on_votes)} all-on trainings did not fail)"
         return Preconditions(False, "no_failure", f"{detail}: nothing to debug", threshold)
     warning = noise_warning(values, all_on)
     if warning is not None and strict:

@@ -90,6 +90,8 @@ def test_search_finds_planted_culprit_with_two_devices(tmp_path):
             "kind": "independent",
             "switched_off": [CULPRIT],
             "reason": report["culprits"][0]["reason"],
+            "trainings": 1,
+            "support": 1,
         }
     ]
     assert report["fix_verified"] is True

@@ -322,12 +322,20 @@ def find_culprits(
     return CulpritSearch(
         culprit_sets=progress.found,
         fix=frozenset(r for r in order if r not in progress.switched_off),
-        fix_verified=progress.fix_outcome is Outcome.PASS,
+        fix_verified=progress.fix_outcome is Outcome.PASS and _claim_holds(guard, progress, order),
         exhausted=False,
         smallest_failing=smallest,
         fix_outcome=progress.fix_outcome,
         **_noise_fields(guard, progress, order, confirmed=progress.fix_outcome is Outcome.PASS),
     )
+
+
+def _claim_holds(guard: NoiseGuard[T] | None, progress: _Progress[T], order: list[T]) -> bool:
+    """Whether "the fix passes" may be claimed: once the run has shown noise (a reference
+    included), only on two agreeing trainings of the fix itself (``NoiseGuard.verified``)."""
+    if guard is None:
+        return True
+    return guard.verified(frozenset(r for r in order if r not in progress.switched_off))
 
 
 def _noise_fields(
@@ -340,6 +348,6 @@ def _noise_fields(
     return {
         "flaky": guard.flaky,
         "inconsistencies": guard.inconsistencies(),
-        "confirmed": confirmed and bool(sets) and guard.confirmed(sets, fix),
+        "confirmed": confirmed and bool(sets) and guard.verified(fix) and guard.confirmed(sets, fix),
         "replays": guard.replays,
     }

@@ -51,6 +51,12 @@ The rules, and why:
   and failed); then every claim needs two agreeing trainings of its own.
   Without noise, claims supported by monotonicity (a failing subset, a passing
   superset) need nothing more.
+- **The references count.** The engine settles the two references (all off,
+  all on) by majority before the search (``fusion_dd.scoring.reference_decision``);
+  when their own trainings disagreed, the run has shown noise before its first
+  question, so every claim needs two agreeing trainings from the start. With
+  noise seen, a fix is only claimed verified (``verified``) and an answer only
+  ``confirmed`` on two agreeing trainings of each claimed configuration itself.
 - **Revise, then replay.** A verdict that changes after the strategy was told
   raises ``Revised``; ``find_culprits`` then runs the search again from the
   start, which costs nothing (every answer is remembered) and follows the
@@ -172,13 +178,20 @@ class NoiseGuard(Generic[T]):
         self._claims_checked: dict[frozenset[T], int] = {}  # checked leaf -> rules claimed necessary then
         self._contradictions: dict[tuple[frozenset[T], frozenset[T]], str] = {}
         self.replays = 0
+        # The references' own trainings (the engine settled them by majority before the
+        # search): when they disagreed, the run has shown noise before its first question.
+        self._reference_obs: dict[frozenset[T], tuple[Observation, ...]] = {
+            config: tuple(oracle.trials(config)) for config in self._given
+        }
 
     # -- what the run has seen ------------------------------------------------------
 
     @property
     def flaky(self) -> bool:
-        """Whether some configuration both passed and failed in this run."""
-        return any(self._is_flaky(c) for c in self._obs)
+        """Whether some configuration (a reference included) both passed and failed in this run."""
+        return any(self._is_flaky(c) for c in self._obs) or any(
+            self._is_flaky(c) for c in self._reference_obs
+        )
 
     def observations(self, config: frozenset[T]) -> tuple[Observation, ...]:
         return self._obs.get(frozenset(config), ())
@@ -204,9 +217,9 @@ class NoiseGuard(Generic[T]):
                     explanation=note,
                 )
             )
-        for config, observations in self._obs.items():
+        for config, observations in [*self._reference_obs.items(), *self._obs.items()]:
             if self._is_flaky(config):
-                verdict = self._verdict[config]
+                verdict = self.verdict(config) or Outcome.UNRESOLVED
                 fails = sum(o.outcome is Outcome.FAIL for o in observations)
                 passes = sum(o.outcome is Outcome.PASS for o in observations)
                 found.append(
@@ -225,7 +238,7 @@ class NoiseGuard(Generic[T]):
         return found
 
     def _is_flaky(self, config: frozenset[T]) -> bool:
-        outcomes = {o.outcome for o in self._obs.get(config, ())}
+        outcomes = {o.outcome for o in self._obs.get(config, self._reference_obs.get(config, ()))}
         return Outcome.FAIL in outcomes and Outcome.PASS in outcomes
 
     def _fails(self, config: frozenset[T]) -> bool:
@@ -481,7 +494,12 @@ class NoiseGuard(Generic[T]):
         """
         config = frozenset(config)
         if config in self._given:
-            return 2 if (self._given[config] is Outcome.FAIL) == fails else 0
+            if (self._given[config] is Outcome.FAIL) != fails:
+                return 0
+            trained = self._reference_obs.get(config)
+            if direct and trained:  # a reference's own trainings, as its majority counted them
+                return sum(o.outcome is self._given[config] for o in trained)
+            return 2  # settled before the search, or given as a known metric
         if direct:
             return self._agreeing(config) if self._fails(config) == fails and config in self._verdict else 0
         wanted = Outcome.FAIL if fails else Outcome.PASS
@@ -530,11 +548,24 @@ class NoiseGuard(Generic[T]):
         return list(claimed.items())
 
     def confirmed(self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T]) -> bool:
-        """Whether every claim of the answer rests on two agreeing trainings and holds."""
+        """Whether every claim of the answer rests on two agreeing trainings and holds.
+
+        Once the run has shown noise the two trainings must be of the claim's own
+        configuration: support implied by monotonicity is two chances for a flip.
+        """
+        direct = self.flaky
         return all(
-            self.support(c, fails) >= 2 and (self.verdict(c) is None or self._fails(c) == fails)
+            self.support(c, fails, direct) >= 2 and (self.verdict(c) is None or self._fails(c) == fails)
             for c, fails in self.claims(culprit_sets, fix)
         )
+
+    def verified(self, fix: frozenset[T]) -> bool:
+        """Whether "``fix`` passes" may be claimed: its verdict is PASS and, once the run
+        has shown noise, two of its own trainings passed (one training is one flip away)."""
+        fix = frozenset(fix)
+        if self.verdict(fix) is not Outcome.PASS:
+            return False
+        return not self.flaky or self.support(fix, False, direct=True) >= 2
 
     def confirm(
         self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T] | None, everything: bool = True

@@ -59,6 +59,9 @@ Whole-run behaviour, independent of the switch file:
   --flip-repeats 0,2     on these $FUSION_DD_REPEAT values the verdict flips
                          (healthy reports --bad-accuracy and broken reports
                          --accuracy): a deterministic flaky training
+  --flip-config ON@R,S   flip the verdict only for the configuration whose switched-on
+                         rules are ON ("+"-joined sorted names; "none" for the baseline)
+                         on these $FUSION_DD_REPEAT values; repeatable
   --flip-rate P          the verdict flips with probability P, drawn from --seed, the
                          configuration and $FUSION_DD_REPEAT (a seeded flaky schedule)
 
@@ -120,6 +123,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--noise", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--flip-repeats", default="")
+    parser.add_argument("--flip-config", action="append", default=[])
     parser.add_argument("--flip-rate", type=float, default=0.0)
     parser.add_argument("--launch-log", default=None)
     parser.add_argument("--print-env", action="append", default=[])
@@ -321,6 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     flips = {int(part) for part in args.flip_repeats.split(",") if part.strip()}
     if repeat in flips:
         broken = not broken
+    for spec in args.flip_config:
+        on, _, repeats = spec.partition("@")
+        wanted = [] if on == "none" else sorted(on.split("+"))
+        if wanted == enabled and repeat in {int(part) for part in repeats.split(",") if part.strip()}:
+            broken = not broken
     if args.flip_rate > 0 and random.Random(f"flip|{args.seed}|{repeat}|{','.join(enabled)}").random() < args.flip_rate:
         broken = not broken
     accuracy = args.bad_accuracy if broken else args.accuracy
