@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_dd.rules import catalog
+from fusion_dd.rules import Section, catalog
 from fusion_dd.switch import load_switch_file
 
 FAKE_TRAIN = Path(__file__).resolve().parent / "fakes" / "fake_train.py"
@@ -123,6 +123,32 @@ def test_interacting_pair_is_found_and_one_rule_switched_off(tmp_path):
     assert {rule["name"] for rule in culprit["rules"]} == {GRAPH[3], UB[2]}
     assert len(culprit["switched_off"]) == 1 and culprit["reason"]
     assert report["fix_verified"] is True
+
+
+@pytest.mark.parametrize("strategy", ["bisect", "ddmin"])
+def test_overlapping_pairs_switch_off_only_the_shared_rule(tmp_path, strategy):
+    # {a, b} and {b, c}: switching off b alone defeats both. The order puts {a, b}
+    # first and a before b by name, so the default choice for {a, b} alone is a and
+    # the search goes on to find {b, c}; then b replaces a.
+    a, b, c = sorted(GRAPH[:3])
+    others = GRAPH[3:]
+    order = others[:2] + [a] + others[2:5] + [b] + others[5:8] + [c] + others[8:]
+    write_config(
+        tmp_path, "--pair", f"{a}+{b}", "--pair", f"{b}+{c}",
+        rules={"GraphFusion": order}, search={"strategy": strategy},
+    )
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert sorted(sorted(rule["name"] for rule in culprit["rules"]) for culprit in report["culprits"]) == [
+        sorted([a, b]), sorted([b, c])
+    ]
+    assert [culprit["switched_off"] for culprit in report["culprits"]] == [[b], [b]]
+    assert report["switched_off"] == [b] and report["fix_verified"] is True
+    assert report["hitting_set"] == "exact" and report["may_hide"] == [b]
+    fix = load_switch_file(tmp_path / ".fusion-dd" / "fusion_switch.cfg")
+    assert [name for name in order if fix.state(name, Section.GRAPH) is False] == [b]
+    assert f"may hide more culprit sets: {b}" in result.stdout
 
 
 def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
