@@ -14,9 +14,9 @@ such sets (``may_hide``). The fix holds either way (it was trained), and, if
 turning more rules on never hides a failure, it still switches off the fewest
 rules: every hidden set contains a switched-off rule.
 
-Two shortcuts keep degenerate cases cheap. When a culprit turns out to be the
-first rule of the configuration it was found in, culprits are probably dense,
-so the next first rule is asked alone before anything else (every rule failing
+Two shortcuts keep degenerate cases cheap. When two searches in a row found
+the first rule of their configuration alone, culprits are probably dense, so
+the next first rules are asked alone before anything else (every rule failing
 alone then costs about one training per rule). And the universe is only
 *assumed* to fail (the engine checked it); when a search has seen nothing but
 passing answers for a while, or ends having seen no failure at all, the
@@ -400,12 +400,13 @@ def _loop(
     is also told whether the strategy returned its failing start unshrunk (then
     the set's failure rests on the fix candidate's training alone).
 
-    Dense culprits: when the set found is the first rule of its configuration
-    alone, the first rule of the next fix candidate is asked alone at once,
+    Dense culprits: when two searches in a row found the first rule of their
+    configuration alone, the first rule of the next fix candidate is asked alone at once,
     without training that candidate first (monotonicity: a failing single inside
-    it makes it fail too). The chain goes on while singles fail; the first one
-    that passes sends the loop back to training the fix candidate. Every rule
-    failing alone thus costs one training per rule instead of a search each.
+    it makes it fail too). The chain goes on while singles fail, asking twice as
+    many first rules each round up to one per device; a round where one passes
+    sends the loop back to training the fix candidate. Every rule failing alone
+    thus costs one training per rule instead of a search each.
 
     Termination: each round finds a set that no earlier set is inside; past
     |universe| rounds the switched-off set only grows, which ends the loop.
@@ -416,22 +417,21 @@ def _loop(
     wants_known = _accepts(strategy, "known")
     extra: dict[str, object] = {"parallelism": parallelism} if _accepts(strategy, "parallelism") else {}
     sets: list[frozenset[T]] = []
-    failing: frozenset[T] | None = universe  # known (at first: assumed) to fail; None: try a single
+    failing: frozenset[T] | None = universe  # known (at first: assumed) to fail; None: try singles
+    width = 1  # how many first rules the next dense round asks alone
+    leading = 0  # searches in a row whose answer was the first rule of its configuration alone
     while True:
+        new: list[frozenset[T]] = []
         if failing is None:
             candidate = universe - progress.switched_off
-            first = next(rule for rule in order if rule in candidate)
-            if recorder.outcomes([frozenset({first})])[0] is Outcome.FAIL:
-                rules = frozenset({first})
+            firsts = [rule for rule in order if rule in candidate][: min(width, parallelism)]
+            answers = recorder.outcomes([frozenset({rule}) for rule in firsts])
+            new = [frozenset({rule}) for rule, outcome in zip(firsts, answers) if outcome is Outcome.FAIL]
+            for rules in new:
                 if check is not None:
                     check(rules, False)
-                dense = True
-            else:
-                progress.fix_outcome = recorder.outcomes([candidate])[0]
-                if progress.fix_outcome is not Outcome.FAIL:
-                    break
-                failing = candidate
-                continue
+            dense = len(new) == len(firsts)
+            width *= 2  # a streak of dense culprits fills more devices each round
         else:
             if wants_known:
                 extra["known"] = dict(recorder.answers)
@@ -442,9 +442,13 @@ def _loop(
                 break  # a broken strategy: stop rather than loop
             if check is not None:
                 check(rules, rules == failing)
-            dense = rules == {next(rule for rule in order if rule in failing)}
-        sets.append(rules)
-        _settle(progress, sets, order, preference, grow=len(sets) > len(order))
+            new = [rules]
+            leading = leading + 1 if rules == {next(rule for rule in order if rule in failing)} else 0
+            dense = leading >= 2  # once could be chance (a lone culprit that sorts first)
+            width = 1
+        for rules in new:
+            sets.append(rules)
+            _settle(progress, sets, order, preference, grow=len(sets) > len(order))
         candidate = universe - progress.switched_off
         if not candidate:
             progress.fix_outcome = Outcome.PASS  # the empty configuration is the engine's precondition

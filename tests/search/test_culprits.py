@@ -266,11 +266,14 @@ def test_a_universe_that_does_not_fail_is_reported_as_such(name: str, parallelis
 
 
 @pytest.mark.parametrize("name", STRATEGY_NAMES)
+@pytest.mark.parametrize("parallelism", [1, 4])
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 64, 256])
-def test_every_rule_failing_alone_costs_at_most_two_trainings_per_rule(name: str, n: int) -> None:
-    oracle = SimulatedOracle(or_model(range(n)))
+def test_every_rule_failing_alone_costs_at_most_two_trainings_per_rule(name: str, parallelism: int, n: int) -> None:
+    oracle = SimulatedOracle(or_model(range(n)), parallelism=parallelism)
     oracle.outcomes([F(), F(range(n))])  # the two references count, as in bench_search
-    result = find_culprits(range(n), oracle, STRATEGIES[name])
+    result = find_culprits(range(n), oracle, STRATEGIES[name], parallelism=parallelism)
     assert sorted(c.rules for c in result.culprit_sets) == sorted(F({r}) for r in range(n))
     assert result.fix == F() and result.fix_verified and not result.may_hide
     assert oracle.trainings <= 2 * n + 2
+    if parallelism > 1 and n >= 64:
+        assert oracle.rounds <= n // 2  # the devices share the singles
