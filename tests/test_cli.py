@@ -219,6 +219,21 @@ def test_nothing_to_debug(tmp_path):
     assert json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())["status"] == "no_failure"
 
 
+def test_a_given_all_on_metric_that_training_contradicts_ends_in_no_failure(tmp_path):
+    # all_on_metric spares the all-on reference training; nothing really fails, so
+    # after a short run of passing answers the search trains all-on itself and says so,
+    # instead of reporting every candidate as one "verified" interacting set.
+    write_config(tmp_path, score={"all_on_metric": 0.5})
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "no_failure" and report["culprits"] == [] and report["fix_verified"] is False
+    assert report["fix_config"] is None
+    everything = tuple(sorted(GRAPH + UB))
+    assert (everything, 0) in launches(tmp_path)
+    assert report["trainings"] <= 20
+
+
 def test_dry_run_launches_nothing(tmp_path):
     write_config(tmp_path, "--culprits", CULPRIT)
     result = fusion_dd("search", "--dry-run", "--devices", "4,5;6,7", cwd=tmp_path)

@@ -40,7 +40,7 @@ from typing import Generic, TypeVar, cast
 
 from fusion_dd.search.ddmin import ordered
 from fusion_dd.search.hitting import minimum_hitting_set
-from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised
+from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised, majority
 from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, supports_repeats
 
 T = TypeVar("T", bound=Hashable)
@@ -220,8 +220,11 @@ class _Recorder(Generic[T]):
     the same questions.
     """
 
-    def __init__(self, oracle: Oracle[T], start: frozenset[T], patience: int) -> None:
+    def __init__(
+        self, oracle: Oracle[T], start: frozenset[T], patience: int, witness: RepeatOracle[T] | None = None
+    ) -> None:
         self._oracle = oracle
+        self._witness = witness
         self.answers: dict[frozenset[T], bool] = {}
         self._start = start
         self._patience = patience
@@ -229,9 +232,22 @@ class _Recorder(Generic[T]):
         self.unverified = True  # the start's failure is still only assumed
 
     def verify_start(self) -> None:
-        """Ask the start itself; raise ``_NoFailure`` if it does not fail."""
+        """Ask the start itself; raise ``_NoFailure`` if it does not fail.
+
+        Behind a noise guard (``witness``: the guard's own oracle, since the guard
+        takes the universe's failure as given) the verdict is the majority of the
+        universe's trainings, the references included, re-trained up to three
+        trainings before a refusal, so that one flipped training never ends a search.
+        """
         self.unverified = False
-        outcome = self._oracle.outcomes([self._start])[0]
+        if self._witness is None:
+            outcome = self._oracle.outcomes([self._start])[0]
+        else:
+            self._witness.outcomes([self._start])
+            outcome = majority(self._witness.trials(self._start))
+            while outcome is not Outcome.FAIL and len(self._witness.trials(self._start)) < 3:
+                self._witness.retest([self._start])
+                outcome = majority(self._witness.trials(self._start))
         self.answers[self._start] = outcome is Outcome.FAIL
         if outcome is not Outcome.FAIL:
             raise _NoFailure(outcome)
@@ -326,8 +342,8 @@ def _reason(
     if len(off) == 1:
         (rule,) = off
         shared = [s for s in sets if s != rules and rule in s]
-        if not shared and len(everything_off) == 1 or not shared and preference.pick(rules)[0] == rule:
-            return preference.pick(rules)[1]
+        if not shared and preference.pick(rules)[0] == rule:
+            return preference.pick(rules)[1]  # the chooser's own choice, in its own words
         base = (
             f"{{{members}}} fails only together and removing any one of them passes, so switching off "
             f"{_label(rule)} alone defeats it"
@@ -392,6 +408,7 @@ def _loop(
     parallelism: int,
     progress: _Progress[T],
     check: Callable[[frozenset[T], bool], None] | None = None,
+    witness: RepeatOracle[T] | None = None,
 ) -> None:
     """Minimize, switch off the fewest rules for all sets found, verify the fix; again inside a failing fix.
 
@@ -412,7 +429,7 @@ def _loop(
     |universe| rounds the switched-off set only grows, which ends the loop.
     """
     universe = frozenset(order)
-    recorder: _Recorder[T] = _Recorder(oracle, universe, _patience(len(order), parallelism))
+    recorder: _Recorder[T] = _Recorder(oracle, universe, _patience(len(order), parallelism), witness)
     preference: _Preference[T] = _Preference(choose)
     wants_known = _accepts(strategy, "known")
     extra: dict[str, object] = {"parallelism": parallelism} if _accepts(strategy, "parallelism") else {}
@@ -486,7 +503,7 @@ def _attempt(
         assert guard is not None
         guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk)
 
-    _loop(order, guard, strategy, choose, parallelism, progress, check)
+    _loop(order, guard, strategy, choose, parallelism, progress, check, witness=cast(RepeatOracle[T], oracle))
     fix = frozenset(r for r in order if r not in progress.switched_off)
     lone = [c.rules for c in progress.found if len(c.rules) == 1]
     guard.confirm([r for r in lone if not guard.necessity_shown(next(iter(r)))], None)

@@ -256,8 +256,11 @@ def test_hitting_set_ties_follow_the_chooser() -> None:
 @pytest.mark.parametrize("name", STRATEGY_NAMES)
 @pytest.mark.parametrize("parallelism", [1, 4])
 @pytest.mark.parametrize("n", [1, 2, 16, 256])
-def test_a_universe_that_does_not_fail_is_reported_as_such(name: str, parallelism: int, n: int) -> None:
-    oracle = SimulatedOracle(lambda config: False, parallelism=parallelism)
+@pytest.mark.parametrize("repeats", [False, True], ids=["plain", "noise-guarded"])
+def test_a_universe_that_does_not_fail_is_reported_as_such(name: str, parallelism: int, n: int, repeats: bool) -> None:
+    # Behind the noise guard (which takes the universe's failure as given) the
+    # universe is asked all the same, and refused only by a majority of three.
+    oracle = SimulatedOracle(lambda config: False, parallelism=parallelism, repeats=repeats)
     result = find_culprits(range(n), oracle, STRATEGIES[name], parallelism=parallelism)
     assert result.no_failure and result.culprit_sets == [] and not result.fix_verified
     assert result.fix == F(range(n)) and result.fix_outcome is not None and result.fix_outcome.value == "pass"
