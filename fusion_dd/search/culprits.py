@@ -397,7 +397,8 @@ def _settle(
         )
         for rules in sets
     ]
-    progress.may_hide = frozenset(rule for rule in off if frozenset({rule}) not in sets)
+    alone = {next(iter(rules)) for rules in sets if len(rules) == 1}
+    progress.may_hide = off - alone
 
 
 def _loop(

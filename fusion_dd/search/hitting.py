@@ -172,7 +172,13 @@ def minimum_hitting_set(
     chosen: set[T] = set()
     exact = True
     for group in components(sets):
-        candidates = all_minimum(group, rank, node_limit)
+        if len(group) == 1 and len(group[0]) == 1:
+            chosen |= group[0]  # an independent culprit: nothing to choose (the common, cheap case)
+            continue
+        if len(set(group)) == 1:
+            candidates: list[frozenset[T]] | None = [frozenset({r}) for r in sorted(group[0], key=rank.__getitem__)]
+        else:
+            candidates = all_minimum(group, rank, node_limit)
         if candidates is None:
             exact = False
             chosen |= _greedy(group, rank, prefer)
