@@ -89,7 +89,9 @@ def test_arbitrary_predicates_terminate_with_verified_sets(seed: int, n: int, na
     model = random_predicate(seed, F(range(n)), density=0.7)
     oracle = SimulatedOracle(model)
     result = find_culprits(range(n), oracle, STRATEGIES[name])
-    assert 1 <= len(result.culprit_sets) <= n
+    # Each round finds a set no earlier set is inside; the switched-off set may shrink
+    # while it stays a minimum hitting set, so up to n rounds, then it only grows.
+    assert 1 <= len(result.culprit_sets) <= 2 * n
     for found in result.culprit_sets:
         assert is_one_minimal_failing(model, found.rules)
     assert result.fix_verified == (not fails(model, result.fix))
