@@ -286,7 +286,9 @@ def render(names, rows, with_picire, seeds: int, quick: bool) -> str:
         "each hidden by a masking rule unless an unmasking rule is also on (answers checked as "
         "failing and 1-minimal by the model); overlap = two pairs sharing one rule, {a, b} and "
         "{b, c} (correct: b alone switched off, every set found failing and 1-minimal; the other "
-        "pair may stay hidden behind b); all = every rule fails alone (d = n).",
+        "pair may stay hidden behind b, which is why a search can beat the lower bound here: it need "
+        "not tell every planted structure apart); all = every rule fails alone (d = n; 2n + 2 "
+        "trainings at most).",
         "",
     ]
     if not with_picire:
