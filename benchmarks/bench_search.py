@@ -42,7 +42,7 @@ from fusion_dd.search.simulate import (  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
 BEGIN, END = "<!-- bench_search:begin -->", "<!-- bench_search:end -->"
-MODELS = ("OR", "AND", "mixed", "non-monotone")
+MODELS = ("OR", "AND", "mixed", "non-monotone", "overlap", "all")
 
 Model = Callable[[frozenset[int]], bool]
 
@@ -52,12 +52,16 @@ class Case:
     """One planted failure: the predicate and the culprit sets a correct answer reports.
 
     ``expected`` is None for non-monotone cases, whose 1-minimal failing sets are
-    not unique; their answers are checked against the predicate instead.
+    not unique; their answers are checked against the predicate instead. ``off``,
+    when given, is the only right set of switched-off rules (the minimum hitting
+    set); such cases accept any failing 1-minimal sets found, because a set that
+    contains a switched-off rule may stay hidden.
     """
 
     model: Model
     expected: frozenset[frozenset[int]] | None
     log2_space: float
+    off: frozenset[int] | None = None
 
 
 def plant(kind: str, n: int, d: int, seed: int) -> Case | None:
@@ -82,6 +86,16 @@ def plant(kind: str, n: int, d: int, seed: int) -> Case | None:
         picks = rng.sample(range(n), 3 * d)
         parts = [masked_model(*picks[3 * i : 3 * i + 3]) for i in range(d)]
         return Case(any_of(*parts), None, math.log2(math.comb(n, d)))
+    if kind == "overlap":  # two interacting pairs sharing one rule: {a, b} and {b, c}
+        if d != 2:
+            return None
+        a, b, c = rng.sample(range(n), 3)
+        return Case(sets_model([{a, b}, {b, c}]), None, math.log2(n * math.comb(n - 1, 2)), frozenset({b}))
+    if kind == "all":  # every rule fails alone: d = n (the table shows d = n)
+        if d != 1:
+            return None
+        sets = [frozenset({r}) for r in range(n)]
+        return Case(sets_model(sets), frozenset(sets), 0.0)
     raise ValueError(kind)
 
 
@@ -89,6 +103,8 @@ def correct(case: Case, universe: frozenset[int], result) -> bool:
     """Verified fix, and culprit sets that are exactly the planted ones (or, for a
     non-monotone model, each a failing 1-minimal set by the model itself)."""
     if not result.fix_verified or case.model(result.fix):
+        return False
+    if case.off is not None and universe - result.fix != case.off:
         return False
     found = [c.rules for c in result.culprit_sets]
     if case.expected is not None:
@@ -164,7 +180,7 @@ def bench(ns, ds, ps, seeds, models=MODELS):
                 bound = math.ceil(cases[0].log2_space)
                 picire_cell = None
                 for p in ps:
-                    row = {"model": kind, "n": n, "d": d, "P": p, "bound": bound}
+                    row = {"model": kind, "n": n, "d": n if kind == "all" else d, "P": p, "bound": bound}
                     for name in names:
                         runs = [run_strategy(name, c, n, p) for c in cases]
                         row[name] = (
@@ -215,6 +231,7 @@ TARGETS = [
     ("OR d=3, all culprits + verified fix, trainings", "OR", 256, 3, 1, 0, 34),
     ("mixed: 1 independent + 1 interacting pair, trainings", "mixed", 256, 2, 1, 0, 32),
     ("one culprit among 256 on P=8, rounds", "OR", 256, 1, 8, 1, 5),
+    ("every rule fails alone (d = n = 256), trainings: at most 2n + 2", "all", 256, 256, 1, 0, 514),
 ]
 
 
@@ -267,7 +284,11 @@ def render(names, rows, with_picire, seeds: int, quick: bool) -> str:
         "ceil(log2 of the number of possible planted structures) (C(n,d); n*C(n-1,d) for mixed). "
         "mixed = 1 independent culprit + 1 interacting set of d rules; non-monotone = d culprits, "
         "each hidden by a masking rule unless an unmasking rule is also on (answers checked as "
-        "failing and 1-minimal by the model).",
+        "failing and 1-minimal by the model); overlap = two pairs sharing one rule, {a, b} and "
+        "{b, c} (correct: b alone switched off, every set found failing and 1-minimal; the other "
+        "pair may stay hidden behind b, which is why a search can beat the lower bound here: it need "
+        "not tell every planted structure apart); all = every rule fails alone (d = n; 2n + 2 "
+        "trainings at most).",
         "",
     ]
     if not with_picire:

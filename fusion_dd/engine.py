@@ -709,6 +709,8 @@ class Engine:
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
             return self._stop("budget_exhausted", EXIT_BUDGET, pre, result)
+        if result.no_failure:  # asked again during the search, all candidates on did not fail
+            return self._finish("no_failure", pre, result)
         return self._finish("found", pre, result)
 
     # -- endings ------------------------------------------------------------------------

@@ -195,6 +195,9 @@ def build_report(
         ]
         switched_off = sorted({rule.name for culprit in result.culprit_sets for rule in culprit.switched_off})
         report["switched_off"] = switched_off
+        # How the switched-off rules were chosen, and which of them may hide culprit sets.
+        report["hitting_set"] = result.hitting_set
+        report["may_hide"] = sorted(rule.name for rule in result.may_hide)
         report["fix_verified"] = bool(result.fix_verified)
         fix_backing = _backing(state, result.fix, Outcome.PASS, threshold, config.score.crash_is_failure)
         report["fix_verified_by"] = fix_backing["support"]
@@ -378,6 +381,14 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         lines.append("")
         lines.append(f"  fix config ({verified}): {where}")
         lines.append(f"  switched off: {', '.join(report['switched_off']) or 'nothing'}; every other fusion stays on")
+        if report.get("hitting_set") == "greedy":
+            lines.append("  (chosen greedily: too many overlapping culprit sets for an exact search, so fewer may suffice)")
+    if report.get("may_hide"):
+        hiding = report["may_hide"]
+        lines.append(
+            f"  may hide more culprit sets: {', '.join(hiding)} (switched off, so a culprit set that contains "
+            f"{'it' if len(hiding) == 1 else 'one of them'} cannot show; the fix holds either way)"
+        )
     if report.get("smallest_failing") and report["status"] != "found":
         lines.append(f"  smallest failing configuration so far: {len(report['smallest_failing'])} rules on")
     if report.get("flaky"):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_dd.rules import catalog
+from fusion_dd.rules import Section, catalog
 from fusion_dd.switch import load_switch_file
 
 FAKE_TRAIN = Path(__file__).resolve().parent / "fakes" / "fake_train.py"
@@ -127,6 +127,32 @@ def test_interacting_pair_is_found_and_one_rule_switched_off(tmp_path):
     assert report["fix_verified"] is True
 
 
+@pytest.mark.parametrize("strategy", ["bisect", "ddmin"])
+def test_overlapping_pairs_switch_off_only_the_shared_rule(tmp_path, strategy):
+    # {a, b} and {b, c}: switching off b alone defeats both. The order puts {a, b}
+    # first and a before b by name, so the default choice for {a, b} alone is a and
+    # the search goes on to find {b, c}; then b replaces a.
+    a, b, c = sorted(GRAPH[:3])
+    others = GRAPH[3:]
+    order = others[:2] + [a] + others[2:5] + [b] + others[5:8] + [c] + others[8:]
+    write_config(
+        tmp_path, "--pair", f"{a}+{b}", "--pair", f"{b}+{c}",
+        rules={"GraphFusion": order}, search={"strategy": strategy},
+    )
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert sorted(sorted(rule["name"] for rule in culprit["rules"]) for culprit in report["culprits"]) == [
+        sorted([a, b]), sorted([b, c])
+    ]
+    assert [culprit["switched_off"] for culprit in report["culprits"]] == [[b], [b]]
+    assert report["switched_off"] == [b] and report["fix_verified"] is True
+    assert report["hitting_set"] == "exact" and report["may_hide"] == [b]
+    fix = load_switch_file(tmp_path / ".fusion-dd" / "fusion_switch.cfg")
+    assert [name for name in order if fix.state(name, Section.GRAPH) is False] == [b]
+    assert f"may hide more culprit sets: {b}" in result.stdout
+
+
 def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
     write_config(tmp_path, "--culprits", CULPRIT, budget=5)
     first = fusion_dd("search", cwd=tmp_path)
@@ -193,6 +219,21 @@ def test_nothing_to_debug(tmp_path):
     result = fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 0
     assert json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())["status"] == "no_failure"
+
+
+def test_a_given_all_on_metric_that_training_contradicts_ends_in_no_failure(tmp_path):
+    # all_on_metric spares the all-on reference training; nothing really fails, so
+    # after a short run of passing answers the search trains all-on itself and says so,
+    # instead of reporting every candidate as one "verified" interacting set.
+    write_config(tmp_path, score={"all_on_metric": 0.5})
+    result = fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "no_failure" and report["culprits"] == [] and report["fix_verified"] is False
+    assert report["fix_config"] is None
+    everything = tuple(sorted(GRAPH + UB))
+    assert (everything, 0) in launches(tmp_path)
+    assert report["trainings"] <= 20
 
 
 def test_dry_run_launches_nothing(tmp_path):

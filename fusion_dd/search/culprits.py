@@ -2,10 +2,26 @@
 
 A minimizer finds *one* 1-minimal failing set. Real networks can have several
 independent culprits and interacting sets, and the user wants a fusion_switch.cfg
-that keeps every other fusion on. So: minimize, switch off one rule of what was
-found, train the whole universe minus everything switched off (the fix
-candidate); if it passes, that exact configuration is the verified fix; if it
+that keeps every other fusion on. So: minimize, switch off the fewest rules that
+defeat every set found so far (a minimum hitting set, ``fusion_dd.search.hitting``:
+for {a, b} and {b, c} that is b alone), train the whole universe minus those (the
+fix candidate); if it passes, that exact configuration is the verified fix; if it
 fails, something else is still broken inside it, so minimize again there.
+
+A set that contains a switched-off rule cannot fail while that rule is off, so
+the search cannot see it: the result names the switched-off rules that may hide
+such sets (``may_hide``). The fix holds either way (it was trained), and, if
+turning more rules on never hides a failure, it still switches off the fewest
+rules: every hidden set contains a switched-off rule.
+
+Two shortcuts keep degenerate cases cheap. When two searches in a row found
+the first rule of their configuration alone, culprits are probably dense, so
+the next first rules are asked alone before anything else (every rule failing
+alone then costs about one training per rule). And the universe is only
+*assumed* to fail (the engine checked it); when a search has seen nothing but
+passing answers for a while, or ends having seen no failure at all, the
+universe itself is asked, and a universe that does not fail ends the search
+with ``no_failure`` instead of a bogus culprit.
 
 With an oracle that can repeat trainings, every question goes through a
 ``NoiseGuard`` (``fusion_dd.search.noise``): verdicts are majorities of repeats,
@@ -17,12 +33,14 @@ so that it follows the corrected branch.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
 from fusion_dd.search.ddmin import ordered
-from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised
+from fusion_dd.search.hitting import minimum_hitting_set
+from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised, majority
 from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, supports_repeats
 
 T = TypeVar("T", bound=Hashable)
@@ -36,8 +54,9 @@ class CulpritSet(Generic[T]):
     """One 1-minimal failing set and the rule(s) switched off to defeat it.
 
     ``kind`` is "independent" (one rule that fails alone) or "interacting"
-    (only the rules together fail); ``reason`` explains the switch-off choice in
-    words a report can show.
+    (only the rules together fail). ``switched_off`` is the part of the fix's
+    switched-off rules that lies in this set (one rule unless the set shares
+    rules with others); ``reason`` explains the choice in words a report can show.
     """
 
     rules: frozenset[T]
@@ -63,6 +82,16 @@ class CulpritSearch(Generic[T]):
     ``confirmed`` says every claim of the answer (each set fails, each
     single-rule removal passes, the fix passes) rests on two agreeing trainings;
     ``replays`` counts the times a changed verdict made the search start over.
+
+    ``no_failure``: the universe itself was asked and does not fail (the
+    precondition the engine normally checks), so there is nothing to search:
+    no culprit sets, ``fix`` is the universe, ``fix_outcome`` its outcome.
+    ``hitting_set`` says how the switched-off rules were chosen: "exact" (the
+    fewest rules that defeat every set found, ties broken by ``choose_off``) or
+    "greedy" (the exact search was too big, or the loop ran longer than the
+    universe is large; fewest not guaranteed). ``may_hide``: switched-off rules
+    that are not culprits on their own, so further culprit sets containing them
+    may exist unseen (see the module docstring).
     """
 
     culprit_sets: list[CulpritSet[T]] = field(default_factory=list)
@@ -75,6 +104,9 @@ class CulpritSearch(Generic[T]):
     inconsistencies: list[Inconsistency[T]] = field(default_factory=list)
     confirmed: bool = False
     replays: int = 0
+    no_failure: bool = False
+    hitting_set: str = "exact"
+    may_hide: frozenset[T] = frozenset()
 
 
 def _label(rule: object) -> str:
@@ -141,6 +173,8 @@ def choose_off_by_effect(effects: Mapping[T, int]) -> Chooser:
         )
         return pick, reason
 
+    # The hitting-set tie-break weighs several rules at once by their summed counts.
+    choose.effects = dict(effects)  # type: ignore[attr-defined]
     return choose
 
 
@@ -152,31 +186,176 @@ def _accepts(strategy: Strategy, keyword: str) -> bool:
     return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in params)
 
 
+class _NoFailure(Exception):
+    """The universe, asked because nothing failed for a while, does not fail."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__("the universe does not fail")
+        self.outcome = outcome
+
+
+def _patience(size: int, parallelism: int) -> int:
+    """Passing answers a first search may see, with no failure at all, before the universe is asked.
+
+    About one binary search's worth (plus one round of P devices on each side):
+    a search for one culprit that sits last in the order sees that many passes
+    before its first failure, so a failing universe is rarely asked for nothing,
+    and when it is, the engine answers from the reference training it already has.
+    """
+    return math.ceil(math.log2(size + 1)) + 2 * parallelism
+
+
 class _Recorder(Generic[T]):
     """Passes questions through and remembers the answers (True: fails).
 
     Each search of the loop starts inside the previous fix candidate; what the
     earlier searches learnt tells a strategy that accepts ``known`` where not to
     look again.
+
+    It also watches the one assumption of the first search: that ``start`` (the
+    universe) fails. Until some answer fails, passing answers are counted; past
+    ``patience`` of them ``start`` itself is asked before the next question
+    (``verify_start``), and ``_NoFailure`` ends the search if it does not fail.
+    Whether and when that happens is a function of the answers, so a replay asks
+    the same questions.
     """
 
-    def __init__(self, oracle: Oracle[T]) -> None:
+    def __init__(
+        self, oracle: Oracle[T], start: frozenset[T], patience: int, witness: RepeatOracle[T] | None = None
+    ) -> None:
         self._oracle = oracle
+        self._witness = witness
         self.answers: dict[frozenset[T], bool] = {}
+        self._start = start
+        self._patience = patience
+        self._passes = 0
+        self.unverified = True  # the start's failure is still only assumed
+
+    def verify_start(self) -> None:
+        """Ask the start itself; raise ``_NoFailure`` if it does not fail.
+
+        Behind a noise guard (``witness``: the guard's own oracle, since the guard
+        takes the universe's failure as given) the verdict is the majority of the
+        universe's trainings, the references included, re-trained up to three
+        trainings before a refusal, so that one flipped training never ends a search.
+        """
+        self.unverified = False
+        if self._witness is None:
+            outcome = self._oracle.outcomes([self._start])[0]
+        else:
+            self._witness.outcomes([self._start])
+            outcome = majority(self._witness.trials(self._start))
+            while outcome is not Outcome.FAIL and len(self._witness.trials(self._start)) < 3:
+                self._witness.retest([self._start])
+                outcome = majority(self._witness.trials(self._start))
+        self.answers[self._start] = outcome is Outcome.FAIL
+        if outcome is not Outcome.FAIL:
+            raise _NoFailure(outcome)
+
+    def _watch(self) -> None:
+        if self.unverified and self._passes >= self._patience:
+            self.verify_start()
+
+    def _note(self, config: frozenset[T], fails: bool) -> None:
+        self.answers[config] = fails
+        if fails:
+            self.unverified = False
+        else:
+            self._passes += 1
 
     def outcomes(self, configs: Sequence[frozenset[T]]) -> list[Outcome]:
+        self._watch()
         result = self._oracle.outcomes(configs)
         for config, outcome in zip(configs, result):
-            self.answers[frozenset(config)] = outcome is Outcome.FAIL
+            self._note(frozenset(config), outcome is Outcome.FAIL)
         return result
 
     def first_failing(self, configs: Sequence[frozenset[T]]) -> int | None:
+        self._watch()
         hit = self._oracle.first_failing(configs)
         for config in configs[: len(configs) if hit is None else hit]:
-            self.answers[frozenset(config)] = False
+            self._note(frozenset(config), False)
         if hit is not None:
-            self.answers[frozenset(configs[hit])] = True
+            self._note(frozenset(configs[hit]), True)
         return hit
+
+
+class _Preference(Generic[T]):
+    """The caller's ``choose_off``, asked once per set, and the tie-break among hitting sets.
+
+    Among equally small hitting sets (per component of overlapping sets): the
+    fewest summed ``effect_times`` when the chooser carries counts for every rule
+    involved (``choose_off_by_effect``), then, repeatedly, the rule the chooser
+    prefers among all rules still in play. For a lone set that is exactly the
+    chooser's own choice, as before hitting sets existed.
+    """
+
+    def __init__(self, choose: Chooser) -> None:
+        self._choose = choose
+        self._effects: Mapping[T, int] | None = getattr(choose, "effects", None)
+        self._memo: dict[frozenset[T], tuple[T, str]] = {}
+
+    def pick(self, rules: frozenset[T]) -> tuple[T, str]:
+        if rules not in self._memo:
+            rule, reason = self._choose(rules)
+            if rule not in rules:
+                raise ValueError(f"choose_off returned {rule!r}, which is not in the culprit set")
+            self._memo[rules] = (rule, reason)  # type: ignore[assignment]
+        return self._memo[rules]
+
+    def __call__(self, candidates: Sequence[frozenset[T]]) -> frozenset[T]:
+        pool = list(candidates)
+        involved = frozenset().union(*pool)
+        effects = self._effects
+        if effects is not None and all(rule in effects for rule in involved):
+            least = min(sum(effects[r] for r in c) for c in pool)
+            pool = [c for c in pool if sum(effects[r] for r in c) == least]
+        taken: frozenset[T] = frozenset()
+        while len(pool) > 1:
+            rest = frozenset().union(*pool) - taken
+            if not rest:
+                break
+            rule, _ = self.pick(rest)
+            taken |= {rule}
+            pool = [c for c in pool if rule in c]
+        return pool[0]
+
+
+def _names(rules: frozenset[T] | Sequence[T]) -> str:
+    return ", ".join(sorted(_label(r) for r in rules))
+
+
+def _reason(
+    rules: frozenset[T], off: frozenset[T], sets: Sequence[frozenset[T]], everything_off: frozenset[T],
+    exact: bool, preference: _Preference[T],
+) -> str:
+    """Why these rules of ``rules`` are switched off, for the report."""
+    if len(rules) == 1:
+        return f"{_label(next(iter(rules)))} fails on its own, so it must be switched off"
+    fewest = (
+        f"switching off {{{_names(everything_off)}}} is the fewest rules that defeat every culprit set found"
+        if exact
+        else f"switching off {{{_names(everything_off)}}} defeats every culprit set found (chosen greedily: "
+        "the exact search for the fewest rules was too big, so fewer may suffice)"
+    )
+    members = _names(rules)
+    if len(off) == 1:
+        (rule,) = off
+        shared = [s for s in sets if s != rules and rule in s]
+        if not shared and preference.pick(rules)[0] == rule:
+            return preference.pick(rules)[1]  # the chooser's own choice, in its own words
+        base = (
+            f"{{{members}}} fails only together and removing any one of them passes, so switching off "
+            f"{_label(rule)} alone defeats it"
+        )
+        if shared:
+            also = "; ".join(f"{{{_names(s)}}}" for s in shared)
+            return f"{base}; chose {_label(rule)} because it also defeats {also}: {fewest}"
+        return f"{base}; chose {_label(rule)} with the other switched-off rules: {fewest}"
+    return (
+        f"{{{members}}} fails only together, so switching off any one of its rules would defeat it; "
+        f"{_names(off)} are all switched off because each is also needed for other culprit sets: {fewest}"
+    )
 
 
 @dataclass
@@ -186,6 +365,40 @@ class _Progress(Generic[T]):
     found: list[CulpritSet[T]] = field(default_factory=list)
     switched_off: frozenset[T] = frozenset()
     fix_outcome: Outcome | None = None
+    exact: bool = True
+    may_hide: frozenset[T] = frozenset()
+
+
+def _settle(
+    progress: _Progress[T], sets: list[frozenset[T]], order: list[T], preference: _Preference[T], grow: bool
+) -> None:
+    """Choose the rules to switch off for the sets found so far and describe every set.
+
+    Normally the minimum hitting set of all sets, recomputed each time (it may
+    drop a rule chosen earlier: {a, b} alone gives a; with {b, c} it becomes b).
+    Past the loop's round limit (``grow``) the new set only adds the chooser's rule,
+    so the switched-off set grows every round and the loop must end.
+    """
+    if grow:
+        rule, _ = preference.pick(sets[-1])
+        progress.switched_off = progress.switched_off | {rule}
+        progress.exact = False
+    else:
+        chosen = minimum_hitting_set(sets, order, preference)
+        progress.switched_off = chosen.rules
+        progress.exact = chosen.exact
+    off = progress.switched_off
+    progress.found = [
+        CulpritSet(
+            rules,
+            "independent" if len(rules) == 1 else "interacting",
+            rules & off,
+            _reason(rules, rules & off, sets, off, progress.exact, preference),
+        )
+        for rules in sets
+    ]
+    alone = {next(iter(rules)) for rules in sets if len(rules) == 1}
+    progress.may_hide = off - alone
 
 
 def _loop(
@@ -196,40 +409,72 @@ def _loop(
     parallelism: int,
     progress: _Progress[T],
     check: Callable[[frozenset[T], bool], None] | None = None,
+    witness: RepeatOracle[T] | None = None,
 ) -> None:
-    """Minimize, switch one rule off, verify the fix; again inside a failing fix.
+    """Minimize, switch off the fewest rules for all sets found, verify the fix; again inside a failing fix.
 
-    ``check`` sees each culprit set before a rule of it is switched off, so that a
+    ``check`` sees each culprit set before the fix is changed for it, so that a
     noise guard can confirm it while the next search has not yet built on it; it
     is also told whether the strategy returned its failing start unshrunk (then
     the set's failure rests on the fix candidate's training alone).
+
+    Dense culprits: when two searches in a row found the first rule of their
+    configuration alone, the first rule of the next fix candidate is asked alone at once,
+    without training that candidate first (monotonicity: a failing single inside
+    it makes it fail too). The chain goes on while singles fail, asking twice as
+    many first rules each round up to one per device; a round where one passes
+    sends the loop back to training the fix candidate. Every rule failing alone
+    thus costs one training per rule instead of a search each.
+
+    Termination: each round finds a set that no earlier set is inside; past
+    |universe| rounds the switched-off set only grows, which ends the loop.
     """
-    recorder: _Recorder[T] = _Recorder(oracle)
+    universe = frozenset(order)
+    recorder: _Recorder[T] = _Recorder(oracle, universe, _patience(len(order), parallelism), witness)
+    preference: _Preference[T] = _Preference(choose)
     wants_known = _accepts(strategy, "known")
     extra: dict[str, object] = {"parallelism": parallelism} if _accepts(strategy, "parallelism") else {}
-    failing = frozenset(order)
-    for _ in range(len(order)):
-        if wants_known:
-            extra["known"] = dict(recorder.answers)
-        rules = frozenset(strategy(order, recorder, failing, **extra))
-        if not rules or not rules <= failing:
-            break  # a broken strategy: stop rather than loop
-        if check is not None:
-            check(rules, rules == failing)
-        if len(rules) == 1:
-            (rule,) = rules
-            kind = "independent"
-            reason = f"{_label(rule)} fails on its own, so it must be switched off"
+    sets: list[frozenset[T]] = []
+    failing: frozenset[T] | None = universe  # known (at first: assumed) to fail; None: try singles
+    width = 1  # how many first rules the next dense round asks alone
+    leading = 0  # searches in a row whose answer was the first rule of its configuration alone
+    while True:
+        new: list[frozenset[T]] = []
+        if failing is None:
+            candidate = universe - progress.switched_off
+            firsts = [rule for rule in order if rule in candidate][: min(width, parallelism)]
+            answers = recorder.outcomes([frozenset({rule}) for rule in firsts])
+            new = [frozenset({rule}) for rule, outcome in zip(firsts, answers) if outcome is Outcome.FAIL]
+            for rules in new:
+                if check is not None:
+                    check(rules, False)
+            dense = len(new) == len(firsts)
+            width *= 2  # a streak of dense culprits fills more devices each round
         else:
-            kind = "interacting"
-            rule, reason = choose(rules)
-            if rule not in rules:
-                raise ValueError(f"choose_off returned {rule!r}, which is not in the culprit set")
-        progress.switched_off = progress.switched_off | {rule}
-        progress.found.append(CulpritSet(rules, kind, frozenset({rule}), reason))
-        candidate = frozenset(r for r in order if r not in progress.switched_off)
-        # The empty configuration is the engine's precondition: known to pass.
-        progress.fix_outcome = recorder.outcomes([candidate])[0] if candidate else Outcome.PASS
+            if wants_known:
+                extra["known"] = dict(recorder.answers)
+            rules = frozenset(strategy(order, recorder, failing, **extra))
+            if recorder.unverified:
+                recorder.verify_start()  # nothing failed in the first search: the universe's failure was all it had
+            if not rules or not rules <= failing:
+                break  # a broken strategy: stop rather than loop
+            if check is not None:
+                check(rules, rules == failing)
+            new = [rules]
+            leading = leading + 1 if rules == {next(rule for rule in order if rule in failing)} else 0
+            dense = leading >= 2  # once could be chance (a lone culprit that sorts first)
+            width = 1
+        for rules in new:
+            sets.append(rules)
+            _settle(progress, sets, order, preference, grow=len(sets) > len(order))
+        candidate = universe - progress.switched_off
+        if not candidate:
+            progress.fix_outcome = Outcome.PASS  # the empty configuration is the engine's precondition
+            break
+        if dense:
+            failing = None
+            continue
+        progress.fix_outcome = recorder.outcomes([candidate])[0]
         if progress.fix_outcome is not Outcome.FAIL:
             break
         failing = candidate
@@ -259,7 +504,7 @@ def _attempt(
         assert guard is not None
         guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk)
 
-    _loop(order, guard, strategy, choose, parallelism, progress, check)
+    _loop(order, guard, strategy, choose, parallelism, progress, check, witness=cast(RepeatOracle[T], oracle))
     fix = frozenset(r for r in order if r not in progress.switched_off)
     lone = [c.rules for c in progress.found if len(c.rules) == 1]
     guard.confirm([r for r in lone if not guard.necessity_shown(next(iter(r)))], None)
@@ -278,13 +523,16 @@ def find_culprits(
     """Find every culprit set and a verified fix configuration.
 
     The engine has already checked the preconditions (the empty configuration
-    passes, ``universe`` fails); they are not asked again. ``strategy`` is any
+    passes, ``universe`` fails); they are not asked again, except that the
+    universe is asked when the first search sees no failure for a while or at
+    all: if it does not fail, the result says so (``no_failure``). ``strategy`` is any
     minimizer with ddmin's signature, given ``parallelism`` when it accepts it,
     and ``known`` (the answers this call has collected so far) when it accepts
     that. Everything passed is a function of the oracle's answers in this run, so
     running the layer again against a cache asks the same questions (resume).
-    Each round switches off at least one more rule, so the loop ends after at most
-    |universe| rounds even when answers are non-monotone. A fix candidate that is
+    Each round finds a set that contains no earlier one; past |universe| rounds
+    the switched-off set only grows, so the loop ends even when answers are
+    non-monotone. A fix candidate that is
     UNRESOLVED ends the search unverified (``fix_outcome`` says so).
     ``BudgetExhausted`` is caught and turned into a partial result.
 
@@ -307,6 +555,13 @@ def find_culprits(
             except Revised:
                 assert guard is not None
                 guard.replay()  # free: every answer is remembered; follows the corrected branch
+    except _NoFailure as nothing:
+        return CulpritSearch(
+            fix=frozenset(order),
+            fix_outcome=nothing.outcome,
+            no_failure=True,
+            **_noise_fields(guard, _Progress(), order, confirmed=False),
+        )
     except BudgetExhausted as exhausted:
         return CulpritSearch(
             culprit_sets=progress.found,
@@ -316,6 +571,8 @@ def find_culprits(
             smallest_failing=exhausted.smallest_failing
             or min((c.rules for c in progress.found), key=len, default=None),
             fix_outcome=None,
+            hitting_set="exact" if progress.exact else "greedy",
+            may_hide=progress.may_hide,
             **_noise_fields(guard, progress, order, confirmed=False),
         )
     smallest = min((c.rules for c in progress.found), key=len, default=None)
@@ -326,6 +583,8 @@ def find_culprits(
         exhausted=False,
         smallest_failing=smallest,
         fix_outcome=progress.fix_outcome,
+        hitting_set="exact" if progress.exact else "greedy",
+        may_hide=progress.may_hide,
         **_noise_fields(guard, progress, order, confirmed=progress.fix_outcome is Outcome.PASS),
     )
 

@@ -39,3 +39,15 @@ def random_predicate(seed: int, universe: frozenset, density: float = 0.5) -> Ca
         return digest[0] < 256 * density
 
     return predicate
+
+
+def brute_force_minimum(sets) -> int:
+    """The size of a minimum hitting set, by trying every subset: an oracle for tiny families."""
+    from itertools import combinations
+
+    rules = sorted({rule for group in sets for rule in group}, key=repr)
+    for size in range(len(rules) + 1):
+        for pick in combinations(rules, size):
+            if all(set(group) & set(pick) for group in sets):
+                return size
+    raise ValueError("an empty set cannot be met")
