@@ -413,10 +413,54 @@ def _main(
     """fusion-dd: delta debugging of operator-fusion rules over real trainings."""
 
 
+def _click_error_kind(exc: BaseException) -> str | None:
+    """'usage', 'abort' or None, by class name: click lives in ``click`` or, from typer 0.29 on,
+    in ``typer._click``; importing either by name would break on the other."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "UsageError" in names and hasattr(exc, "format_message"):
+        return "usage"
+    if "Abort" in names:
+        return "abort"
+    if "ClickException" in names and hasattr(exc, "format_message"):
+        return "click"
+    return None
+
+
+def _usage_lines(exc: Any) -> list[str]:
+    """One line naming the problem, the usage line and where help is: never a traceback."""
+    lines = [f"fusion-dd: error: {exc.format_message()}"]
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        usage = ctx.get_usage().strip().splitlines()
+        lines += [line for line in usage[:2] if line.strip()]
+        lines.append(f"Try '{ctx.command_path} --help' for help.")
+    return lines[:8]
+
+
+def _crash_log(exc: BaseException) -> Path | None:
+    """Write the traceback of an unexpected error to a file the user can attach to a bug report."""
+    import tempfile
+    import time
+    import traceback
+
+    try:
+        handle, name = tempfile.mkstemp(prefix=f"fusion-dd-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log")
+        with open(handle, "w", encoding="utf-8") as log:
+            log.write(f"fusion-dd {__version__}\nargv: {sys.argv!r}\n\n")
+            log.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return Path(name)
+    except OSError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors become one line and exit code 2, never a traceback."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:
+        # A bare ``fusion-dd``: the help, and a successful exit.
+        args = ["--help"]
     try:
-        code = app(args=argv, standalone_mode=False)
+        code = app(args=args, standalone_mode=False, prog_name="fusion-dd")
     except UsageError as exc:
         typer.echo(f"fusion-dd: error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
@@ -425,16 +469,27 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         typer.echo("fusion-dd: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    except Exception as exc:  # click usage errors and friends
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
+    except OSError as exc:
+        # A read-only or full state directory, a vanished file: the path and the errno text.
+        where = exc.filename if exc.filename is not None else "fusion-dd"
+        typer.echo(f"fusion-dd: error: {where}: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except Exception as exc:  # click usage errors and anything unexpected
+        kind = _click_error_kind(exc)
+        if kind == "usage":
+            for line in _usage_lines(exc):
+                typer.echo(line, err=True)
+            sys.exit(EXIT_USAGE)
+        if kind == "abort":
             typer.echo("fusion-dd: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        raise
+        if kind == "click":
+            typer.echo(f"fusion-dd: error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
+            sys.exit(int(getattr(exc, "exit_code", EXIT_USAGE)))
+        log = _crash_log(exc)
+        where = f"; the traceback is in {log}" if log is not None else ""
+        typer.echo(f"fusion-dd: internal error: {type(exc).__name__}: {exc}{where}", err=True)
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 
 

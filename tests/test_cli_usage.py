@@ -1,0 +1,71 @@
+"""Command-line mistakes are one line plus a usage hint, exit 2, never a traceback (issue 9, break 1).
+
+Run through a real subprocess, as a user meets them: typer 0.29 stopped
+depending on click, and the old error path imported click and crashed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fusion_dd.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["search", "--bogus"], "--bogus"),
+        (["search", "--budget", "abc"], "--budget"),
+        (["rules"], "sources"),
+        (["no-such-command"], "no-such-command"),
+        (["resume", "--jobs", "x"], "--jobs"),
+        (["search", "--devices"], "--devices"),
+    ],
+)
+def test_usage_errors_are_short_and_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    completed = _run(args, tmp_path)
+    assert completed.returncode == 2, completed.stderr
+    assert "Traceback" not in completed.stderr + completed.stdout
+    lines = [line for line in completed.stderr.splitlines() if line.strip()]
+    assert 1 <= len(lines) <= 8
+    assert lines[0].startswith("fusion-dd: error:") and needle in lines[0]
+
+
+def test_bare_command_prints_help_and_succeeds(tmp_path: Path) -> None:
+    completed = _run([], tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert "search" in completed.stdout and "Traceback" not in completed.stderr
+
+
+def test_a_read_only_state_dir_is_one_line(tmp_path: Path) -> None:
+    """An OSError on the state directory names the path and the errno text."""
+    import os
+
+    if os.geteuid() == 0:
+        # root ignores permission bits: use a path below a regular file instead.
+        blocker = tmp_path / "blocker"
+        blocker.write_text("")
+        state = blocker / "state"
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        state = locked / "state"
+    (tmp_path / "fusion-dd.yaml").write_text(
+        "rules: {GraphFusion: [SoftmaxFusionPass]}\n"
+        f"train: {{command: [{sys.executable!r}, '-c', 'print(1)']}}\n"
+        "metric: {pattern: 'x(\\\\d)'}\n"
+    )
+    completed = _run(["search", "--state-dir", str(state)], tmp_path)
+    assert completed.returncode == 2, completed.stderr
+    assert "Traceback" not in completed.stderr
+    lines = [line for line in completed.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("fusion-dd: error:") and str(state) in lines[0]
