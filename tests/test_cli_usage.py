@@ -36,7 +36,7 @@ def test_usage_errors_are_short_and_exit_2(tmp_path: Path, args: list[str], need
     assert "Traceback" not in completed.stderr + completed.stdout
     lines = [line for line in completed.stderr.splitlines() if line.strip()]
     assert 1 <= len(lines) <= 8
-    assert lines[0].startswith("fusion-dd: error:") and needle in lines[0]
+    assert lines[0].startswith("fusion-dd: error:") and needle.lower() in lines[0].lower()
 
 
 def test_bare_command_prints_help_and_succeeds(tmp_path: Path) -> None:
