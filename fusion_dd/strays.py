@@ -41,7 +41,8 @@ _POLL_SECONDS = 0.05
 _RESCAN_SECONDS = 0.5
 
 
-def _pids() -> list[int]:
+def live_pids() -> list[int]:
+    """Every pid in /proc (none where there is no procfs)."""
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -71,7 +72,7 @@ Stat = tuple[str, int, int, int]
 
 
 def _scan() -> dict[int, Stat]:
-    return {pid: stat for pid in _pids() if (stat := _stat(pid)) is not None}
+    return {pid: stat for pid in live_pids() if (stat := _stat(pid)) is not None}
 
 
 def _trial_processes(trial_dir: str, root: int | None) -> dict[int, Stat]:

@@ -680,16 +680,8 @@ def _is_our_supervisor(pid: int, trial_dir: Path) -> bool:
     return str(trial_dir) in argv
 
 
-def _pids() -> list[int]:
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    return [int(name) for name in names if name.isdigit()]
-
-
 def _find_supervisor(trial_dir: Path) -> int | None:
-    for pid in _pids():
+    for pid in strays.live_pids():
         if pid != os.getpid() and _is_our_supervisor(pid, trial_dir):
             return pid
     return None
