@@ -55,6 +55,23 @@ def write_config(tmp_path: Path, *train_args: str, budget: int = 100, **sections
     return path
 
 
+def wrap_fake_train(tmp_path: Path, name: str, prelude: str, *train_args: str) -> Path:
+    """A config whose training is the fake training behind ``prelude``: Python lines that run
+    first in the same process (and may exit), to make some trials misbehave."""
+    wrapper = tmp_path / name
+    wrapper.write_text(
+        "import os, runpy, sys, time\n"
+        + prelude
+        + f"sys.argv = [{str(FAKE_TRAIN)!r}] + sys.argv[1:]\n"
+        + f"runpy.run_path({str(FAKE_TRAIN)!r}, run_name='__main__')\n"
+    )
+    config = write_config(tmp_path, *train_args)
+    document = yaml.safe_load(config.read_text())
+    document["train"]["command"][1] = str(wrapper)
+    config.write_text(yaml.safe_dump(document))
+    return config
+
+
 def start_search(tmp_path: Path, output: int) -> subprocess.Popen[str]:
     """`fusion-dd search` in the background, for tests that signal or kill the coordinator."""
     return subprocess.Popen(
@@ -329,18 +346,13 @@ def test_a_training_that_goes_nan_is_stopped_early_as_a_failure(tmp_path):
 
 
 def test_a_device_where_trainings_fail_to_start_is_set_aside(tmp_path):
-    wrapper = tmp_path / "broken_device.py"
-    wrapper.write_text(
-        "import os, runpy, sys\n"
-        "if os.environ['ASCEND_DEVICE_ID'] == '1':\n"
-        "    sys.exit('device 1: runtime init failed')\n"
-        f"sys.argv = [{str(FAKE_TRAIN)!r}] + sys.argv[1:]\n"
-        f"runpy.run_path({str(FAKE_TRAIN)!r}, run_name='__main__')\n"
+    wrap_fake_train(
+        tmp_path,
+        "broken_device.py",
+        "if os.environ['ASCEND_DEVICE_ID'] == '1':\n    sys.exit('device 1: runtime init failed')\n",
+        "--culprits",
+        CULPRIT,
     )
-    config = write_config(tmp_path, "--culprits", CULPRIT)
-    document = yaml.safe_load(config.read_text())
-    document["train"]["command"][1] = str(wrapper)
-    config.write_text(yaml.safe_dump(document))
     result = fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "device 1 set aside" in result.stderr

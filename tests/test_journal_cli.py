@@ -11,11 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import yaml
-
 from fusion_dd.journal import Journal
 from process_support import eventually
-from test_cli import CULPRIT, FAKE_TRAIN, fusion_dd, launches, start_search, write_config
+from test_cli import CULPRIT, FAKE_TRAIN, fusion_dd, launches, start_search, wrap_fake_train, write_config
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "journal-0.1.0"
 
@@ -213,18 +211,13 @@ def test_status_after_sigkill_of_the_coordinator_reads_what_the_supervisors_wrot
 
 
 def test_an_interrupted_report_has_the_references_and_says_how_to_continue(tmp_path):
-    wrapper = tmp_path / "slow_search.py"
-    wrapper.write_text(
-        "import os, runpy, sys, time\n"
-        "if int(os.environ['FUSION_DD_TRIAL_ID']) > 2:\n"
-        "    time.sleep(30)\n"
-        f"sys.argv = [{str(FAKE_TRAIN)!r}] + sys.argv[1:]\n"
-        f"runpy.run_path({str(FAKE_TRAIN)!r}, run_name='__main__')\n"
+    wrap_fake_train(
+        tmp_path,
+        "slow_search.py",
+        "if int(os.environ['FUSION_DD_TRIAL_ID']) > 2:\n    time.sleep(30)\n",
+        "--culprits",
+        CULPRIT,
     )
-    config = write_config(tmp_path, "--culprits", CULPRIT)
-    document = yaml.safe_load(config.read_text())
-    document["train"]["command"][1] = str(wrapper)
-    config.write_text(yaml.safe_dump(document))
     state = tmp_path / ".fusion-dd"
     coordinator = start_search(tmp_path, subprocess.PIPE)
     try:
