@@ -32,6 +32,7 @@ from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES
 from .search.culprits import CulpritSearch, choose_off_by_effect, find_culprits
+from .search.lanes import LanePlan
 from .search.noise import NoisePolicy
 from .search.oracle import Outcome
 from .state import ConfigKey, SearchState, TrialState, definition_changes, encode_float, replay
@@ -683,6 +684,11 @@ class Engine:
             return self._finish(pre.status, pre, None)
         assert pre.threshold is not None
         self.events.message(pre.message)
+        lanes = LanePlan(
+            current=lambda: len(self.config.train.devices) - len(self._retired),
+            recorded=self.state.lanes,
+            on_new=lambda index, width: self._append({"type": "question", "index": index, "width": width}),
+        )
         self._oracle = TrainingOracle(
             threshold=pre.threshold,
             crash_is_failure=self.config.score.crash_is_failure,
@@ -691,6 +697,7 @@ class Engine:
             remaining_budget=self.remaining_budget,
             margin=self._margin(pre),
             repeats=self.config.search.confirm != "off",
+            lanes=lanes,
         )
         score = self.config.score
         if score.baseline_metric is None:
@@ -702,7 +709,7 @@ class Engine:
             self.rules,
             self._oracle,
             strategy,
-            parallelism=len(self.config.train.devices),
+            parallelism=lanes,
             noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
             choose_off=self._switch_off_chooser(),
         )

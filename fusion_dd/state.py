@@ -95,6 +95,9 @@ class SearchState:
     stops: list[dict[str, Any]] = field(default_factory=list)
     sessions: list[dict[str, Any]] = field(default_factory=list)
     retired_devices: list[dict[str, Any]] = field(default_factory=list)
+    # The parallelism each question of the search was asked with, in question order
+    # (``question`` records): replayed on resume so that it asks the same questions.
+    lanes: list[int] = field(default_factory=list)
     start_record: dict[str, Any] | None = None
     # Trials before this index were judged by a ``training_broken`` stop: the next
     # session trains the references again instead of re-reading that verdict.
@@ -177,6 +180,9 @@ class SearchState:
                         self._attempts.pop(key, None)
         elif kind == "device_retired":
             self.retired_devices.append(record)
+        elif kind == "question":
+            if int(record["index"]) == len(self.lanes):  # a duplicate of a known index changes nothing
+                self.lanes.append(int(record["width"]))
         elif kind == "search_finished":
             self.finished = record
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from .rules import Rule
 from .scoring import Threshold
+from .search.lanes import LanePlan
 from .search.oracle import BudgetExhausted, Observation, Outcome
 from .state import ConfigKey, TrialState
 
@@ -41,6 +42,7 @@ class TrainingOracle:
         remaining_budget: Callable[[], int],
         margin: float = 0.0,
         repeats: bool = True,
+        lanes: LanePlan | None = None,
     ) -> None:
         self.threshold = threshold
         self.crash_is_failure = crash_is_failure
@@ -52,6 +54,13 @@ class TrainingOracle:
         self._asked: dict[frozenset[str], int] = {}
         self.smallest_failing: frozenset[Rule] | None = None
         self.rounds = 0
+        # The parallelism each question was asked with (journaled by the engine): the
+        # strategy reads it to build the question, the oracle moves it on per question.
+        self.lanes = lanes
+
+    def _question(self) -> None:
+        if self.lanes is not None:
+            self.lanes.advance()
 
     # -- verdicts -------------------------------------------------------------
 
@@ -111,6 +120,7 @@ class TrainingOracle:
         return True
 
     def first_failing(self, configs: Sequence[frozenset[Rule]]) -> int | None:
+        self._question()
         configs = [frozenset(config) for config in configs]
         while True:
             # Walk in order: the answer is known once every configuration before
@@ -144,6 +154,7 @@ class TrainingOracle:
                 raise BudgetExhausted(self.smallest_failing)
 
     def outcomes(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
+        self._question()
         configs = [frozenset(config) for config in configs]
         verdicts = self._settle([(config, 0) for config in configs])
         self._mark_asked(configs)
@@ -151,6 +162,7 @@ class TrainingOracle:
 
     def retest(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
         """The next repeat of each configuration (a configuration listed twice gets two)."""
+        self._question()
         configs = [frozenset(config) for config in configs]
         next_repeat = dict(self._asked)
         requests: list[tuple[frozenset[Rule], int]] = []

@@ -31,6 +31,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from fusion_dd.search.ddmin import ddmin, ordered
+from fusion_dd.search.lanes import Lanes, width_of
 from fusion_dd.search.oracle import Oracle, Outcome
 
 T = TypeVar("T", bound=Hashable)
@@ -155,7 +156,7 @@ def _boundary(
     lo: int,
     oracle: Oracle[T],
     ledger: _Ledger[T],
-    parallelism: int,
+    lanes: Lanes,
 ) -> int:
     """The smallest j such that ``found`` plus the first j rules of ``rest`` fails.
 
@@ -170,6 +171,7 @@ def _boundary(
         return found | frozenset(rest[:j])
 
     while hi - lo > 1:
+        parallelism = width_of(lanes)  # per round: a resumed search may have more devices
         if lo == -1:
             probes = [0] + _spread(0, hi, parallelism - 1)
             speculative: list[frozenset[T]] = []
@@ -202,13 +204,13 @@ def _boundary(
     return hi
 
 
-def _reduce(start: list[T], oracle: Oracle[T], ledger: _Ledger[T], parallelism: int) -> frozenset[T]:
+def _reduce(start: list[T], oracle: Oracle[T], ledger: _Ledger[T], lanes: Lanes) -> frozenset[T]:
     """Grow the set of necessary rules until it fails alone, then prove it 1-minimal."""
     found: list[T] = []
     rest = start
     lo = 0  # with nothing found, j = 0 is the empty configuration: known to pass
     while rest:
-        j = _boundary(frozenset(found), rest, lo, oracle, ledger, parallelism)
+        j = _boundary(frozenset(found), rest, lo, oracle, ledger, lanes)
         if j == 0:
             break
         found.append(rest[j - 1])
@@ -230,7 +232,7 @@ def bisect(
     oracle: Oracle[T],
     failing: frozenset[T] | None = None,
     *,
-    parallelism: int = 1,
+    parallelism: Lanes = 1,
     known: Mapping[frozenset[T], Outcome | bool] | None = None,
 ) -> frozenset[T]:
     """A verified 1-minimal failing subset of ``failing`` (default: the universe).
@@ -238,15 +240,15 @@ def bisect(
     Same contract as ``ddmin``: ``failing`` is known to fail and the empty
     configuration to pass, neither is asked again; UNRESOLVED counts as not
     failing; ``BudgetExhausted`` propagates. ``parallelism`` is the number of
-    devices: each round asks up to that many configurations at once. ``known``
+    devices: each round asks up to that many configurations at once (or a
+    ``LanePlan``, read again each round, see ``fusion_dd.search.lanes``). ``known``
     holds answers the oracle already gave (Outcome, or True for "fails"), e.g. to
     the earlier searches of ``find_culprits``: they narrow where to look, and
     what they imply is checked like any other guess. Pass only answers that a
     replay of the same run would also have (never "whatever the journal holds"),
     or a resumed search would ask different questions than the first run.
     """
-    if parallelism < 1:
-        raise ValueError(f"parallelism must be at least 1, got {parallelism}")
+    width_of(parallelism)  # refuses a width below 1 before anything is asked
     order = ordered(universe)
     start = ordered(order, failing)
     if len(start) <= 1:

@@ -40,6 +40,7 @@ from typing import Generic, TypeVar, cast
 
 from fusion_dd.search.ddmin import ordered
 from fusion_dd.search.hitting import minimum_hitting_set
+from fusion_dd.search.lanes import Lanes, width_of
 from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised, majority
 from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, supports_repeats
 
@@ -367,6 +368,7 @@ class _Progress(Generic[T]):
     fix_outcome: Outcome | None = None
     exact: bool = True
     may_hide: frozenset[T] = frozenset()
+    searched: list[frozenset[T]] = field(default_factory=list)  # sets a strategy found (not dense singles)
 
 
 def _settle(
@@ -406,9 +408,9 @@ def _loop(
     oracle: Oracle[T],
     strategy: Strategy,
     choose: Chooser,
-    parallelism: int,
+    parallelism: Lanes,
     progress: _Progress[T],
-    check: Callable[[frozenset[T], bool], None] | None = None,
+    check: Callable[[frozenset[T], bool, bool], None] | None = None,
     witness: RepeatOracle[T] | None = None,
 ) -> None:
     """Minimize, switch off the fewest rules for all sets found, verify the fix; again inside a failing fix.
@@ -416,7 +418,10 @@ def _loop(
     ``check`` sees each culprit set before the fix is changed for it, so that a
     noise guard can confirm it while the next search has not yet built on it; it
     is also told whether the strategy returned its failing start unshrunk (then
-    the set's failure rests on the fix candidate's training alone).
+    the set's failure rests on the fix candidate's training alone) and whether a
+    search found it inside a failing fix candidate (a second or later set: one
+    flip of that candidate starts a search that a second flip can end in a set
+    that does not exist).
 
     Dense culprits: when two searches in a row found the first rule of their
     configuration alone, the first rule of the next fix candidate is asked alone at once,
@@ -430,7 +435,7 @@ def _loop(
     |universe| rounds the switched-off set only grows, which ends the loop.
     """
     universe = frozenset(order)
-    recorder: _Recorder[T] = _Recorder(oracle, universe, _patience(len(order), parallelism), witness)
+    recorder: _Recorder[T] = _Recorder(oracle, universe, _patience(len(order), width_of(parallelism)), witness)
     preference: _Preference[T] = _Preference(choose)
     wants_known = _accepts(strategy, "known")
     extra: dict[str, object] = {"parallelism": parallelism} if _accepts(strategy, "parallelism") else {}
@@ -442,12 +447,12 @@ def _loop(
         new: list[frozenset[T]] = []
         if failing is None:
             candidate = universe - progress.switched_off
-            firsts = [rule for rule in order if rule in candidate][: min(width, parallelism)]
+            firsts = [rule for rule in order if rule in candidate][: min(width, width_of(parallelism))]
             answers = recorder.outcomes([frozenset({rule}) for rule in firsts])
             new = [frozenset({rule}) for rule, outcome in zip(firsts, answers) if outcome is Outcome.FAIL]
             for rules in new:
                 if check is not None:
-                    check(rules, False)
+                    check(rules, False, False)
             dense = len(new) == len(firsts)
             width *= 2  # a streak of dense culprits fills more devices each round
         else:
@@ -459,7 +464,8 @@ def _loop(
             if not rules or not rules <= failing:
                 break  # a broken strategy: stop rather than loop
             if check is not None:
-                check(rules, rules == failing)
+                check(rules, rules == failing, bool(sets))
+            progress.searched.append(rules)
             new = [rules]
             leading = leading + 1 if rules == {next(rule for rule in order if rule in failing)} else 0
             dense = leading >= 2  # once could be chance (a lone culprit that sorts first)
@@ -487,7 +493,7 @@ def _attempt(
     policy: NoisePolicy,
     strategy: Strategy,
     choose: Chooser,
-    parallelism: int,
+    parallelism: Lanes,
     progress: _Progress[T],
 ) -> None:
     """One pass of the loop, then the guard's checks of the answer; may raise ``Revised``."""
@@ -496,18 +502,34 @@ def _attempt(
         return
     strict = policy.confirm == "strict"
 
-    def check(rules: frozenset[T], unshrunk: bool) -> None:
+    def check(rules: frozenset[T], unshrunk: bool, later: bool) -> None:
         # Before the next search builds on a set: its interaction claims always; all
-        # its claims once noise was seen, in strict mode, or when nothing but the fix
+        # its claims once noise was seen, in strict mode, when nothing but the fix
         # candidate's one training says it fails (a one-rule fix leaves no search that
-        # could notice a flip).
+        # could notice a flip), or when a search found it inside a failing fix
+        # candidate: a false FAIL of that candidate leads a search to passing
+        # configurations only, and one more false FAIL of the set it ends on would
+        # name a culprit that does not exist while nothing contradicts it. One more
+        # training of the set costs one training per extra set on a clean run.
         assert guard is not None
-        guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk)
+        guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk or later)
 
     _loop(order, guard, strategy, choose, parallelism, progress, check, witness=cast(RepeatOracle[T], oracle))
     fix = frozenset(r for r in order if r not in progress.switched_off)
-    lone = [c.rules for c in progress.found if len(c.rules) == 1]
+    # A lone culprit needs a second witness, except the singles of a dense chain on a
+    # run without noise: there every rule alone is the question, and a witness for
+    # each would double the cost of "every rule fails alone" (d = n).
+    lone = [
+        c.rules
+        for c in progress.found
+        if len(c.rules) == 1 and (guard.flaky or c.rules in progress.searched)
+    ]
     guard.confirm([r for r in lone if not guard.necessity_shown(next(iter(r)))], None)
+    if len(progress.searched) > 1:
+        # Two searches, two sets: the first one's claims too were built on single
+        # trainings that a later answer never re-examined.
+        guard.confirm(progress.searched, None)
+    guard.confirm_single_removals([c.rules for c in progress.found if len(c.rules) > 1])
     guard.confirm([c.rules for c in progress.found], fix, everything=strict or guard.flaky)
 
 
@@ -516,7 +538,7 @@ def find_culprits(
     oracle: Oracle[T],
     strategy: Strategy,
     *,
-    parallelism: int = 1,
+    parallelism: Lanes = 1,
     choose_off: Chooser | None = None,
     noise: NoisePolicy | None = None,
 ) -> CulpritSearch[T]:

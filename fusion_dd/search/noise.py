@@ -41,7 +41,7 @@ The rules, and why:
   training; usually another shows that ``c`` matters (a failing configuration
   whose removal of ``c`` passes: bisect's boundary, the fix verification). When
   none does, ``{c}`` is re-trained.
-- **Cost zero when nothing is contradicted.** Requiring two trainings for every
+- **Little cost when nothing is contradicted.** Requiring two trainings for every
   final claim would cost two extra trainings per culprit (the culprit alone and
   the fix have no other support: no smaller configuration can show a culprit
   fails, no larger one can show the fix passes), which breaks the noise-free
@@ -50,7 +50,12 @@ The rules, and why:
   (``"auto"``) once the run has shown noise (a configuration that both passed
   and failed); then every claim needs two agreeing trainings of its own.
   Without noise, claims supported by monotonicity (a failing subset, a passing
-  superset) need nothing more.
+  superset) need nothing more, except where two aligned flips would contradict
+  nothing: a set found by a second or later search (a false FAIL of the fix
+  candidate, then of a single), every searched set once two were found, and the
+  "passes alone" claims of an interacting pair (``confirm_single_removals``: a
+  false PASS of a true lone culprit makes it a pair). One culprit costs nothing
+  more; each further set or pair a training or two.
 - **The references count.** The engine settles the two references (all off,
   all on) by majority before the search (``fusion_dd.scoring.reference_decision``);
   when their own trainings disagreed, the run has shown noise before its first
@@ -167,6 +172,8 @@ class NoiseGuard(Generic[T]):
     ) -> None:
         self._base = oracle
         self.policy = policy or NoisePolicy()
+        universe = list(universe)
+        self._rank = {rule: i for i, rule in enumerate(universe)}
         self._given: dict[frozenset[T], Outcome] = {
             frozenset(universe): Outcome.FAIL,
             frozenset(): Outcome.PASS,
@@ -566,6 +573,30 @@ class NoiseGuard(Generic[T]):
         if self.verdict(fix) is not Outcome.PASS:
             return False
         return not self.flaky or self.support(fix, False, direct=True) >= 2
+
+    def confirm_single_removals(self, culprit_sets: Sequence[frozenset[T]]) -> None:
+        """An interacting pair claims that each of its rules passes alone: two trainings of each.
+
+        That is the claim one false PASS of a true lone culprit ``c`` turns into
+        the spurious pair ``{c, x}``; support implied by a passing superset of
+        ``{c}`` is one more chance for the same flip, so only ``{c}``'s own
+        trainings count. Larger sets' removals keep monotone support: a clean
+        interacting set must not cost a training per rule.
+        """
+        while True:
+            weak = [
+                rules - {rule}
+                for rules in culprit_sets
+                if len(rules) == 2
+                for rule in sorted(rules, key=self._rank.__getitem__)
+                if self.support(rules - {rule}, False, direct=True) < 2
+                and self._can_retrain(rules - {rule})
+                and self.verdict(rules - {rule}) is not Outcome.UNRESOLVED
+            ]
+            if not weak:
+                return
+            self._retest(weak)
+            self._settle(weak)
 
     def confirm(
         self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T] | None, everything: bool = True
