@@ -391,11 +391,16 @@ def render(
         ),
         "",
         (
-            "Until a search sees an inconsistency, its claims rest on single trainings (confirming every claim "
-            "twice would break the noise-free budgets below), so two flips that contradict nothing, or one flip "
-            "of a fix candidate that truly fails, still give a wrong answer that claims a verified fix; after an "
-            "inconsistency each claim needs two agreeing trainings of its own, which two flips of the same "
-            "configuration can still fake."
+            "Until a search sees an inconsistency, most of its claims rest on single trainings (confirming "
+            "every claim twice would cost two more trainings per culprit: 14 instead of 12 for one culprit "
+            "among 256). What is confirmed on a clean run: each set found by a second or later search, every "
+            "searched set once two were found, and both single-rule removals of an interacting pair (its "
+            "rules pass alone) on two trainings of their own, the patterns that two aligned flips turn into "
+            "a spurious extra set or pair. That costs 4 more trainings for the mixed case (one independent "
+            "culprit plus a pair: 36 against the limit of 32 set before noise was handled) and nothing for "
+            "one culprit. Three flips that contradict nothing (a prefix, the single, the fix) still give a "
+            "wrong answer that claims a verified fix, and after an inconsistency each claim needs two "
+            "agreeing trainings of its own, which two flips of the same configuration can still fake."
         ),
         "",
         f"The same at flips 10% ({target_seeds} seeds):",

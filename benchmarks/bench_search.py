@@ -91,8 +91,8 @@ def plant(kind: str, n: int, d: int, seed: int) -> Case | None:
             return None
         a, b, c = rng.sample(range(n), 3)
         return Case(sets_model([{a, b}, {b, c}]), None, math.log2(n * math.comb(n - 1, 2)), frozenset({b}))
-    if kind == "all":  # every rule fails alone: d = n (the table shows d = n)
-        if d != 1:
+    if kind == "all":  # every rule fails alone: d = n (asked as d = 1 or d = n; the table shows d = n)
+        if d not in (1, n):
             return None
         sets = [frozenset({r}) for r in range(n)]
         return Case(sets_model(sets), frozenset(sets), 0.0)
