@@ -31,14 +31,14 @@ from .report import build_report, write_outputs
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES
-from .search.culprits import CulpritSearch, choose_off_by_effect, find_culprits
+from .search.culprits import CulpritSearch, find_culprits
 from .search.lanes import LanePlan
 from .search.noise import NoisePolicy
 from .search.oracle import Outcome
 from .state import ConfigKey, SearchState, TrialState, definition_changes, encode_float, replay
-from .switch import render_switch
 from .trial import TrialRun, TrialSpec, adopt_trial, start_trial, supervisor_started
-from .ascend import SwitchCheck, check_switch_applied, read_trial_results
+from .backends import CompilerBackend, backend_for
+from .hooks import TrialFiles, collect_artifacts, effects_of, switch_check_of
 from .broken import STATUS as TRAINING_BROKEN
 from .broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
 from .broken import report_details
@@ -101,10 +101,14 @@ class SwitchIgnored(Exception):
 class Engine:
     """One coordinator session of one search."""
 
-    def __init__(self, config: SearchConfig, events: SearchEvents | None = None) -> None:
+    def __init__(
+        self, config: SearchConfig, events: SearchEvents | None = None, backend: CompilerBackend | None = None
+    ) -> None:
         self.config = config
         self.events: SearchEvents = events or QuietEvents()
+        self.backend = backend or backend_for(config)
         self.rules = list(config.rules)
+        self._hooks = list(self.backend.hooks(self.rules))
         self.rule_by_name = {rule.name: rule for rule in self.rules}
         self.metric_spec = MetricSpec.from_text(
             config.metric.pattern, config.metric.key, config.metric.goal, config.metric.loss_pattern
@@ -209,24 +213,18 @@ class Engine:
     # -- trainings -----------------------------------------------------------------
 
     def _switch_off_chooser(self) -> Any:
-        """For an interacting set, switch off the rule that fused the fewest places in the all-on run.
+        """The backend's choice of the rule to switch off in an interacting set.
 
-        The counts come from the all-on training's fusion_result.json; without one
-        the search layer's default choice applies.
+        Fed with how often each rule fused in the all-on training, as its
+        artifact hooks journaled it when it ended: an input of a decision, so it
+        comes from the journal, never from a file read again on resume. A
+        journal of an older version has no such facts: then the backend chooses
+        without counts.
         """
         all_on = self.state.cache().get((frozenset(rule.name for rule in self.rules), 0))
-        if all_on is None:
-            return None
-        try:
-            results = read_trial_results(self.state_dir / all_on.trial_dir)
-        except UsageError:
-            return None
-        effects: dict[Rule, int] = {}
-        for result in results:
-            for stats in result.graphs.values():
-                for rule, pass_stats in stats.items():
-                    effects[rule] = effects.get(rule, 0) + pass_stats.effect_times
-        return choose_off_by_effect(effects) if effects else None
+        counts = effects_of(all_on.finished.get("artifacts")) if all_on is not None and all_on.finished else {}
+        effects = {self.rule_by_name[name]: count for name, count in counts.items() if name in self.rule_by_name}
+        return self.backend.chooser(effects)
 
     def _margin(self, pre: Preconditions) -> float:
         """How close to the limit a metric must land to count as a near-threshold verdict (re-trained)."""
@@ -275,6 +273,7 @@ class Engine:
             self.state.apply(record)
             trial = self.state.trials[trial_id]
         self.events.trial_started(trial)
+        rendered = self.backend.render(self.rules, self._config_rules(names))
         spec = TrialSpec(
             trial_id=trial_id,
             trial_dir=self.state_dir / trial.trial_dir,
@@ -286,7 +285,8 @@ class Engine:
             device_env=self.config.train.device_env,
             timeout=self.config.train.timeout,
             repeat=repeat,
-            switch_text=render_switch(self.rules, self._config_rules(names), self.config.base_cfg),
+            switch_text=rendered.switch_text,
+            env_defaults=rendered.env_defaults,
             grace=self.config.train.kill_grace,
         )
         try:
@@ -358,7 +358,11 @@ class Engine:
             return None
         reading = read_metric(run, self.metric_spec)
         kind, reason = classify(run, reading)
-        check = self._check_switch(trial)
+        artifacts = collect_artifacts(
+            self._hooks, TrialFiles(self.state_dir / trial.trial_dir, trial.config, trial.role)
+        )
+        switch_check, switch_reason = switch_check_of(artifacts)
+        self._warn_unreadable(trial, artifacts)
         self._append(
             {
                 "type": "trial_finished",
@@ -370,31 +374,27 @@ class Engine:
                 "signal": run.signal,
                 "duration": round(run.duration, 3),
                 "log": str(Path(trial.trial_dir) / run.log_path.name),
-                "switch_check": check.status,
-                "switch_check_reason": check.message if check.status != "applied" else None,
+                "switch_check": switch_check,
+                "switch_check_reason": switch_reason if switch_check != "applied" else None,
                 "early_stop": dict(run.early_stop) if run.early_stop else None,
+                "artifacts": artifacts,
             }
         )
         outcome = self._oracle.verdict_of(trial) if self._oracle is not None else None
         self.events.trial_finished(trial, outcome)
         if outcome is Outcome.FAIL:
             self.events.best_so_far(frozenset(self._config_rules(trial.config)))
-        if check.status == "ignored":
-            raise SwitchIgnored(f"trial #{trial.trial_id}: {check.message}")
+        if switch_check == "ignored":
+            raise SwitchIgnored(f"trial #{trial.trial_id}: {switch_reason}")
         return trial
 
-    def _check_switch(self, trial: TrialState) -> SwitchCheck:
-        """Did the compiler obey this trial's switch file? (fusion_result.json in the trial directory.)"""
-        try:
-            results = read_trial_results(self.state_dir / trial.trial_dir)
-        except UsageError as exc:
-            # A training can leave anything behind (a FIFO, a huge or deeply nested
-            # file): that only costs the proof, never the search. Said once per session.
-            if not self._unreadable_result_said:
-                self._unreadable_result_said = True
-                self.events.message(f"warning: trial #{trial.trial_id}: switch check unverified: {exc}")
-            return SwitchCheck("unverified", f"unreadable fusion_result.json: {exc}")
-        return check_switch_applied(results, self.rules, self._config_rules(trial.config))
+    def _warn_unreadable(self, trial: TrialState, artifacts: dict[str, dict[str, Any]]) -> None:
+        """A training can leave anything behind (a FIFO, a huge or deeply nested file):
+        that only costs the proof, never the search. Said once per session."""
+        errors = [facts["error"] for facts in artifacts.values() if "error" in facts]
+        if errors and not self._unreadable_result_said:
+            self._unreadable_result_said = True
+            self.events.message(f"warning: trial #{trial.trial_id}: switch check unverified: {errors[0]}")
 
     def _launch_batch(
         self,

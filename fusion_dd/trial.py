@@ -24,7 +24,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,7 +59,6 @@ PLACEHOLDERS: Mapping[str, str | None] = {
     "trial_id": "FUSION_DD_TRIAL_ID",
 }
 REPEAT_ENV = "FUSION_DD_REPEAT"
-WORK_PATH_ENV = "ASCEND_WORK_PATH"
 _SUPERVISOR_MODULE = "fusion_dd.supervisor"
 # ``{{name}}`` (or ``{{name}``) is the escape for a literal ``{name}``; tried first.
 _ESCAPED_OR_TOKEN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}?|\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -95,6 +94,9 @@ class TrialSpec:
     repeat: int
     switch_text: str
     grace: float = 10.0
+    # The compiler backend's environment defaults (CANN: ASCEND_WORK_PATH={trial_dir});
+    # placeholders allowed; a value the user or the inherited environment set wins.
+    env_defaults: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -276,9 +278,9 @@ def resolve_launch(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, 
 
     The user's extra env values may use placeholders too (``{trial_dir}/cache``).
     fusion-dd's own variables win over inherited and user values, since they
-    are the contract; ``ASCEND_WORK_PATH`` defaults to the trial directory so
-    that every trial gets its own compiler work directory, unless the user set
-    it deliberately.
+    are the contract; the compiler backend's defaults (CANN: ``ASCEND_WORK_PATH``
+    = the trial directory, so that every trial gets its own compiler work
+    directory) apply unless the user set the variable deliberately.
     """
     directory = trial_dir if trial_dir is not None else _absolute(spec.trial_dir)
     values = placeholder_values(spec, directory)
@@ -295,7 +297,8 @@ def resolve_launch(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, 
     env[REPEAT_ENV] = str(spec.repeat)
     if spec.device_env:
         env[spec.device_env] = values["device"]
-    env.setdefault(WORK_PATH_ENV, str(directory))
+    for name, value in spec.env_defaults.items():
+        env.setdefault(str(name), substitute(str(value), values))
     return {
         "trial_id": spec.trial_id,
         "argv": argv,

@@ -163,3 +163,37 @@ def test_init_writes_a_config_that_validates(tmp_path):
     assert "FixPipeAbilityProcessPass" in dry.stdout
     again = fusion_dd("init", cwd=tmp_path)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_fusion_counts_are_journaled_so_a_resume_never_reads_them_again(tmp_path):
+    """The all-on run's counts steer the switch-off choice; changing its file afterwards changes nothing."""
+    rules = {"GraphFusion": GRAPH_RULES, "UBFusion": [UB_RULE]}
+    config = write_config(tmp_path, rules)
+    document = yaml.safe_load(config.read_text())
+    document["search"]["budget"] = 4
+    config.write_text(yaml.safe_dump(document))
+    first = fusion_dd("search", cwd=tmp_path)
+    assert first.returncode == 3, first.stderr
+    journal = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
+    started = {r["trial_id"]: r for r in journal if r["type"] == "trial_started"}
+    (all_on,) = [
+        r for r in journal if r["type"] == "trial_finished" and started[r["trial_id"]]["role"] == "all_on"
+    ]
+    assert all_on["artifacts"]["fusion_result"]["effects"] == {
+        **{name: 1 for name in GRAPH_RULES}, UB_RULE: 5
+    }
+    # Turn the counts around on disk: a re-read would now switch off the UB rule.
+    trial_dir = tmp_path / ".fusion-dd" / started[all_on["trial_id"]]["trial_dir"]
+    counts = {name: "9" for name in GRAPH_RULES}
+    text = json.loads((trial_dir / "fusion_result.json").read_text())
+    for section in text.values():
+        for name, stats in section["graph_fusion"].items():
+            stats["effect_times"] = counts[name]
+        for stats in section["ub_fusion"].values():
+            stats["effect_times"] = "1"
+    (trial_dir / "fusion_result.json").write_text(json.dumps(text))
+    second = fusion_dd("resume", "--budget", "40", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    (pair,) = [culprit for culprit in report["culprits"] if culprit["kind"] == "interacting"]
+    assert pair["switched_off"] == ["ConvToFullyConnectionFusionPass"]

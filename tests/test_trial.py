@@ -19,6 +19,7 @@ from process_support import eventually, group_gone, pid_gone
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from fusion_dd.backends.cann import CannBackend
 from fusion_dd.metrics import MetricSpec, classify, read_metric
 from fusion_dd.trial import (
     RunningTrial,
@@ -55,6 +56,7 @@ def make_spec(tmp_path: Path, *fake_args: str, **overrides: object) -> TrialSpec
         repeat=0,
         switch_text=SWITCH_A_ON,
         grace=0.5,
+        env_defaults=CannBackend().render([], []).env_defaults,
     )
     fields.update(overrides)
     return TrialSpec(**fields)

@@ -114,55 +114,58 @@ def _label(rule: object) -> str:
     return str(getattr(rule, "name", rule))
 
 
-def _is_ub(rule: object) -> bool:
-    section = getattr(rule, "section", None)
-    return str(getattr(section, "value", section)) == "UBFusion"
+def preferring(prefer: Callable[[object], bool], why: str) -> Chooser:
+    """A chooser that switches off a rule ``prefer`` favours (``why`` says why), else the first by name.
+
+    Any one rule of an interacting set suffices: the set was proven 1-minimal,
+    so without any of its rules it passes. Which one is the compiler's
+    knowledge (a backend passes its preference, see ``fusion_dd.backends``);
+    ties are broken by name so the choice never depends on candidate order or
+    hashing.
+    """
+
+    def choose(culprit_set: frozenset[T]) -> tuple[T, str]:
+        rules = sorted(culprit_set, key=lambda r: (not prefer(r), _label(r), repr(r)))
+        chosen = rules[0]
+        members = ", ".join(sorted(_label(r) for r in culprit_set))
+        others = ", ".join(_label(r) for r in rules[1:])
+        reason_why = (
+            why
+            if prefer(chosen) and not all(prefer(r) for r in rules)
+            else "the first by name among equally good choices"
+        )
+        reason = (
+            f"{{{members}}} fails only together and removing any one of them passes, so switching "
+            f"off {_label(chosen)} alone defeats it and keeps {others} on; chose {_label(chosen)} as {reason_why}"
+        )
+        return chosen, reason
+
+    return choose
 
 
 def default_choose_off(culprit_set: frozenset[T]) -> tuple[T, str]:
-    """Which rule of an interacting set to switch off, and why.
-
-    Any one rule suffices: the set was proven 1-minimal, so without any of its
-    rules it passes. Prefer a UBFusion rule: it only merges kernels in the unified
-    buffer, so switching it off leaves the graph that every other pass sees
-    unchanged, while switching off a GraphFusion rewrite can change which later
-    fusions match. Ties are broken by name so the choice never depends on
-    candidate order or hashing.
-    """
-    rules = sorted(culprit_set, key=lambda r: (not _is_ub(r), _label(r), repr(r)))
-    chosen = rules[0]
-    members = ", ".join(sorted(_label(r) for r in culprit_set))
-    others = ", ".join(_label(r) for r in rules[1:])
-    why = (
-        "a UBFusion rule, whose switch-off leaves the graph seen by the other passes unchanged"
-        if _is_ub(chosen) and not all(_is_ub(r) for r in rules)
-        else "the first by name among equally good choices"
-    )
-    reason = (
-        f"{{{members}}} fails only together and removing any one of them passes, so switching "
-        f"off {_label(chosen)} alone defeats it and keeps {others} on; chose {_label(chosen)} as {why}"
-    )
-    return chosen, reason
+    """Which rule of an interacting set to switch off when nothing is known: the first by name."""
+    return preferring(lambda rule: False, "")(culprit_set)
 
 
-def choose_off_by_effect(effects: Mapping[T, int]) -> Chooser:
+def choose_off_by_effect(effects: Mapping[T, int], fallback: Chooser = default_choose_off) -> Chooser:
     """A chooser that keeps the most fusion on: switch off the rule that fused the fewest ops.
 
-    ``effects`` are the rules' ``effect_times`` in the all-on run's
-    ``fusion_result.json``. A rule that rewrote fewer places costs less
-    performance when it is switched off. Rules without a count, and ties, fall back
-    to ``default_choose_off``.
+    ``effects`` are how often each rule fused in the all-on run (CANN: the
+    ``effect_times`` of its ``fusion_result.json``). A rule that rewrote fewer
+    places costs less performance when it is switched off. Rules without a
+    count, and ties, fall back to ``fallback``.
     """
 
     def choose(culprit_set: frozenset[T]) -> tuple[T, str]:
         counted = {rule: effects[rule] for rule in culprit_set if rule in effects}
         if len(counted) != len(culprit_set) or len(set(counted.values())) == 1:
-            return default_choose_off(culprit_set)
+            return fallback(culprit_set)
         fewest = min(counted.values())
         candidates = frozenset(rule for rule, count in counted.items() if count == fewest)
         chosen = candidates if len(candidates) == 1 else None
         if chosen is None:
-            pick, _ = default_choose_off(candidates)
+            pick, _ = fallback(candidates)
         else:
             (pick,) = chosen
         members = ", ".join(sorted(_label(r) for r in culprit_set))

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from search_helpers import brute_force_minimum, fails, is_one_minimal_failing, no_repeats, random_predicate
 
+from fusion_dd.backends.cann import CannBackend
 from fusion_dd.rules import Rule, Section
 from fusion_dd.search import STRATEGIES, default_choose_off, find_culprits
 from fusion_dd.search.simulate import (
@@ -133,12 +134,13 @@ def test_interacting_set_switches_off_one_rule_chosen_by_the_callback() -> None:
         find_culprits(range(16), SimulatedOracle(and_model([3, 7])), STRATEGIES["bisect"], choose_off=lambda r: (99, "x"))
 
 
-def test_default_choice_prefers_a_ub_rule_and_explains_it() -> None:
+def test_default_choice_is_the_first_by_name_and_knows_no_compiler() -> None:
+    """The UBFusion preference is the CANN backend's (tests/backends/test_cann.py), not the search layer's."""
     graph = Rule("ConvBatchnormFusionPass", Section.GRAPH)
     ub = Rule("TbeEltwiseFusionPass", Section.UB)
     rule, reason = default_choose_off(F({graph, ub}))
-    assert rule == ub
-    assert "TbeEltwiseFusionPass" in reason and "ConvBatchnormFusionPass" in reason and "UBFusion" in reason
+    assert rule == graph
+    assert "TbeEltwiseFusionPass" in reason and "first by name" in reason and "UBFusion" not in reason
     same = default_choose_off(F({Rule("BPass", Section.GRAPH), Rule("APass", Section.GRAPH)}))
     assert same[0].name == "APass"
     assert default_choose_off(F({"b", "a"}))[0] == "a"
@@ -148,10 +150,10 @@ def test_rules_as_elements_end_to_end() -> None:
     rules = [Rule(f"Pass{i:02d}", Section.UB if i % 2 else Section.GRAPH) for i in range(20)]
     culprit_pair = F({rules[4], rules[9]})
     oracle = SimulatedOracle(any_of(or_model([rules[15]]), sets_model([culprit_pair])), parallelism=2)
-    result = find_culprits(rules, oracle, STRATEGIES["bisect"], parallelism=2)
+    result = find_culprits(rules, oracle, STRATEGIES["bisect"], parallelism=2, choose_off=CannBackend().chooser({}))
     kinds = {c.rules: c.kind for c in result.culprit_sets}
     assert kinds == {F({rules[15]}): "independent", culprit_pair: "interacting"}
-    assert rules[9] not in result.fix and rules[4] in result.fix  # the UB rule of the pair goes
+    assert rules[9] not in result.fix and rules[4] in result.fix  # CANN's chooser: the UB rule of the pair goes
     assert result.fix_verified and result.fix_outcome is not None
 
 

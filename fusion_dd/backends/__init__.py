@@ -1,0 +1,64 @@
+"""Compiler backends: everything that knows one compiler, behind one interface.
+
+The engine and the search layer know rules only as candidates with a name and
+an opaque group, and configurations only as "these candidates on, the others
+off". A backend turns that into what its compiler reads and back:
+
+* ``render``: the files a trial gets (CANN: ``fusion_switch.cfg``) and the
+  environment defaults it needs (CANN: ``ASCEND_WORK_PATH`` per trial, so no
+  compile cache is shared);
+* ``hooks``: the artifact hooks that turn a trial's files into journaled facts
+  (CANN: ``fusion_result.json`` as the proof the switch file was applied, and
+  how often each rule fused), see ``fusion_dd.hooks``;
+* ``chooser``: which rule of an interacting set to switch off, given the all-on
+  run's journaled fusion counts (CANN: the rule that fused the fewest places,
+  else a UBFusion rule, else the first by name).
+
+CANN is the only backend so far (``fusion_dd.backends.cann``); ONNX Runtime and
+XLA are the next ones (their issue). ``backend_for`` names the one a search uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..hooks import ArtifactHook
+from ..rules import Rule
+from ..search.culprits import Chooser
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One configuration as the compiler reads it.
+
+    ``switch_text`` is written to the trial's switch file (``{switch_file}``);
+    ``env_defaults`` are set in the training's environment unless the user set
+    them (values may hold placeholders such as ``{trial_dir}``).
+    """
+
+    switch_text: str
+    env_defaults: Mapping[str, str] = field(default_factory=dict)
+
+
+class CompilerBackend(Protocol):
+    """What the engine needs from a compiler; see the module docstring."""
+
+    name: str
+
+    def render(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> Rendered: ...
+
+    def hooks(self, candidates: Sequence[Rule]) -> Sequence[ArtifactHook]: ...
+
+    def chooser(self, effects: Mapping[Rule, int]) -> Chooser: ...
+
+
+def backend_for(config: object) -> CompilerBackend:
+    """The backend of a search: CANN, the only one so far (the config's base cfg is its input)."""
+    from .cann import CannBackend
+
+    return CannBackend(base_cfg=getattr(config, "base_cfg", None))
+
+
+__all__ = ["CompilerBackend", "Rendered", "backend_for"]

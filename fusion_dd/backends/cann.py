@@ -1,0 +1,84 @@
+"""The CANN backend: fusion_switch.cfg, ASCEND_WORK_PATH, fusion_result.json, UBFusion first.
+
+Ascend's graph compiler reads a JSON switch file with a ``GraphFusion`` and a
+``UBFusion`` section (DESIGN.md 2.1); candidates carry their section as their
+group. Every trial gets its own compiler work directory (``ASCEND_WORK_PATH``,
+unless the user set one), because a shared one lets a trial reuse another's
+fusion decisions. After a trial its ``fusion_result.json`` is the proof that
+the switch file was applied, and its ``effect_times`` say how often each rule
+fused; both become journaled facts through the ``fusion_result`` hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..ascend import check_switch_applied, read_trial_results
+from ..errors import UsageError
+from ..hooks import TrialFiles
+from ..rules import Rule, Section
+from ..search.culprits import Chooser, choose_off_by_effect, preferring
+from ..switch import SwitchFile, render_switch
+from . import Rendered
+
+WORK_PATH_ENV = "ASCEND_WORK_PATH"
+
+# Switching off a UBFusion rule only stops kernels being merged in the unified
+# buffer: the graph every other pass sees stays the same, while switching off a
+# GraphFusion rewrite can change which later fusions match.
+UB_FIRST = preferring(
+    lambda rule: getattr(rule, "section", None) is Section.UB,
+    "a UBFusion rule, whose switch-off leaves the graph seen by the other passes unchanged",
+)
+
+
+class FusionResultHook:
+    """``fusion_result.json`` of a trial: did the compiler obey the switch file, what fused how often."""
+
+    name = "fusion_result"
+
+    def __init__(self, candidates: Sequence[Rule]) -> None:
+        self.candidates = list(candidates)
+        self._by_name = {rule.name: rule for rule in self.candidates}
+
+    def collect(self, files: TrialFiles) -> dict[str, Any]:
+        try:
+            results = read_trial_results(files.trial_dir)
+        except UsageError as exc:
+            message = f"unreadable fusion_result.json: {exc}"
+            return {"error": message, "switch_check": {"status": "unverified", "message": message}}
+        enabled = [self._by_name[name] for name in sorted(files.enabled) if name in self._by_name]
+        check = check_switch_applied(results, self.candidates, enabled)
+        effects: dict[str, int] = {}
+        for result in results:
+            for stats in result.graphs.values():
+                for rule, pass_stats in stats.items():
+                    if rule.name in self._by_name and pass_stats.effect_times:
+                        effects[rule.name] = effects.get(rule.name, 0) + pass_stats.effect_times
+        facts: dict[str, Any] = {"switch_check": {"status": check.status, "message": check.message}}
+        if results:
+            facts["files"] = len(results)
+            facts["effects"] = dict(sorted(effects.items()))
+        return facts
+
+
+class CannBackend:
+    """Ascend CANN's graph compiler (GE/FE)."""
+
+    name = "cann"
+
+    def __init__(self, base_cfg: SwitchFile | None = None) -> None:
+        self.base_cfg = base_cfg
+
+    def render(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> Rendered:
+        return Rendered(
+            switch_text=render_switch(candidates, enabled, self.base_cfg),
+            env_defaults={WORK_PATH_ENV: "{trial_dir}"},
+        )
+
+    def hooks(self, candidates: Sequence[Rule]) -> Sequence[FusionResultHook]:
+        return [FusionResultHook(candidates)]
+
+    def chooser(self, effects: Mapping[Rule, int]) -> Chooser:
+        return choose_off_by_effect(effects, fallback=UB_FIRST) if effects else UB_FIRST
