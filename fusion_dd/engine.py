@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,10 +23,10 @@ from typing import Any, Protocol
 from . import __version__
 from .config import SearchConfig
 from .errors import UsageError
-from .early_stop import envelope, make_monitor, read_curve
+from .early_stop import envelope, read_curve
 from .executor import Device, DevicePool, run_batch
 from .journal import JOURNAL_NAME, TRIALS_DIR, Journal
-from .metrics import MetricSpec, classify, read_metric
+from .metrics import MetricSpec
 from .report import build_report, write_outputs
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
@@ -35,10 +35,11 @@ from .search.culprits import CulpritSearch, find_culprits
 from .search.lanes import LanePlan
 from .search.noise import NoisePolicy
 from .search.oracle import Outcome
-from .state import ConfigKey, SearchState, TrialState, definition_changes, encode_float, replay
-from .trial import TrialRun, TrialSpec, adopt_trial, start_trial, supervisor_started
+from .state import ConfigKey, SearchState, TrialState, definition_changes, replay
+from .trial import TrialSpec
+from .launcher import Launcher, LocalLauncher, TrialRequest, TrialResult
 from .backends import CompilerBackend, backend_for
-from .hooks import TrialFiles, collect_artifacts, effects_of, switch_check_of
+from .hooks import effects_of, switch_check_of
 from .broken import STATUS as TRAINING_BROKEN
 from .broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
 from .broken import report_details
@@ -102,11 +103,16 @@ class Engine:
     """One coordinator session of one search."""
 
     def __init__(
-        self, config: SearchConfig, events: SearchEvents | None = None, backend: CompilerBackend | None = None
+        self,
+        config: SearchConfig,
+        events: SearchEvents | None = None,
+        backend: CompilerBackend | None = None,
+        launcher: Launcher | None = None,
     ) -> None:
         self.config = config
         self.events: SearchEvents = events or QuietEvents()
         self.backend = backend or backend_for(config)
+        self.launcher: Launcher = launcher or LocalLauncher()
         self.rules = list(config.rules)
         self._hooks = list(self.backend.hooks(self.rules))
         self.rule_by_name = {rule.name: rule for rule in self.rules}
@@ -273,24 +279,9 @@ class Engine:
             self.state.apply(record)
             trial = self.state.trials[trial_id]
         self.events.trial_started(trial)
-        rendered = self.backend.render(self.rules, self._config_rules(names))
-        spec = TrialSpec(
-            trial_id=trial_id,
-            trial_dir=self.state_dir / trial.trial_dir,
-            command=self.config.train.command,
-            workdir=self.config.train.workdir,
-            base_dir=self.config.base_dir,
-            env=self.config.train.env,
-            device=device,
-            device_env=self.config.train.device_env,
-            timeout=self.config.train.timeout,
-            repeat=repeat,
-            switch_text=rendered.switch_text,
-            env_defaults=rendered.env_defaults,
-            grace=self.config.train.kill_grace,
-        )
+        request = self._request(trial, device)
         try:
-            running = start_trial(spec)
+            handle = self.launcher.start(request)
         except Exception:
             # Nothing runs: say so, so that this trial costs no budget on resume either.
             self._append(
@@ -299,17 +290,51 @@ class Engine:
             )
             raise
         try:
-            self._append({"type": "trial_launched", "trial_id": trial_id, "supervisor_pid": running.pid})
+            self._append(
+                {
+                    "type": "trial_launched",
+                    "trial_id": trial_id,
+                    "supervisor_pid": _pid_of(handle.placement.job_id),
+                    "placement": handle.placement.to_json(),
+                }
+            )
         except BaseException:
-            running.cancel()  # a training that nothing can record must not run on
-            running.wait()
+            handle.cancel()  # a training that nothing can record must not run on
+            handle.wait()
             raise
-        monitor = make_monitor(running.trial_dir, self.config.early_stop, self._baseline_curve)
-        run = running.wait(cancel, monitor=monitor)
+        result = handle.wait(cancel)
         try:
-            return self._record_end(trial, run)
+            return self._record_end(trial, result)
         finally:
             self._watch_device(tuple(device), trial)
+
+    def _request(self, trial: TrialState, device: Sequence[str]) -> TrialRequest:
+        """Everything a launcher needs to run this trial, and nothing of the engine."""
+        rendered = self.backend.render(self.rules, self._config_rules(trial.config))
+        spec = TrialSpec(
+            trial_id=trial.trial_id,
+            trial_dir=self.state_dir / trial.trial_dir,
+            command=self.config.train.command,
+            workdir=self.config.train.workdir,
+            base_dir=self.config.base_dir,
+            env=self.config.train.env,
+            device=tuple(device),
+            device_env=self.config.train.device_env,
+            timeout=self.config.train.timeout,
+            repeat=trial.repeat,
+            switch_text=rendered.switch_text,
+            env_defaults=rendered.env_defaults,
+            grace=self.config.train.kill_grace,
+        )
+        return TrialRequest(
+            spec=spec,
+            metric=self.metric_spec,
+            hooks=tuple(self._hooks),
+            enabled=trial.config,
+            role=trial.role,
+            early_stop=self.config.early_stop,
+            baseline_curve=tuple(self._baseline_curve),
+        )
 
     def _devices(self) -> DevicePool:
         """A pool of the devices still in service; the engine retires broken ones from it."""
@@ -351,33 +376,21 @@ class Engine:
                 self._pool.retire(device)
             self.events.message(f"warning: {reason}")
 
-    def _record_end(self, trial: TrialState, run: TrialRun) -> TrialState | None:
-        if run.cancelled:
+    def _record_end(self, trial: TrialState, result: TrialResult) -> TrialState | None:
+        if result.cancelled:
             self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": "cancelled"})
             self.events.trial_finished(trial, None)
             return None
-        reading = read_metric(run, self.metric_spec)
-        kind, reason = classify(run, reading)
-        artifacts = collect_artifacts(
-            self._hooks, TrialFiles(self.state_dir / trial.trial_dir, trial.config, trial.role)
-        )
-        switch_check, switch_reason = switch_check_of(artifacts)
-        self._warn_unreadable(trial, artifacts)
+        switch_check, switch_reason = switch_check_of(result.artifacts)
+        self._warn_unreadable(trial, result.artifacts)
         self._append(
             {
                 "type": "trial_finished",
                 "trial_id": trial.trial_id,
-                "kind": kind,
-                "value": encode_float(reading.value),
-                "reason": reason,
-                "exit_code": run.exit_code,
-                "signal": run.signal,
-                "duration": round(run.duration, 3),
-                "log": str(Path(trial.trial_dir) / run.log_path.name),
+                **result.record_fields(),
+                "log": str(Path(trial.trial_dir) / result.log),
                 "switch_check": switch_check,
                 "switch_check_reason": switch_reason if switch_check != "applied" else None,
-                "early_stop": dict(run.early_stop) if run.early_stop else None,
-                "artifacts": artifacts,
             }
         )
         outcome = self._oracle.verdict_of(trial) if self._oracle is not None else None
@@ -388,7 +401,7 @@ class Engine:
             raise SwitchIgnored(f"trial #{trial.trial_id}: {switch_reason}")
         return trial
 
-    def _warn_unreadable(self, trial: TrialState, artifacts: dict[str, dict[str, Any]]) -> None:
+    def _warn_unreadable(self, trial: TrialState, artifacts: Mapping[str, Mapping[str, Any]]) -> None:
         """A training can leave anything behind (a FIFO, a huge or deeply nested file):
         that only costs the proof, never the search. Said once per session."""
         errors = [facts["error"] for facts in artifacts.values() if "error" in facts]
@@ -434,9 +447,11 @@ class Engine:
             return
         adopted: list[tuple[TrialState, Any]] = []
         for trial in orphans:
-            handle = adopt_trial(self.state_dir / trial.trial_dir)
+            request = self._request(trial, trial.device or ())
+            placement = trial.launch.get("placement") if trial.launch is not None else None
+            handle = self.launcher.adopt(request, placement)
             if handle is None:
-                launched = trial.launch is not None or supervisor_started(self.state_dir / trial.trial_dir)
+                launched = trial.launch is not None or self.launcher.ever_started(request)
                 self._append(
                     {
                         "type": "trial_cancelled",
@@ -458,12 +473,7 @@ class Engine:
         pool = DevicePool([trial.device or (trial.trial_id,) for trial, _ in adopted])
         jobs = [
             (
-                lambda device, cancel, trial=trial, handle=handle: self._record_end(
-                    trial,
-                    handle.wait(
-                        cancel, monitor=make_monitor(handle.trial_dir, self.config.early_stop, self._baseline_curve)
-                    ),
-                )
+                lambda device, cancel, trial=trial, handle=handle: self._record_end(trial, handle.wait(cancel))
             )
             for trial, handle in adopted
         ]
@@ -759,3 +769,8 @@ class Engine:
         assert self.state.finished is not None
         report = self.state.finished["report"]
         return self._write(report["status"], EXIT_OK, report)
+
+
+def _pid_of(job_id: str | None) -> int | None:
+    """The supervisor pid older readers of ``trial_launched`` look for (local launches only)."""
+    return int(job_id) if job_id is not None and job_id.isdigit() else None

@@ -1,0 +1,226 @@
+"""The launcher seam: start a trial from a self-contained request, wait for a result record.
+
+The engine decides *what* to train and journals it; a launcher decides *where*
+and runs it. Everything a launcher needs travels in a ``TrialRequest`` (the
+trial spec, how to read the metric, the artifact hooks, the early-stop rule and
+the baseline curve it compares against), which is plain data and pickles, so a
+launcher may run the trial in another process or on another host. What comes
+back is a ``TrialResult`` record (exit status, metric, log tail, early-stop
+verdict, artifact facts), computed where the trial ran, never files the
+coordinator must read off its own disk. ``Placement`` says where the trial
+runs; the engine journals it with the trial's start, and only the launcher that
+matches it may look for the trial's processes again (pid checks only ever on
+the host that started them: hostname and boot id).
+
+``LocalLauncher`` is today's behaviour: a supervisor process per trial on this
+machine (``fusion_dd.trial``). A cluster launcher implements the same three
+calls (the submitit shape: one interface, implementations side by side).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .early_stop import EarlyStopRule, make_monitor
+from .hooks import ArtifactHook, TrialFiles, collect_artifacts
+from .metrics import MetricSpec, classify, read_metric
+from .state import encode_float
+from .trial import STATUS_FILE, RunningTrial, TrialRun, TrialSpec, adopt_trial, start_trial, supervisor_started
+
+LOG_TAIL_LINES = 20
+_LOG_TAIL_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """One trial, self-contained: a launcher needs nothing of the engine to run it."""
+
+    spec: TrialSpec
+    metric: MetricSpec
+    hooks: Sequence[ArtifactHook] = ()
+    enabled: frozenset[str] = frozenset()  # names of the candidates switched on
+    role: str = "search"
+    early_stop: EarlyStopRule | None = None
+    baseline_curve: Sequence[tuple[int, float]] = ()
+
+    @property
+    def trial_dir(self) -> Path:
+        return Path(self.spec.trial_dir)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a trial runs: journaled with its start, checked before any process lookup."""
+
+    launcher: str
+    host: str
+    boot_id: str | None
+    job_id: str | None  # the launcher's own id (local: the supervisor's pid)
+    device: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "launcher": self.launcher,
+            "host": self.host,
+            "boot_id": self.boot_id,
+            "job_id": self.job_id,
+            "device": list(self.device),
+        }
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """How a trial ended, as the journal records it (``cancelled``: nothing to record but that)."""
+
+    cancelled: bool
+    kind: str = "crash"
+    value: float | None = None
+    reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    duration: float = 0.0
+    log: str = ""  # the log's file name inside the trial directory
+    early_stop: Mapping[str, Any] | None = None
+    artifacts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    log_tail: tuple[str, ...] = ()
+
+    def record_fields(self) -> dict[str, Any]:
+        """The fields of a ``trial_finished`` record (the log tail only where no metric came)."""
+        fields: dict[str, Any] = {
+            "kind": self.kind,
+            "value": encode_float(self.value),
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "duration": round(self.duration, 3),
+            "early_stop": dict(self.early_stop) if self.early_stop else None,
+            "artifacts": {name: dict(facts) for name, facts in self.artifacts.items()},
+        }
+        if self.kind != "metric" and self.log_tail:
+            fields["log_tail"] = list(self.log_tail)
+        return fields
+
+
+class TrialHandle(Protocol):
+    placement: Placement
+
+    def wait(self, cancel: threading.Event | None = None) -> TrialResult:
+        """Block until the trial ended (cancel it when ``cancel`` is set, then keep waiting)."""
+        ...
+
+    def cancel(self) -> None: ...
+
+
+class Launcher(Protocol):
+    name: str
+
+    def start(self, request: TrialRequest) -> TrialHandle:
+        """Start the trial; returns once it runs (raises when it could not be started)."""
+        ...
+
+    def adopt(self, request: TrialRequest, placement: Mapping[str, Any] | None) -> TrialHandle | None:
+        """Re-attach to a trial an earlier coordinator started (None: it never finished and is gone)."""
+        ...
+
+    def ever_started(self, request: TrialRequest) -> bool:
+        """Whether the trial's training was ever started (for a trial with no journaled launch)."""
+        ...
+
+
+def this_host() -> tuple[str, str | None]:
+    """Hostname and boot id: a pid means something only on the host, and boot, that gave it out."""
+    try:
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        boot_id = None
+    return socket.gethostname(), boot_id
+
+
+def result_of(run: TrialRun, request: TrialRequest) -> TrialResult:
+    """Read a finished run where it ran: metric, verdict kind, artifact facts, log tail."""
+    if run.cancelled:
+        return TrialResult(cancelled=True, duration=run.duration)
+    reading = read_metric(run, request.metric)
+    kind, reason = classify(run, reading)
+    artifacts = collect_artifacts(request.hooks, TrialFiles(Path(run.trial_dir), request.enabled, request.role))
+    return TrialResult(
+        cancelled=False,
+        kind=kind,
+        value=reading.value,
+        reason=reason,
+        exit_code=run.exit_code,
+        signal=run.signal,
+        duration=run.duration,
+        log=Path(run.log_path).name,
+        early_stop=run.early_stop,
+        artifacts=artifacts,
+        log_tail=_tail(Path(run.log_path)),
+    )
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> tuple[str, ...]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - _LOG_TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return ()
+    text = data.decode("utf-8", errors="replace").splitlines()
+    return tuple(line[:500] for line in text[-lines:])
+
+
+class LocalHandle:
+    """A trial supervised on this machine."""
+
+    def __init__(self, running: RunningTrial, request: TrialRequest, placement: Placement) -> None:
+        self.running = running
+        self.request = request
+        self.placement = placement
+
+    def wait(self, cancel: threading.Event | None = None) -> TrialResult:
+        monitor = make_monitor(self.running.trial_dir, self.request.early_stop, list(self.request.baseline_curve))
+        return result_of(self.running.wait(cancel, monitor=monitor), self.request)
+
+    def cancel(self) -> None:
+        self.running.cancel()
+
+
+class LocalLauncher:
+    """Trials as supervised process groups on this machine (``fusion_dd.trial``)."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.host, self.boot_id = this_host()
+
+    def _placement(self, request: TrialRequest, pid: int | None) -> Placement:
+        return Placement(
+            "local", self.host, self.boot_id, None if pid is None else str(pid), tuple(request.spec.device)
+        )
+
+    def start(self, request: TrialRequest) -> LocalHandle:
+        running = start_trial(request.spec)
+        return LocalHandle(running, request, self._placement(request, running.pid))
+
+    def adopt(self, request: TrialRequest, placement: Mapping[str, Any] | None) -> LocalHandle | None:
+        if (request.trial_dir / STATUS_FILE).exists():
+            running = adopt_trial(request.trial_dir)  # it ended and said how: no process to look for
+            return None if running is None else LocalHandle(running, request, self._placement(request, None))
+        if placement and placement.get("host") not in (None, self.host):
+            return None  # started on another host: its pids mean nothing here
+        if placement and placement.get("boot_id") not in (None, self.boot_id):
+            return None  # this host rebooted since: the training died with it
+        running = adopt_trial(request.trial_dir)
+        if running is None:
+            return None
+        return LocalHandle(running, request, self._placement(request, running.pid))
+
+    def ever_started(self, request: TrialRequest) -> bool:
+        return supervisor_started(request.trial_dir)
