@@ -125,7 +125,6 @@ class Engine:
         self._retired: list[Device] = []
         self._some_device_works = False
         self._pool: DevicePool | None = None
-        self._reference_rounds = 0  # rounds of reference trainings this session (the oracle counts the rest)
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
         self._oracle: TrainingOracle | None = None
@@ -393,7 +392,8 @@ class Engine:
                 "switch_check_reason": switch_reason if switch_check != "applied" else None,
             }
         )
-        outcome = self._oracle.verdict_of(trial) if self._oracle is not None else None
+        ready = self._oracle is not None and self._oracle.threshold is not None
+        outcome = self._oracle.verdict_of(trial) if ready else None
         self.events.trial_finished(trial, outcome)
         if outcome is Outcome.FAIL:
             self.events.best_so_far(frozenset(self._config_rules(trial.config)))
@@ -409,23 +409,22 @@ class Engine:
             self._unreadable_result_said = True
             self.events.message(f"warning: trial #{trial.trial_id}: switch check unverified: {errors[0]}")
 
-    def _launch_batch(
-        self,
-        keys: Sequence[ConfigKey],
-        stop_after: Callable[[TrialState], bool] | None,
-        role: str = "search",
-    ) -> None:
-        """Train these keys over the device pool (repeats get the role "repeat"); results land in the journal."""
+    def _launch_batch(self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None) -> None:
+        """Train these keys over the device pool; results land in the journal."""
         pool = self._devices()
         jobs = [
-            (
-                lambda device, cancel, key=key: self._train(
-                    key, role if key[1] == 0 else "repeat", device, cancel
-                )
-            )
-            for key in keys
+            (lambda device, cancel, key=key: self._train(key, self._role(key), device, cancel)) for key in keys
         ]
         run_batch(jobs, pool, stop_after=stop_after, cleanup_timeout=self.config.train.kill_grace + 30)
+
+    def _role(self, key: ConfigKey) -> str:
+        """What a training is for, from its key: the references, a repeat of a question, or a question."""
+        names, repeat = key
+        if not names:
+            return "baseline"
+        if len(names) == len(self.rules):
+            return "all_on"
+        return "repeat" if repeat else "search"
 
     def _load_baseline_curve(self) -> None:
         """The baseline's loss curve (the upper envelope of its repeats), once every baseline run finished."""
@@ -504,20 +503,10 @@ class Engine:
     ) -> tuple[list[Measurement], list[Measurement]] | None:
         """Baseline (all candidates off) and all-on runs, in parallel; None when the budget ran out."""
         keys = self._reference_keys(extra)
-        while True:
-            self._raise_if_broken(keys)
-            needed = [(key, role) for key, role in keys if self._settled(key) is None]
-            needed = needed[: self.remaining_budget()]
-            if not needed:
-                break
-            jobs = [
-                (lambda device, cancel, key=key, role=role: self._train(key, role, device, cancel))
-                for key, role in needed
-            ]
-            self._reference_rounds += 1
-            run_batch(
-                jobs, self._devices(), stop_after=is_start_error, cleanup_timeout=self.config.train.kill_grace + 30
-            )
+        assert self._oracle is not None
+        self._oracle.train_until_settled(
+            [key for key, _ in keys], stop_after=is_start_error, before_round=lambda: self._raise_if_broken(keys)
+        )
         if any(self._settled(key) is None for key, _ in keys):
             return None
         self._load_baseline_curve()
@@ -684,6 +673,14 @@ class Engine:
         return self._preconditions(references) if references is not None else None
 
     def _search(self) -> SearchResult:
+        self._oracle = TrainingOracle(
+            threshold=None,  # known once the references are settled
+            crash_is_failure=self.config.score.crash_is_failure,
+            cached=self._settled,
+            launch=self._launch_batch,
+            remaining_budget=self.remaining_budget,
+            repeats=self.config.search.confirm != "off",
+        )
         pre, extra = self._settle_references()
         if pre is None:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
@@ -699,16 +696,10 @@ class Engine:
             recorded=self.state.lanes,
             on_new=lambda index, width: self._append({"type": "question", "index": index, "width": width}),
         )
-        self._oracle = TrainingOracle(
-            threshold=pre.threshold,
-            crash_is_failure=self.config.score.crash_is_failure,
-            cached=self._settled,
-            launch=self._launch_batch,
-            remaining_budget=self.remaining_budget,
-            margin=self._margin(pre),
-            repeats=self.config.search.confirm != "off",
-            lanes=lanes,
-        )
+        assert self._oracle is not None
+        self._oracle.threshold = pre.threshold
+        self._oracle.margin = self._margin(pre)
+        self._oracle.lanes = lanes
         score = self.config.score
         if score.baseline_metric is None:
             self._oracle.note_asked(frozenset(), score.baseline_repeats + extra["baseline"])
@@ -741,7 +732,7 @@ class Engine:
             status=status,
             preconditions=pre,
             result=result,
-            rounds=self._reference_rounds + (self._oracle.rounds if self._oracle is not None else 0),
+            rounds=self._oracle.rounds if self._oracle is not None else 0,
             message=message,
         )
 

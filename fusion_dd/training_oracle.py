@@ -35,7 +35,7 @@ class TrainingOracle:
     def __init__(
         self,
         *,
-        threshold: Threshold,
+        threshold: Threshold | None,
         crash_is_failure: bool,
         cached: Callable[[ConfigKey], TrialState | None],
         launch: BatchLauncher,
@@ -65,6 +65,7 @@ class TrainingOracle:
     # -- verdicts -------------------------------------------------------------
 
     def verdict_of(self, trial: TrialState) -> Outcome:
+        assert self.threshold is not None, "verdicts need the references' threshold"
         measurement = trial.measurement
         assert measurement is not None, "only finished trials have a verdict"
         return self.threshold.verdict(measurement, self.crash_is_failure)
@@ -72,7 +73,7 @@ class TrainingOracle:
     def near_threshold(self, trial: TrialState) -> bool:
         """The metric landed within ``margin`` of the limit: a verdict to weigh lightly."""
         measurement = trial.measurement
-        if self.margin <= 0 or measurement is None or not measurement.has_value or measurement.value is None:
+        if self.threshold is None or self.margin <= 0 or measurement is None or not measurement.has_value or measurement.value is None:
             return False
         return abs(measurement.value - self.threshold.limit) < self.margin
 
@@ -84,6 +85,9 @@ class TrainingOracle:
         if verdict is Outcome.FAIL:
             self._note_failing(config)
         return verdict
+
+    def _fails(self, trial: TrialState) -> bool:
+        return self.verdict_of(trial) is Outcome.FAIL
 
     def _note_failing(self, config: frozenset[Rule]) -> None:
         if self.smallest_failing is None or len(config) < len(self.smallest_failing):
@@ -102,10 +106,30 @@ class TrainingOracle:
 
     # -- running --------------------------------------------------------------
 
-    def _run(self, keys: Sequence[ConfigKey], stop_on_failure: bool) -> bool:
-        """Train the distinct unsettled keys, in order, as far as the budget allows.
+    def train_until_settled(
+        self,
+        keys: Sequence[ConfigKey],
+        stop_after: Callable[[TrialState], bool] | None = None,
+        before_round: Callable[[], None] | None = None,
+    ) -> bool:
+        """Train these keys, round after round, until each is settled or the budget is spent.
 
-        Returns False when nothing could be launched (the budget is spent).
+        The one train-until-settled loop: the references use it before there is
+        a threshold (``before_round`` may stop the search, e.g. when the training
+        does not run at all), the strategy's questions through ``_settle``.
+        Returns whether every key is settled.
+        """
+        while True:
+            if before_round is not None:
+                before_round()
+            if not self._run(keys, stop_after):
+                break
+        return all(self._cached(key) is not None for key in keys)
+
+    def _run(self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None) -> bool:
+        """Train the distinct unsettled keys, in order, as far as the budget allows (one round).
+
+        Returns False when nothing was left to launch, or nothing could be (the budget is spent).
         """
         needed: list[ConfigKey] = []
         for key in keys:
@@ -114,7 +138,6 @@ class TrainingOracle:
         needed = needed[: max(0, self._remaining_budget())]
         if not needed:
             return False
-        stop_after = (lambda trial: self.verdict_of(trial) is Outcome.FAIL) if stop_on_failure else None
         self.rounds += 1
         self._launch(needed, stop_after)
         return True
@@ -140,7 +163,7 @@ class TrainingOracle:
                     self._mark_asked(configs)
                     return None
             # A retried training (crash, timeout) may need another round.
-            if not self._run(pending, stop_on_failure=True):
+            if not self._run(pending, self._fails):
                 raise BudgetExhausted(self.smallest_failing)
 
     def _settle(self, requests: Sequence[tuple[frozenset[Rule], int]]) -> list[Outcome]:
@@ -150,7 +173,7 @@ class TrainingOracle:
             if all(verdict is not None for verdict in verdicts):
                 return [verdict for verdict in verdicts if verdict is not None]
             pending = [_key(config, repeat) for (config, repeat), v in zip(requests, verdicts) if v is None]
-            if not self._run(pending, stop_on_failure=False):
+            if not self._run(pending, None):
                 raise BudgetExhausted(self.smallest_failing)
 
     def outcomes(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
