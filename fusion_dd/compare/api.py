@@ -80,6 +80,47 @@ class ComparedPair:
         return f"{self.op} ({rules}; layers {', '.join(self.layers)}): {self.metrics.short()}"
 
 
+@dataclass(frozen=True)
+class Divergence:
+    """Where the numbers start going wrong, and the fused op to blame for it.
+
+    ``seen_at`` is the first bad compared op. Its output may come from an op that
+    fusion did not change, fed by a fused op that has no counterpart in the
+    fusion-off run (e.g. a fused LayerNorm whose last original op was fused into a
+    different kernel there) and therefore could not be compared itself. Then the
+    nearest such fused op upstream (through ops that were not compared) is blamed:
+    ``op``, ``op_type``, ``rules`` and ``layers`` describe it, ``metrics`` stay
+    those seen at ``seen_at``, and ``through`` lists the uncompared ops between.
+    """
+
+    op: str
+    op_type: str
+    rules: tuple[str, ...]
+    layers: tuple[str, ...]
+    metrics: Metrics
+    seen_at: str
+    through: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """``op (Rule; layers a, b): cosine 0.71, max abs 3.2`` (plus where it was seen)."""
+        rules = " + ".join(self.rules) if self.rules else "no fusion rule"
+        text = f"{self.op} ({rules}; layers {', '.join(self.layers)}): {self.metrics.short()}"
+        if self.seen_at != self.op:
+            text += f" (seen at {self.seen_at}; {self.op} has no fusion-off counterpart)"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "op_type": self.op_type,
+            "rules": list(self.rules),
+            "layers": list(self.layers),
+            "metrics": self.metrics.to_json(),
+            "seen_at": self.seen_at,
+            "through": list(self.through),
+        }
+
+
 @dataclass
 class Comparison:
     """The result of ``compare_dumps``; pairs are in topological order of the fusion-on run."""
@@ -94,11 +135,20 @@ class Comparison:
     skipped_inner: int = 0
     unpaired_off: list[str] = field(default_factory=list)
     bytes_read: int = 0
+    graph_on: GraphModel | None = None
 
     @property
-    def first_divergence(self) -> ComparedPair | None:
-        """The first bad pair in topological order: where the numbers start going wrong."""
+    def first_bad(self) -> ComparedPair | None:
+        """The first bad pair in topological order of the fusion-on run."""
         return next((pair for pair in self.pairs if pair.bad), None)
+
+    @property
+    def first_divergence(self) -> Divergence | None:
+        """The first bad pair, blamed on the fused op behind it (see ``Divergence``)."""
+        first = self.first_bad
+        if first is None:
+            return None
+        return blame(first, self.pairs, self.graph_on)
 
     @property
     def bad(self) -> list[ComparedPair]:
@@ -119,6 +169,7 @@ class Comparison:
             "rules": list(first.rules),
             "layers": list(first.layers),
             "metrics": first.metrics.to_json(),
+            "seen_at": first.seen_at,
             "top": [pair.to_json() for pair in self.top(top)],
         }
 
@@ -130,6 +181,7 @@ class Comparison:
             "compared": len(self.pairs),
             "bad": len(self.bad),
             "first_divergence": None if self.first_divergence is None else self.first_divergence.to_json(),
+            "first_bad": None if self.first_bad is None else self.first_bad.to_json(),
             "top": [pair.to_json() for pair in self.top(top)],
             "pairs": [pair.to_json() for pair in self.pairs],
             "problems": [problem.to_json() for problem in self.problems],
@@ -208,7 +260,51 @@ def compare_dumps(
         skipped_inner=pairing.skipped_inner,
         unpaired_off=pairing.unpaired_off,
         bytes_read=total_bytes,
+        graph_on=graph_on,
     )
+
+
+def blame(first: ComparedPair, pairs: Sequence[ComparedPair], graph: GraphModel | None) -> Divergence:
+    """The ``Divergence`` for the first bad pair: itself when fused, else the nearest
+    uncompared fused op upstream of it in the fusion-on graph (breadth first)."""
+    own = Divergence(first.op, first.op_type, first.rules, first.layers, first.metrics, first.op)
+    if first.rules or graph is None:
+        return own
+    ops = {op.name: op for op in graph.ops}
+    compared = {pair.op for pair in pairs}
+    parents: dict[str, str] = {}
+    queue = [first.op]
+    seen = {first.op}
+    while queue:
+        name = queue.pop(0)
+        op = ops.get(name)
+        if op is None:
+            continue
+        for text in op.inputs:
+            producer, _, index = text.rpartition(":")
+            producer = producer or text
+            if index == "-1" or producer in seen or producer in compared or producer not in ops:
+                continue
+            seen.add(producer)
+            parents[producer] = name
+            candidate = ops[producer]
+            if candidate.fused:
+                through = []
+                step = parents[producer]
+                while step != first.op:
+                    through.append(step)
+                    step = parents[step]
+                return Divergence(
+                    op=candidate.name,
+                    op_type=candidate.type,
+                    rules=candidate.passes(),
+                    layers=tuple(dict.fromkeys(candidate.original_names)) or (candidate.name,),
+                    metrics=first.metrics,
+                    seen_at=first.op,
+                    through=tuple(reversed(through)),
+                )
+            queue.append(producer)
+    return own
 
 
 def compare_pair(on: DumpedTensor, off: DumpedTensor) -> tuple[Metrics | str, int]:

@@ -30,20 +30,24 @@ class Thresholds:
 
     Bad when ``cosine < cosine and max_abs > max_abs``, or ``cosine < cosine_floor``,
     or ``max_abs > max_abs_ceiling``, or when a flag (NaN/Inf mismatch, one side
-    all zero, shapes that differ) is set.
+    all zero) is set. One refinement of that rule: a pair whose max abs error is
+    at most ``noise_abs`` is never bad by its cosine alone, because the cosine of
+    two tensors of near-zero noise (a bias that gets no gradient, compared a few
+    steps into training) is any number; ``noise_abs=0`` gives the plain rule.
     """
 
     cosine: float = 0.99
     max_abs: float = 0.001
     cosine_floor: float = 0.9
     max_abs_ceiling: float = 1.0
+    noise_abs: float = 1e-4
 
     def is_bad(self, metrics: Metrics) -> bool:
         if metrics.flags:
             return True
         cosine = metrics.cosine
         low = not math.isnan(cosine) and cosine < self.cosine
-        floor = not math.isnan(cosine) and cosine < self.cosine_floor
+        floor = not math.isnan(cosine) and cosine < self.cosine_floor and metrics.max_abs > self.noise_abs
         return (low and metrics.max_abs > self.max_abs) or floor or metrics.max_abs > self.max_abs_ceiling
 
 
