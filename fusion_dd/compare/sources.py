@@ -227,6 +227,7 @@ def _location(root: Path, path: Path, dump_number: int | None) -> tuple[str | No
 def _scan_arrays(root: Path, paths: Iterable[Path]) -> ScannedDump:
     group = DumpGroup(None, None, None)
     problems: list[FileProblem] = []
+    written = _write_order(root)
     for path in paths:
         relative = path.relative_to(root).as_posix()
         try:
@@ -235,8 +236,9 @@ def _scan_arrays(root: Path, paths: Iterable[Path]) -> ScannedDump:
             problems.append(FileProblem(str(path), f"cannot read ({exc.strerror or exc})"))
             continue
         if path.name.endswith(".npy"):
-            op, index = _op_and_index(relative[: -len(".npy")])
-            group.tensors.append(DumpedTensor(op, "", index, str(path), (mtime, relative)))
+            stem = relative[: -len(".npy")]
+            op, index = _op_and_index(stem)
+            group.tensors.append(DumpedTensor(op, "", index, str(path), (written.get(stem, mtime), relative)))
             continue
         try:
             with zipfile.ZipFile(path) as archive:
@@ -248,6 +250,18 @@ def _scan_arrays(root: Path, paths: Iterable[Path]) -> ScannedDump:
             op, index = _op_and_index(key)
             group.tensors.append(DumpedTensor(op, "", index, str(path), (mtime, f"{relative}:{position:09d}"), npz_key=key))
     return ScannedDump(root, {(None, None, None): group}, problems, "npy")
+
+
+def _write_order(root: Path) -> dict[str, int]:
+    """Call order from ``dump_tensors``' order file (last call wins), else empty."""
+    from ..integrations.dump import ORDER_FILE
+
+    try:
+        with open(root / ORDER_FILE, encoding="utf-8", errors="replace") as handle:
+            names = handle.read(64 * MiB).splitlines()
+    except OSError:
+        return {}
+    return {name: position for position, name in enumerate(names)}
 
 
 def _op_and_index(name: str) -> tuple[str, int]:

@@ -6,7 +6,7 @@ training writes, for one step of the training graph's forward pass:
 * one Ascend dump file per executed op under
   ``{dump_dir}/{YYYYMMDDhhmmss}/0/{model}/1/{step}/``, in the runtime's binary
   layout (``fusion_dd/ascend/dump.py``), matmul outputs in ``FRACTAL_NZ`` and
-  some 2-D outputs in ``NC1HWC0``, both padded, the way the device stores them;
+  other 2-D fp16 outputs in ``NC1HWC0``, both padded, the way the device stores them;
 * the compiled graph as ``ge_proto_00000001_graph_1_Build.txt`` with
   ``pass_name``, ``pass_name_ub``, ``_datadump_original_op_names`` and output
   origins, which is what maps a diverging op back to rules and layers.
@@ -77,7 +77,7 @@ def _device_tensor(node: Node, value: np.ndarray) -> TensorToWrite:
     shape = value.shape
     if node.op in _MATMULS and value.ndim >= 2:
         return TensorToWrite(to_device(value, FRACTAL_NZ), FRACTAL_NZ, shape, origin)
-    if value.ndim == 2 and value.dtype == np.float16 and node.op in ("Add", "Mul", "BiasAdd"):
+    if value.ndim == 2 and value.dtype == np.float16:  # (batch, features) as a 1x1 feature map
         as_nchw = value.reshape(*shape, 1, 1)
         return TensorToWrite(to_device(as_nchw, NC1HWC0), NC1HWC0, (*shape, 1, 1), origin)
     return TensorToWrite(np.ascontiguousarray(value), ND, shape, origin)
