@@ -29,6 +29,7 @@ from typing import Any
 
 from ..ascend.graph import GraphModel
 from ..ascend.layout import LayoutError
+from ..errors import UsageError
 from .metrics import Metrics, Thresholds, compare_arrays
 from .pairing import Pair, pair_tensors
 from .sources import DumpedTensor, DumpGroup, FileProblem, scan, select
@@ -220,7 +221,7 @@ def compare_dumps(
     thresholds = thresholds or Thresholds()
     on_scan, off_scan = scan(on_dir), scan(off_dir)
     on_group = select(on_scan, step, model)
-    off_group = select(off_scan, step if step is not None else on_group.step, model)
+    off_group = _select_off(off_scan, step, on_group.step, model)
     problems = on_scan.problems + off_scan.problems
     pairing = pair_tensors(on_group.tensors, off_group.tensors, graph_on, graph_off)
     problems += pairing.problems
@@ -305,6 +306,17 @@ def blame(first: ComparedPair, pairs: Sequence[ComparedPair], graph: GraphModel 
                 )
             queue.append(producer)
     return own
+
+
+def _select_off(scanned, step: int | None, on_step: int | None, model: str | None) -> DumpGroup:
+    """The fusion-off group: the step asked for, else the fusion-on run's step if the
+    fusion-off dump has it, else its own first step (runs may number steps differently)."""
+    if step is not None or on_step is None:
+        return select(scanned, step, model)
+    try:
+        return select(scanned, on_step, model)
+    except UsageError:
+        return select(scanned, None, model)
 
 
 def compare_pair(on: DumpedTensor, off: DumpedTensor) -> tuple[Metrics | str, int]:

@@ -26,7 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..ascend.dump import DumpFileError, TensorInfo, load_tensor, parse_file_name, read_dump_header, read_mapping
+from ..ascend.dump import (
+    DumpFileError,
+    DumpName,
+    TensorInfo,
+    load_tensor,
+    parse_file_name,
+    read_dump_header,
+    read_mapping,
+)
 from ..errors import UsageError
 from ..safe_read import MiB
 
@@ -132,8 +140,11 @@ def scan(directory: str | Path) -> ScannedDump:
         else:
             ascend.append((path, path.name))
     mapped = _apply_mappings(ascend)
-    named = [(path, parse_file_name(name)) for path, name in mapped]
-    dump_files = [(path, parsed) for path, parsed in named if parsed is not None]
+    dump_files: list[tuple[Path, DumpName]] = []
+    for path, name in mapped:
+        parsed = parse_file_name(name)
+        if parsed is not None:
+            dump_files.append((path, parsed))
     if dump_files:
         return _scan_ascend(root, dump_files)
     if arrays:
@@ -178,26 +189,26 @@ def _apply_mappings(files: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
     return result
 
 
-def _scan_ascend(root: Path, files: list[tuple[Path, object]]) -> ScannedDump:
+def _scan_ascend(root: Path, files: list[tuple[Path, DumpName]]) -> ScannedDump:
     groups: dict[tuple[str | None, str | None, int | None], DumpGroup] = {}
     problems: list[FileProblem] = []
     for path, parsed in files:
-        model, model_id, step = _location(root, path, parsed.dump_number)  # type: ignore[attr-defined]
+        model, model_id, step = _location(path, parsed.dump_number)
         group = groups.setdefault((model, model_id, step), DumpGroup(model, model_id, step))
         try:
             header = read_dump_header(path)
         except DumpFileError as exc:
-            problems.append(FileProblem(str(path), str(exc), op=parsed.op_name))  # type: ignore[attr-defined]
+            problems.append(FileProblem(str(path), str(exc), op=parsed.op_name))
             continue
-        op = header.op_name or parsed.op_name  # type: ignore[attr-defined]
-        order = (parsed.timestamp, path.name)  # type: ignore[attr-defined]
+        op = header.op_name or parsed.op_name
+        order = (parsed.timestamp, path.name)
         if not header.outputs:
             continue  # ops without outputs (e.g. NetOutput) have nothing to compare
         for info in header.outputs:
             group.tensors.append(
                 DumpedTensor(
                     op=op,
-                    op_type=parsed.op_type,  # type: ignore[attr-defined]
+                    op_type=parsed.op_type,
                     index=info.index,
                     source=str(path),
                     order=order,
@@ -208,19 +219,18 @@ def _scan_ascend(root: Path, files: list[tuple[Path, object]]) -> ScannedDump:
     return ScannedDump(root, groups, problems, "ascend")
 
 
-def _location(root: Path, path: Path, dump_number: int | None) -> tuple[str | None, str | None, int | None]:
-    """(model name, model id, step) from ``.../{model_name}/{model_id}/{dump_number}/file``."""
-    try:
-        parts = path.parent.relative_to(root).parts
-    except ValueError:
-        parts = ()
-    full = path.parent.parts
+def _location(path: Path, dump_number: int | None) -> tuple[str | None, str | None, int | None]:
+    """(model name, model id, step) from ``.../{model_name}/{model_id}/{dump_number}/file``.
+
+    The folders above the directory argument count too, so that a folder below
+    the dump root (one step's folder, say) still knows its model and step.
+    """
+    full = path.absolute().parent.parts
     step = model_id = model = None
     if full and _DIGITS.match(full[-1]) and len(full) >= 3 and _DIGITS.match(full[-2]):
         step, model_id, model = int(full[-1]), full[-2], full[-3]
     elif dump_number is not None:
         step = dump_number
-    del parts
     return model, model_id, step
 
 

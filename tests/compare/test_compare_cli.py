@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from compare_support import Op, write_run
-from dump_writer import NC1HWC0, device
+from dump_writer import NC1HWC0, device, write
 
 from fusion_dd.compare import compare_dumps
 from fusion_dd.integrations import dump_tensors
@@ -67,6 +67,9 @@ def test_planted_bad_fused_op_is_the_first_divergence(tmp_path: Path, runs) -> N
     folder = next(on.rglob("Conv2D.*")).parent
     (folder / "Add.corrupt.9.0.9999").write_bytes(b"\x10\0\0\0\0\0\0\0garbage")
     (folder / "notes.txt").write_text("not a dump file\n")
+    for side in (on, off):  # a tensor in a data type fusion-dd does not decode
+        target = next(side.rglob("Conv2D.*")).parent / "Cast.weird.8.0.8888"
+        write(target, "weird", [{"data": np.ones(4, np.float32), "dtype": 99}])
     done = _cli("--on", str(on), "--off", str(off), "--graph-on", str(graph_on), "--graph-off", str(graph_off),
                 "--out", "report", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -80,7 +83,12 @@ def test_planted_bad_fused_op_is_the_first_divergence(tmp_path: Path, runs) -> N
     assert report["first_divergence"]["rules"] == [RULE]
     assert [p["op"] for p in report["pairs"]] == ["conv1", "bn1/fused", "fc"]
     assert report["pairs"][0]["bad"] is False  # NC1HWC0 vs NCHW, same values
-    assert [Path(p["file"]).name for p in report["problems"]] == ["Add.corrupt.9.0.9999"]
+    problems = {Path(p["file"]).name: p["reason"] for p in report["problems"]}
+    assert {"Add.corrupt.9.0.9999", "Cast.weird.8.0.8888"} <= set(problems)
+    # "weird" is in neither graph: said once per graph, and it is still compared by name
+    graph_problems = [reason for name, reason in problems.items() if name.startswith("ge_proto")]
+    assert graph_problems and "1 of " in graph_problems[0] and "weird" in graph_problems[0]
+    assert "unsupported data type 99" in problems["Cast.weird.8.0.8888"]
     csv_lines = (tmp_path / "report" / "compare.csv").read_text().splitlines()
     assert csv_lines[0].startswith("position,op,op_type") and len(csv_lines) == 4
 
