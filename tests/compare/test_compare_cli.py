@@ -152,3 +152,34 @@ def test_parallel_workers_give_the_same_result(tmp_path: Path, runs) -> None:
     serial = compare_dumps(on, off, load_graph(graph_on), load_graph(graph_off), jobs=1)
     parallel = compare_dumps(on, off, load_graph(graph_on), load_graph(graph_off), jobs=2)
     assert [p.metrics for p in serial.pairs] == [p.metrics for p in parallel.pairs]
+
+
+def test_help_says_how_each_framework_dumps(tmp_path: Path) -> None:
+    done = _cli("--help", cwd=tmp_path)
+    assert done.returncode == 0
+    for fact in ("DumpConfig(enable_dump=True", "config.dump_config.dump_path", "MINDSPORE_DUMP_CONFIG", "dump_tensors"):
+        assert fact in done.stdout
+
+
+def test_progress_only_on_a_terminal_or_when_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from fusion_dd.compare import command
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    quiet, live = io.StringIO(), Terminal()
+    for stream in (quiet, live):
+        progress = command._Progress(stream)
+        progress(1, 2, 1 << 20)
+        progress(2, 2, 2 << 20)
+        progress.done()
+    assert quiet.getvalue() == ""  # a short comparison in a log stays silent
+    assert "compared 2/2 tensors" in live.getvalue()
+    clock = iter([0.0, 11.0, 22.0])
+    monkeypatch.setattr(command.time, "monotonic", lambda: next(clock))
+    slow = io.StringIO()
+    command._Progress(slow)(1, 9, 0)
+    assert slow.getvalue().startswith("compared 1/9 tensors")  # a long one reports every 10 s
