@@ -306,8 +306,8 @@ def rules(
 def compare(
     on: Path = typer.Option(..., "--on", help="Dump directory of the fusion-on run."),
     off: Path = typer.Option(..., "--off", help="Dump directory of the fusion-off (or fix) run."),
-    graph_on: Optional[Path] = typer.Option(None, "--graph-on", help="GE graph dump of the fusion-on run."),
-    graph_off: Optional[Path] = typer.Option(None, "--graph-off", help="GE graph dump of the fusion-off run."),
+    graph_on: Optional[Path] = typer.Option(None, "--graph-on", help="GE graph dump(s) of the fusion-on run: a file or a directory."),
+    graph_off: Optional[Path] = typer.Option(None, "--graph-off", help="GE graph dump(s) of the fusion-off run: a file or a directory."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write compare.csv and compare.json here."),
     output_format: str = typer.Option("text", "--format", help="text, json or csv (what is printed)."),
     step: Optional[int] = typer.Option(None, "--step", help="Dumped step to compare (default: the first)."),

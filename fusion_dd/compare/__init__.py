@@ -14,6 +14,7 @@ _EXPORTS = {
     "ComparedPair": "api",
     "Comparison": "api",
     "compare_dumps": "api",
+    "load_graph_dumps": "api",
     "Metrics": "metrics",
     "Thresholds": "metrics",
     "compare_arrays": "metrics",

@@ -191,6 +191,27 @@ class Comparison:
         }
 
 
+def load_graph_dumps(paths: Sequence[str | Path]) -> GraphModel | None:
+    """The GE graph dumps of one run (files, directories, globs) as one model, or None.
+
+    A training compiles several graphs (one per dumped model); their op names do
+    not collide, so their ops are simply pooled for pairing and provenance.
+    """
+    from ..ascend import load_graphs
+
+    models = load_graphs(paths) if paths else []
+    if not models:
+        return None
+    if len(models) == 1:
+        return models[0]
+    return GraphModel(
+        source=", ".join(model.source for model in models),
+        name=models[0].name,
+        graphs=tuple(name for model in models for name in model.graphs),
+        ops=tuple(op for model in models for op in model.ops),
+    )
+
+
 def _badness(pair: ComparedPair) -> tuple[Any, ...]:
     cosine = pair.metrics.cosine
     return (not pair.bad, -1.0 if math.isnan(cosine) else cosine, -pair.metrics.max_abs, pair.position)

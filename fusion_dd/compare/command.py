@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..errors import UsageError
-from .api import Comparison, compare_dumps
+from .api import Comparison, compare_dumps, load_graph_dumps
 from .metrics import Thresholds
 from .render import csv_text, json_text, text_lines, write_reports
 
@@ -32,21 +32,11 @@ def run_compare(
     stderr: TextIO = sys.stderr,
 ) -> int:
     """Run one comparison and print it; 0 when a comparison was made (even with problems)."""
-    from ..ascend import load_graphs
-
     if output_format not in FORMATS:
         raise UsageError(f"--format: {output_format!r} is not one of {', '.join(FORMATS)}")
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs: must be at least 1")
-    graphs = []
-    for option, path in (("--graph-on", graph_on), ("--graph-off", graph_off)):
-        if path is None:
-            graphs.append(None)
-            continue
-        loaded = load_graphs([path])
-        if len(loaded) != 1:
-            raise UsageError(f"{option} {path}: {len(loaded)} graph dumps found; name one file")
-        graphs.append(loaded[0])
+    graphs = [load_graph_dumps([path]) if path is not None else None for path in (graph_on, graph_off)]
     progress = _Progress(stderr)
     comparison = compare_dumps(
         on, off, graphs[0], graphs[1], step=step, model=model,

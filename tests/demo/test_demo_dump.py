@@ -88,7 +88,7 @@ def test_demo_training_dumps_through_its_environment_and_compare_localizes(tmp_p
         subprocess.run(cmd, env=run_env, check=True, capture_output=True, timeout=120)
     done = subprocess.run(
         [sys.executable, "-m", "fusion_dd.cli", "compare", "--on", "on", "--off", "off",
-         "--graph-on", f"on/{GRAPH_FILE}", "--graph-off", f"off/{GRAPH_FILE}"],
+         "--graph-on", "on", "--graph-off", "off"],  # directories: the Build graph in them
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
