@@ -160,7 +160,8 @@ class Comparison:
         return sorted(self.pairs, key=_badness)[:count]
 
     def localization(self, top: int = 5) -> dict[str, Any] | None:
-        """``{"op", "op_type", "rules", "layers", "metrics", "top"}`` of the first divergence, or None."""
+        """``{"op", "op_type", "rules", "layers", "metrics", "seen_at", "top"}`` of the first
+        divergence (the shape of ``report.json``'s ``culprits[i].localization``), or None."""
         first = self.first_divergence
         if first is None:
             return None
