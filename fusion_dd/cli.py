@@ -25,6 +25,7 @@ from .journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
 from .broken import STATUS as TRAINING_BROKEN
 from .broken import broken_lines
+from .compare.help import COMPARE_HELP
 from .preflight import preflight, trial_values
 from .report import display_path, summary_lines
 from .state import replay
@@ -299,6 +300,25 @@ def rules(
         names = ", ".join(rule.name for rule in candidates.dropped)
         typer.echo(f"fusion-dd: left out because they never fired (keep them with --keep-unfired): {names}", err=True)
     typer.echo(format_rules(candidates, output_format), nl=False)
+
+
+@app.command(help=COMPARE_HELP)
+def compare(
+    on: Path = typer.Option(..., "--on", help="Dump directory of the fusion-on run."),
+    off: Path = typer.Option(..., "--off", help="Dump directory of the fusion-off (or fix) run."),
+    graph_on: Optional[Path] = typer.Option(None, "--graph-on", help="GE graph dump(s) of the fusion-on run: a file or a directory."),
+    graph_off: Optional[Path] = typer.Option(None, "--graph-off", help="GE graph dump(s) of the fusion-off run: a file or a directory."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write compare.csv and compare.json here."),
+    output_format: str = typer.Option("text", "--format", help="text, json or csv (what is printed)."),
+    step: Optional[int] = typer.Option(None, "--step", help="Dumped step to compare (default: the first)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name or id (default: the one with most ops)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", help="Worker processes decoding tensors."),
+    cosine: float = typer.Option(0.99, "--cosine", help="Bad below this cosine (with --max-abs exceeded)."),
+    max_abs: float = typer.Option(0.001, "--max-abs", help="Bad above this max abs error (with --cosine)."),
+) -> None:
+    from .compare.command import run_compare
+
+    raise typer.Exit(run_compare(on, off, graph_on, graph_off, out, output_format, step, model, jobs, cosine, max_abs))
 
 
 @app.command()

@@ -33,6 +33,8 @@ PASS_NAME_UB = "pass_name_ub"
 FUSION_SCOPE = "fusion_scope"
 ORIGINAL_NAMES = "_datadump_original_op_names"
 ORIGINAL_TYPES = "_datadump_original_op_types"
+ORIGIN_NAME = "_datadump_origin_name"
+ORIGIN_OUTPUT_INDEX = "_datadump_origin_output_index"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,11 @@ class GraphOp:
     fusion_scope: int | None = None
     original_names: tuple[str, ...] = ()
     original_types: tuple[str, ...] = ()
+    #: The op's inputs as GE writes them (``"producer:index"``; ``-1`` marks a control edge).
+    inputs: tuple[str, ...] = ()
+    #: Per output: the original (pre-fusion) op output it stands for, from
+    #: ``_datadump_origin_name`` / ``_datadump_origin_output_index``; None when absent.
+    output_origins: tuple[tuple[str, int] | None, ...] = ()
 
     @property
     def fused(self) -> bool:
@@ -181,7 +188,16 @@ def _op_from_proto(op: Any, graph_name: str) -> GraphOp:
         fusion_scope=_proto_int(attrs, FUSION_SCOPE),
         original_names=_proto_strings(attrs, ORIGINAL_NAMES),
         original_types=_proto_strings(attrs, ORIGINAL_TYPES),
+        inputs=tuple(op.input),
+        output_origins=tuple(_proto_origin(desc.attr) for desc in op.output_desc),
     )
+
+
+def _proto_origin(attrs: Any) -> tuple[str, int] | None:
+    name = _proto_string(attrs, ORIGIN_NAME)
+    if name is None:
+        return None
+    return (name, _proto_int(attrs, ORIGIN_OUTPUT_INDEX) or 0)
 
 
 def _proto_strings(attrs: Any, key: str) -> tuple[str, ...]:
@@ -282,7 +298,29 @@ def _op_from_json(raw: Any, graph_name: str, source: str, where: str) -> GraphOp
         fusion_scope=_json_int(attrs, FUSION_SCOPE, source, where),
         original_names=_json_strings(attrs, ORIGINAL_NAMES, source, where),
         original_types=_json_strings(attrs, ORIGINAL_TYPES, source, where),
+        inputs=_json_inputs(raw.get("input", []), source, f"{where}.input"),
+        output_origins=_json_origins(raw.get("output_desc", []), source, f"{where}.output_desc"),
     )
+
+
+def _json_inputs(raw: Any, source: str, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise UsageError(f"{source}: {where} must be an array of strings")
+    return tuple(raw)
+
+
+def _json_origins(raw: Any, source: str, where: str) -> tuple[tuple[str, int] | None, ...]:
+    """Each output's ``_datadump_origin_name``/``_output_index``; descs without them give None."""
+    descs = _expect_list(raw, source, where)
+    origins: list[tuple[str, int] | None] = []
+    for index, desc in enumerate(descs):
+        if not isinstance(desc, dict):
+            raise UsageError(f"{source}: {where}[{index}] must be an object")
+        attrs = _json_attrs(desc.get("attr", []), source, f"{where}[{index}].attr")
+        name = _json_string(attrs, ORIGIN_NAME, source, f"{where}[{index}]")
+        position = _json_int(attrs, ORIGIN_OUTPUT_INDEX, source, f"{where}[{index}]")
+        origins.append(None if name is None else (name, position or 0))
+    return tuple(origins)
 
 
 def _json_attrs(raw: Any, source: str, where: str) -> dict[str, Any]:

@@ -41,6 +41,9 @@ class Node:
     pass_name: list[str] = field(default_factory=list)
     pass_name_ub: str | None = None
     inner: list[Node] = field(default_factory=list)
+    #: The original (pre-fusion) nodes a fused node replaced, as GE's
+    #: ``_datadump_original_op_names`` lists them; empty for an unfused node.
+    original_names: list[str] = field(default_factory=list)
 
 
 class Graph:
@@ -122,6 +125,12 @@ class Graph:
         fused.name = last.name
         gone = {node.name for node in members}
         provenance: list[str] = []
+        originals: list[str] = []
+        for node in members:
+            for original in node.original_names or [node.name]:
+                if original not in originals:
+                    originals.append(original)
+        fused.original_names = originals
         for node in members:
             for pass_name in node.pass_name:
                 if pass_name not in provenance:

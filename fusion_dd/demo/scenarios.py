@@ -29,6 +29,8 @@ TRAIN_MODULE = "fusion_dd.demo.train"
 _LAYERNORM = frozenset({"LayerNormFusionPass"})
 _PAIR = frozenset({"CastRemoveFusionPass", "ZReduceMeanVarianceFusionPass"})
 _NAN = frozenset({"SoftmaxCrossEntropyWithLogitsPass"})
+_LAYERNORM_LAYERS = ("ln_a",)
+_PAIR_LAYERS = ("ln_a", "ln_b")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,13 @@ class Scenario:
     planted: tuple[frozenset[str], ...]
     steps: int = 120
     faults: frozenset[str] = field(default_factory=frozenset)
+    #: Per planted set, the layers (name scopes) its fault damages: where a tensor
+    #: comparison of the culprit's dump against the fix's must localize it. The
+    #: pair damages the variance of whichever of ln_a/ln_b no LayerNorm fusion took.
+    damaged: tuple[tuple[str, ...], ...] = ()
+    #: The step whose tensors the demo dumps: the first, or for a NaN fault the
+    #: step where the culprit's loss first turns non-finite (a user dumps that one).
+    dump_step: int = 1
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -54,6 +63,7 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             planted=(_LAYERNORM, _PAIR),
             faults=frozenset({FAULT_LAYERNORM_ONE_PASS_FP16, FAULT_VARIANCE_IN_INPUT_DTYPE}),
+            damaged=(_LAYERNORM_LAYERS, _PAIR_LAYERS),
         ),
         Scenario(
             name="layernorm",
@@ -63,6 +73,7 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             planted=(_LAYERNORM,),
             faults=frozenset({FAULT_LAYERNORM_ONE_PASS_FP16}),
+            damaged=(_LAYERNORM_LAYERS,),
         ),
         Scenario(
             name="pair",
@@ -72,6 +83,7 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             planted=(_PAIR,),
             faults=frozenset({FAULT_VARIANCE_IN_INPUT_DTYPE}),
+            damaged=(_PAIR_LAYERS,),
         ),
         Scenario(
             name="nan",
@@ -81,6 +93,8 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             planted=(_NAN,),
             faults=frozenset({FAULT_SOFTMAX_CE_FP16_NO_MAX}),
+            damaged=(("loss",),),
+            dump_step=31,
         ),
         Scenario(
             name="quick",
@@ -91,6 +105,7 @@ SCENARIOS: dict[str, Scenario] = {
             planted=(_LAYERNORM,),
             steps=40,
             faults=frozenset({FAULT_LAYERNORM_ONE_PASS_FP16}),
+            damaged=(_LAYERNORM_LAYERS,),
         ),
     )
 }

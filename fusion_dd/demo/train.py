@@ -30,6 +30,7 @@ SWITCH_ENV = "FUSION_DD_SWITCH_FILE"
 TRIAL_DIR_ENV = "FUSION_DD_TRIAL_DIR"
 METRICS_ENV = "FUSION_DD_METRICS_FILE"
 REPEAT_ENV = "FUSION_DD_REPEAT"
+DUMP_ENV = "FUSION_DD_DUMP_DIR"
 
 
 def switch_decision(switch: SwitchFile | None):
@@ -61,6 +62,14 @@ def _parser() -> argparse.ArgumentParser:
         "(seeded by --seed and FUSION_DD_REPEAT)",
     )
     parser.add_argument("--log-every", type=_positive_int, default=10, metavar="N")
+    parser.add_argument(
+        "--dump-dir",
+        metavar="DIR",
+        help=f"write an Ascend-style tensor dump of one step and the GE graph here (or {DUMP_ENV})",
+    )
+    parser.add_argument(
+        "--dump-step", type=_positive_int, metavar="N", help="step to dump (default: the scenario's, usually 1)"
+    )
     parser.add_argument(
         "--list-scenarios", action="store_true", help="describe the scenarios and exit"
     )
@@ -141,7 +150,13 @@ def run(argv: list[str] | None = None) -> int:
         f"{config.steps} steps",
         flush=True,
     )
-    result = run_training(config, decide, scenario.faults, on_step)
+    dump_dir = args.dump_dir or os.environ.get(DUMP_ENV) or None
+    on_forward = None
+    if dump_dir:
+        from .dump import DemoDumper
+
+        on_forward = DemoDumper(Path(dump_dir), args.dump_step or scenario.dump_step)
+    result = run_training(config, decide, scenario.faults, on_step, on_forward)
     write_fusion_result(trial_dir, result.stats.values())
     print(f"accuracy: {result.accuracy:.6f}", flush=True)
     _append_metric(metrics_path, {"step": config.steps, "accuracy": result.accuracy})

@@ -17,6 +17,7 @@ import numpy as np
 
 from .data import DataSpec, make_data
 from .executor import Program
+from .graph import Graph
 from .network import (
     NetSpec,
     build_eval_graph,
@@ -123,15 +124,18 @@ def run_training(
     decide: RuleDecision,
     faults: Faults = frozenset(),
     on_step: Callable[[int, float], None] | None = None,
+    on_forward: Callable[[int, Graph, list], None] | None = None,
 ) -> TrainResult:
     """Train once; ``decide(rule)`` says whether a fusion rule is switched on.
 
-    ``on_step(step, loss)`` is called every ``log_every`` steps and at the end.
+    ``on_step(step, loss)`` is called every ``log_every`` steps and at the end;
+    ``on_forward(step, graph, values)`` after every forward pass of the training
+    graph (the tensor dump hooks in there).
     Floating-point warnings are silenced: overflow and NaN are outcomes the demo
     reports through the loss and the accuracy, not through stderr.
     """
     with np.errstate(all="ignore"):
-        return _run(config, decide, faults, on_step)
+        return _run(config, decide, faults, on_step, on_forward)
 
 
 def _run(
@@ -139,6 +143,7 @@ def _run(
     decide: RuleDecision,
     faults: Faults,
     on_step: Callable[[int, float], None] | None,
+    on_forward: Callable[[int, Graph, list], None] | None = None,
 ) -> TrainResult:
     rng = np.random.default_rng([config.seed, 7])
     jitter = None
@@ -172,6 +177,8 @@ def _run(
         feeds["global"] = train.global_[idx]
         feeds["labels"] = train.labels[idx]
         values = step_program.forward(feeds)
+        if on_forward is not None:
+            on_forward(step, train_graph, values)
         loss = float(step_program.value(values, loss_name))
         params.store_grads(step_program.backward(seed_name))
         apply_node.attrs["lr"] = _learning_rate(config, step)

@@ -33,6 +33,11 @@ Metrics, from any framework::
     from fusion_dd.integrations import report_metric
     report_metric(step=step, loss=loss, accuracy=acc)
 
+Tensor dumps for ``fusion-dd compare`` where the framework has none::
+
+    from fusion_dd.integrations import dump_tensors
+    dump_tensors("encoder/layer_3/ln", output)   # a .npy under FUSION_DD_DUMP_DIR
+
 Compile caches: CANN re-reads a switch file only when its path changes, and
 compiled ``.om`` files and compile caches keep the fusion decisions of the run
 that built them. Disable them, or give every trial its own cache directory (for
@@ -49,9 +54,11 @@ from .frameworks import (
     apply_to_torchair,
     switch_file,
 )
+from .dump import DUMP_ENV, dump_tensors
 from .metrics import METRICS_ENV, report_metric
 
 __all__ = [
+    "DUMP_ENV",
     "GE_OPTION",
     "METRICS_ENV",
     "SWITCH_ENV",
@@ -60,6 +67,7 @@ __all__ = [
     "apply_to_tf1_session_config",
     "apply_to_tf2_npu_device",
     "apply_to_torchair",
+    "dump_tensors",
     "report_metric",
     "switch_file",
 ]

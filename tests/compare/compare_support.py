@@ -1,0 +1,65 @@
+"""Test-made runs: GE graph text and Ascend dump folders for a few named ops."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from dump_writer import op_file, write
+from google.protobuf import text_format
+
+from fusion_dd.ascend.ge_schema import message_class
+
+
+@dataclass
+class Op:
+    """One op of a test run: graph provenance and its output values."""
+
+    name: str
+    type: str
+    value: np.ndarray | None = None
+    inputs: tuple[str, ...] = ()
+    pass_name: tuple[str, ...] = ()
+    pass_name_ub: str | None = None
+    originals: tuple[str, ...] = ()
+    origin: tuple[str, int] | None = None
+    fmt: int = 2
+    stored: np.ndarray | None = None  # device-layout data when fmt is not plain
+    extra: dict = field(default_factory=dict)
+
+
+def graph_text(ops: list[Op], name: str = "net") -> str:
+    model = message_class("ModelDef")()
+    model.name = name
+    graph = model.graph.add()
+    graph.name = name
+    for spec in ops:
+        op = graph.op.add()
+        op.name, op.type = spec.name, spec.type
+        op.input.extend(f"{source}:0" for source in spec.inputs)
+        if spec.pass_name:
+            op.attr["pass_name"].list.s.extend(p.encode() for p in spec.pass_name)
+        if spec.pass_name_ub:
+            op.attr["pass_name_ub"].s = spec.pass_name_ub.encode()
+        if spec.originals:
+            op.attr["_datadump_original_op_names"].list.s.extend(o.encode() for o in spec.originals)
+        desc = op.output_desc.add()
+        if spec.origin:
+            desc.attr["_datadump_origin_name"].s = spec.origin[0].encode()
+            desc.attr["_datadump_origin_output_index"].i = spec.origin[1]
+    return text_format.MessageToString(model)
+
+
+def write_run(root: Path, ops: list[Op], step: int = 0, model: str = "net", model_id: int = 1) -> Path:
+    """Dump files for every op with a value, plus ``ge_proto_..._Build.txt``; returns the graph path."""
+    folder = root / "20260101000000" / "0" / model / str(model_id) / str(step)
+    for task, spec in enumerate(ops):
+        if spec.value is None:
+            continue
+        data = spec.stored if spec.stored is not None else spec.value
+        tensor = {"data": data, "format": spec.fmt, "original_shape": spec.value.shape, "origin": spec.origin}
+        write(op_file(folder, spec.type, spec.name, task, 1000 + task), spec.name, [tensor])
+    graph = root / f"ge_proto_00000001_graph_{model_id}_Build.txt"
+    graph.write_text(graph_text(ops, model), encoding="utf-8")
+    return graph
