@@ -504,8 +504,37 @@ def read_curve(
     return sorted(by_step.items())
 
 
+class LossCurveHook:
+    """Journal a baseline training's loss curve when it ends (an artifact hook, ``fusion_dd.hooks``).
+
+    Early stopping compares every later training with the baseline's curve; as
+    a journaled fact it survives resume without reading the baseline's files
+    again (and without them being on the coordinator's disk). At most
+    ``MAX_CURVE_POINTS`` points are kept, evenly spread, the last one included.
+    """
+
+    name = "loss_curve"
+
+    def __init__(self, step_pattern: re.Pattern[str] | None = None) -> None:
+        self.step_pattern = step_pattern
+
+    def collect(self, files: Any) -> dict[str, Any]:
+        if files.role != "baseline":
+            return {}
+        curve = read_curve(files.trial_dir, self.step_pattern)
+        if len(curve) > MAX_CURVE_POINTS:
+            stride = len(curve) / MAX_CURVE_POINTS
+            kept = {int(i * stride) for i in range(MAX_CURVE_POINTS)} | {len(curve) - 1}
+            curve = [curve[i] for i in sorted(kept)]
+        return {"curve": [[step, loss] for step, loss in curve]}
+
+
+MAX_CURVE_POINTS = 5000
+
+
 __all__ = [
     "Baseline",
+    "LossCurveHook",
     "EarlyStopRule",
     "Judge",
     "ReportReader",

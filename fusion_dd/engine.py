@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from . import __version__
 from .config import SearchConfig
 from .errors import UsageError
-from .early_stop import envelope, read_curve
+from .early_stop import LossCurveHook, envelope, read_curve
 from .executor import Device, DevicePool, run_batch
 from .journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .metrics import MetricSpec
@@ -114,7 +114,9 @@ class Engine:
         self.backend = backend or backend_for(config)
         self.launcher: Launcher = launcher or LocalLauncher()
         self.rules = list(config.rules)
-        self._hooks = list(self.backend.hooks(self.rules))
+        self._hooks: list[Any] = list(self.backend.hooks(self.rules))
+        if config.early_stop is not None and config.early_stop.active and config.score.baseline_metric is None:
+            self._hooks.append(LossCurveHook(config.early_stop.step_pattern))
         self.rule_by_name = {rule.name: rule for rule in self.rules}
         self.metric_spec = MetricSpec.from_text(
             config.metric.pattern, config.metric.key, config.metric.goal, config.metric.loss_pattern
@@ -434,9 +436,15 @@ class Engine:
         cache = self.state.cache()
         keys = [(frozenset(), repeat) for repeat in range(self.config.score.baseline_repeats)]
         if all(key in cache for key in keys):
-            self._baseline_curve = envelope(
-                read_curve(self.state_dir / cache[key].trial_dir, rule.step_pattern) for key in keys
-            )
+            self._baseline_curve = envelope(self._curve_of(cache[key], rule.step_pattern) for key in keys)
+
+    def _curve_of(self, trial: TrialState, step_pattern: Any) -> list[tuple[int, float]]:
+        """A baseline's loss curve as its hook journaled it; read from its files only for a journal
+        written before curves were journaled."""
+        facts = ((trial.finished or {}).get("artifacts") or {}).get("loss_curve")
+        if isinstance(facts, dict) and "curve" in facts:
+            return [(int(step), float(loss)) for step, loss in facts["curve"]]
+        return read_curve(self.state_dir / trial.trial_dir, step_pattern)
 
     def _adopt_orphans(self) -> None:
         """Trainings an earlier coordinator left running: take their results, never rerun them needlessly."""

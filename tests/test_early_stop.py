@@ -507,3 +507,37 @@ def test_a_failing_monitor_is_switched_off_and_the_training_runs_on(tmp_path: Pa
         run = handle.wait(poll=0.05, monitor=broken)
     assert run.succeeded and run.early_stop is None
     assert handle.monitor_error == "RuntimeError: bug in a log reader"
+
+
+def test_the_baseline_curve_is_journaled_by_a_hook_and_capped(tmp_path: Path) -> None:
+    from fusion_dd.early_stop import MAX_CURVE_POINTS, LossCurveHook
+    from fusion_dd.hooks import TrialFiles
+
+    lines = "".join(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\n" for step in range(12000))
+    (tmp_path / "metrics.jsonl").write_text(lines)
+    hook = LossCurveHook()
+    assert hook.collect(TrialFiles(tmp_path, frozenset(), "search")) == {}  # only baselines are compared with
+    curve = hook.collect(TrialFiles(tmp_path, frozenset(), "baseline"))["curve"]
+    assert len(curve) <= MAX_CURVE_POINTS + 1
+    assert curve[0] == [0, 1.0] and curve[-1] == [11999, 1.0 / 12000]
+    assert [step for step, _ in curve] == sorted({step for step, _ in curve})
+    json.dumps(curve)
+
+
+def test_early_stop_on_resume_uses_the_journaled_curve_not_the_files(tmp_path: Path) -> None:
+    """The baseline's files may be gone on resume (another host, cleaned up): its curve is in the journal."""
+    from test_cli import CULPRIT, fusion_dd, write_config
+
+    write_config(tmp_path, "--culprits", CULPRIT, budget=3, early_stop={"divergence": 3.0, "patience": 2})
+    first = fusion_dd("search", cwd=tmp_path)
+    assert first.returncode == 3, first.stderr
+    state = tmp_path / ".fusion-dd"
+    journal = [json.loads(line) for line in (state / "journal.jsonl").read_text().splitlines()]
+    started = {r["trial_id"]: r for r in journal if r["type"] == "trial_started"}
+    baseline = [r for r in journal if r["type"] == "trial_finished" and started[r["trial_id"]]["role"] == "baseline"]
+    assert baseline and all(r["artifacts"]["loss_curve"]["curve"] for r in baseline)
+    for record in baseline:  # gone from the coordinator's disk
+        (state / started[record["trial_id"]]["trial_dir"] / "metrics.jsonl").unlink()
+        (state / started[record["trial_id"]]["trial_dir"] / "output.log").write_text("")
+    second = fusion_dd("resume", "--budget", "40", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
