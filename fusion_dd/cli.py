@@ -8,6 +8,7 @@ answer too), 2 usage or config error, or a training that does not run
 from __future__ import annotations
 
 import math
+import os
 import shlex
 import signal
 import sys
@@ -299,7 +300,14 @@ def rules(
     if candidates.dropped:
         names = ", ".join(rule.name for rule in candidates.dropped)
         typer.echo(f"fusion-dd: left out because they never fired (keep them with --keep-unfired): {names}", err=True)
-    typer.echo(format_rules(candidates, output_format), nl=False)
+    typer.echo(format_rules(candidates, output_format, autofuse=_autofuse_enabled()), nl=False)
+
+
+def _autofuse_enabled() -> bool:
+    """AutoFuse is on in the environment trainings inherit: offer its switch points as candidates."""
+    from .backends.autofuse import FLAGS_ENV, user_enables_autofuse
+
+    return user_enables_autofuse(os.environ.get(FLAGS_ENV))
 
 
 @app.command(help=COMPARE_HELP)
@@ -351,7 +359,11 @@ def init(
         except ValueError as exc:
             raise UsageError(f"--command: cannot split {command!r} ({exc})") from None
     text = render_init_config(
-        rules=found, sources=[str(path) for path in sources], command=argv, framework=framework
+        rules=found,
+        sources=[str(path) for path in sources],
+        command=argv,
+        framework=framework,
+        autofuse=_autofuse_enabled(),
     )
     output.write_text(text, encoding="utf-8")
     typer.echo(f"wrote {output} ({len(found)} candidate rules); check it with: fusion-dd search --dry-run -c {output}")

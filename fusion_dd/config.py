@@ -21,7 +21,7 @@ import yaml
 from .early_stop import EarlyStopRule
 from .errors import UsageError
 from .metrics import DEFAULT_LOSS_PATTERN
-from .rules import Rule, Section, name_problem
+from .rules import AUTOFUSE_POINTS, Rule, Section, name_problem
 from .safe_read import SMALL_FILE_BYTES, read_text, too_deep
 from .switch import SwitchFile, load_switch_file
 
@@ -42,6 +42,7 @@ _SCHEMA: dict[str, Any] = {
     "rules": {
         "GraphFusion": None,
         "UBFusion": None,
+        "AutoFuse": None,
         "base_cfg": None,
         "from": None,
         "keep_unfired": None,
@@ -479,13 +480,34 @@ def _read_rules(
             listed.remove(warning.rule)
     warnings.extend(_unknown_names(reader, unknown, policy))
     rules.extend(rule for rule in listed if rule.name not in seen)
+    rules.extend(_autofuse_points(reader, section.get(Section.AUTOFUSE.value)))
     if not rules:
         raise reader.error(
             "rules",
             "no candidate rules: list pass names under rules.GraphFusion / "
-            "rules.UBFusion (or rules.from: [fusion_result.json])",
+            "rules.UBFusion (or rules.from: [fusion_result.json]), or AutoFuse switch points under "
+            "rules.AutoFuse",
         )
     return tuple(rules), tuple(warnings)
+
+
+def _autofuse_points(reader: _Reader, names: Any) -> list[Rule]:
+    """``rules.AutoFuse``: AutoFuse switch points as candidates (any of elemwise, reduce, concat)."""
+    if names is None:
+        return []
+    key = f"rules.{Section.AUTOFUSE.value}"
+    if not isinstance(names, list):
+        raise reader.error(key, f"must be a list of AutoFuse switch points ({', '.join(AUTOFUSE_POINTS)})")
+    points: list[Rule] = []
+    for index, name in enumerate(names):
+        if name not in AUTOFUSE_POINTS:
+            raise reader.error(
+                f"{key}[{index}]", f"{name!r} is not an AutoFuse switch point: use {', '.join(AUTOFUSE_POINTS)}"
+            )
+        if any(rule.name == name for rule in points):
+            raise reader.error(key, f"duplicate switch point {name!r}")
+        points.append(Rule(name, Section.AUTOFUSE))
+    return points
 
 
 def _unknown_names(reader: _Reader, unknown: list[tuple[str, str]], policy: str) -> list[str]:

@@ -318,7 +318,7 @@ class Engine:
             command=self.config.train.command,
             workdir=self.config.train.workdir,
             base_dir=self.config.base_dir,
-            env=self.config.train.env,
+            env={**self.config.train.env, **rendered.env},
             device=tuple(device),
             device_env=self.config.train.device_env,
             timeout=self.config.train.timeout,
@@ -688,6 +688,7 @@ class Engine:
             launch=self._launch_batch,
             remaining_budget=self.remaining_budget,
             repeats=self.config.search.confirm != "off",
+            realize=lambda config: self.backend.realize(self.rules, config),
         )
         pre, extra = self._settle_references()
         if pre is None:
@@ -746,6 +747,11 @@ class Engine:
 
     def _finish(self, status: str, pre: Preconditions, result: CulpritSearch | None) -> SearchResult:
         report = self._report(status, pre, result)
+        if status == "found" and result is not None:
+            # What the user exports beside the fix cfg (CANN: AUTOFUSE_FLAGS when AutoFuse points are candidates).
+            fix_env = self.backend.render(self.rules, sorted(result.fix)).env
+            if fix_env:
+                report["fix_env"] = dict(fix_env)
         self._append({"type": "search_finished", "status": status, "report": report})
         return self._write(status, EXIT_OK, report)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from .rules import Rule, Section
+from .rules import AUTOFUSE_POINTS, Rule, Section
 
 # framework -> (device variable, the line the training needs)
 FRAMEWORKS: dict[str, tuple[str, str]] = {
@@ -54,8 +54,9 @@ def render_init_config(
     command: Sequence[str] | None = None,
     framework: str = "generic",
     devices: Sequence[str] = ("0",),
+    autofuse: bool = False,
 ) -> str:
-    """The text of a new ``fusion-dd.yaml``."""
+    """The text of a new ``fusion-dd.yaml``; ``autofuse``: AutoFuse is on, offer its switch points."""
     device_env, wiring = FRAMEWORKS[framework]
     argv = list(command) if command else ["python", "train.py", "--fusion-switch", "{switch_file}"]
     if not any("{switch_file}" in arg for arg in argv):
@@ -71,6 +72,11 @@ def render_init_config(
         rules_block = (
             "  GraphFusion: []   # e.g. [ConvBatchnormFusionPass, SoftmaxFusionPass]\n"
             "  UBFusion: []      # e.g. [TbeEltwiseFusionPass]"
+        )
+    if autofuse:
+        rules_block += (
+            f"\n  {Section.AUTOFUSE.value}: [{', '.join(AUTOFUSE_POINTS)}]   "
+            "# AUTOFUSE_FLAGS switches AutoFuse on: its switch points are candidates too"
         )
     return f"""\
 # fusion-dd.yaml: which fusion rules break my network's accuracy?

@@ -7,6 +7,7 @@ report can always be rebuilt from the journal alone.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from .switch import SwitchFile, render_switch
 
 REPORT_NAME = "report.json"
 FIX_NAME = "fusion_switch.cfg"
+AUTOFUSE_FLAGS_NAME = "autofuse_flags.txt"  # the fix's AUTOFUSE_FLAGS value, when AutoFuse points were candidates
 
 STATUS_TEXT = {
     "found": "culprits found",
@@ -326,6 +328,12 @@ def write_outputs(
         tmp = fix_path.with_name(f".{FIX_NAME}.tmp")
         tmp.write_text(render_switch(rules, enabled, base), encoding="utf-8")
         tmp.replace(fix_path)
+        flags = (report.get("fix_env") or {}).get("AUTOFUSE_FLAGS")
+        if flags is not None:
+            flags_path = state_dir / AUTOFUSE_FLAGS_NAME
+            tmp = flags_path.with_name(f".{AUTOFUSE_FLAGS_NAME}.tmp")
+            tmp.write_text(flags + "\n", encoding="utf-8")
+            tmp.replace(flags_path)
     return report_path, fix_path
 
 
@@ -381,6 +389,8 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         lines.append("")
         lines.append(f"  fix config ({verified}): {where}")
         lines.append(f"  switched off: {', '.join(report['switched_off']) or 'nothing'}; every other fusion stays on")
+        for name, value in (report.get("fix_env") or {}).items():
+            lines.append(f"  and in the training's environment: export {name}={shlex.quote(value)}")
         if report.get("hitting_set") == "greedy":
             lines.append("  (chosen greedily: too many overlapping culprit sets for an exact search, so fewer may suffice)")
     if report.get("may_hide"):

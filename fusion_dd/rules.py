@@ -14,10 +14,16 @@ from importlib import resources
 
 
 class Section(str, enum.Enum):
-    """The two sections of ``fusion_switch.cfg``; the value is CANN's spelling."""
+    """Where a rule is switched: the two sections of ``fusion_switch.cfg``, or AutoFuse.
+
+    The value is CANN's spelling. ``AutoFuse`` is CANN's second fusion mechanism
+    (8.3 and later), switched by the ``AUTOFUSE_FLAGS`` environment variable, not
+    by the switch file; its switch points are ``AUTOFUSE_POINTS``.
+    """
 
     GRAPH = "GraphFusion"
     UB = "UBFusion"
+    AUTOFUSE = "AutoFuse"
 
     def __str__(self) -> str:
         return self.value
@@ -30,12 +36,13 @@ class Section(str, enum.Enum):
             "graph_fusion": cls.GRAPH,
             "UBFusion": cls.UB,
             "ub_fusion": cls.UB,
+            "AutoFuse": cls.AUTOFUSE,
         }
         try:
             return aliases[text]
         except KeyError:
             raise ValueError(
-                f"unknown fusion section {text!r}: use GraphFusion or UBFusion"
+                f"unknown fusion section {text!r}: use GraphFusion, UBFusion or AutoFuse"
             ) from None
 
 
@@ -51,6 +58,12 @@ class Rule:
 
     def to_json(self) -> dict[str, str]:
         return {"name": self.name, "section": self.section.value}
+
+
+# AutoFuse's switch points: ``elemwise`` is AutoFuse as a whole (--enable_autofuse,
+# Elemwise and Broadcast fusion), ``reduce`` and ``concat`` its optional capabilities
+# (--autofuse_enable_pass / --autofuse_disable_pass), which need ``elemwise`` on.
+AUTOFUSE_POINTS = ("elemwise", "reduce", "concat")
 
 
 def name_problem(name: object) -> str | None:

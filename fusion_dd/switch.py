@@ -181,6 +181,8 @@ def render_switch(
                 if (name, section) not in candidate_keys:
                     sections[section.value][name] = "on" if on else "off"
     for rule in sorted(candidate_list):
+        if rule.section is Section.AUTOFUSE:
+            continue  # AutoFuse is switched by AUTOFUSE_FLAGS, never by this file
         sections[rule.section.value][rule.name] = (
             "on" if rule in enabled_set else "off"
         )

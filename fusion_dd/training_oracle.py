@@ -43,6 +43,7 @@ class TrainingOracle:
         margin: float = 0.0,
         repeats: bool = True,
         lanes: LanePlan | None = None,
+        realize: Callable[[frozenset[Rule]], frozenset[Rule]] | None = None,
     ) -> None:
         self.threshold = threshold
         self.crash_is_failure = crash_is_failure
@@ -57,6 +58,9 @@ class TrainingOracle:
         # The parallelism each question was asked with (journaled by the engine): the
         # strategy reads it to build the question, the oracle moves it on per question.
         self.lanes = lanes
+        # The configuration the compiler really trains for the one asked (the
+        # backend's ``realize``): answers and repeats are keyed on it.
+        self._realize = realize or (lambda config: config)
 
     def _question(self) -> None:
         if self.lanes is not None:
@@ -97,7 +101,7 @@ class TrainingOracle:
 
     def note_asked(self, config: frozenset[Rule], count: int) -> None:
         """Count trainings made outside the strategy (the reference runs) as asked in this session."""
-        names = _names(config)
+        names = _names(self._realize(frozenset(config)))
         self._asked[names] = max(self._asked.get(names, 0), count)
 
     def _mark_asked(self, configs: Sequence[frozenset[Rule]]) -> None:
@@ -144,7 +148,7 @@ class TrainingOracle:
 
     def first_failing(self, configs: Sequence[frozenset[Rule]]) -> int | None:
         self._question()
-        configs = [frozenset(config) for config in configs]
+        configs = [self._realize(frozenset(config)) for config in configs]
         while True:
             # Walk in order: the answer is known once every configuration before
             # the first failure is settled. Only those still need training.
@@ -178,7 +182,7 @@ class TrainingOracle:
 
     def outcomes(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
         self._question()
-        configs = [frozenset(config) for config in configs]
+        configs = [self._realize(frozenset(config)) for config in configs]
         verdicts = self._settle([(config, 0) for config in configs])
         self._mark_asked(configs)
         return verdicts
@@ -186,7 +190,7 @@ class TrainingOracle:
     def retest(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
         """The next repeat of each configuration (a configuration listed twice gets two)."""
         self._question()
-        configs = [frozenset(config) for config in configs]
+        configs = [self._realize(frozenset(config)) for config in configs]
         next_repeat = dict(self._asked)
         requests: list[tuple[frozenset[Rule], int]] = []
         for config in configs:
@@ -200,6 +204,7 @@ class TrainingOracle:
 
     def trials(self, config: frozenset[Rule]) -> list[Observation]:
         """Every training of ``config`` asked in this session, in repeat order."""
+        config = self._realize(frozenset(config))
         observations = []
         for repeat in range(self._asked.get(_names(config), 0)):
             trial = self._cached(_key(config, repeat))

@@ -13,19 +13,30 @@ import json
 import yaml
 
 from ..errors import UsageError
+from ..rules import AUTOFUSE_POINTS, Section
 from .candidates import CandidateSet
 
 FORMATS = ("yaml", "txt", "json")
+_AUTOFUSE_NOTE = "# AUTOFUSE_FLAGS switches AutoFuse on here: its switch points are candidates too"
 
 
-def format_rules(candidates: CandidateSet, fmt: str = "yaml") -> str:
-    """The candidate set as YAML, text or JSON."""
+def format_rules(candidates: CandidateSet, fmt: str = "yaml", autofuse: bool = False) -> str:
+    """The candidate set as YAML, text or JSON.
+
+    ``autofuse``: AutoFuse is on where the training runs (``AUTOFUSE_FLAGS``), so its
+    switch points are offered as candidates too: no artifact lists them.
+    """
     if fmt == "yaml":
-        return _yaml(candidates)
+        text = _yaml(candidates)
+        return text + (f"  {Section.AUTOFUSE.value}: [{', '.join(AUTOFUSE_POINTS)}]  {_AUTOFUSE_NOTE}\n" if autofuse else "")
     if fmt == "txt":
-        return _txt(candidates)
+        text = _txt(candidates)
+        return text + "".join(f"{point} {Section.AUTOFUSE.value}\n" for point in AUTOFUSE_POINTS) if autofuse else text
     if fmt == "json":
-        return _json(candidates)
+        document = json.loads(_json(candidates))
+        if autofuse:
+            document["rules"][Section.AUTOFUSE.value] = list(AUTOFUSE_POINTS)
+        return json.dumps(document, indent=2) + "\n"
     raise UsageError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
 
 

@@ -10,6 +10,8 @@ off". A backend turns that into what its compiler reads and back:
 * ``hooks``: the artifact hooks that turn a trial's files into journaled facts
   (CANN: ``fusion_result.json`` as the proof the switch file was applied, and
   how often each rule fused), see ``fusion_dd.hooks``;
+* ``realize``: the configuration really trained when one is asked for (CANN:
+  AutoFuse's reduce and concat do nothing while AutoFuse is off);
 * ``chooser``: which rule of an interacting set to switch off, given the all-on
   run's journaled fusion counts (CANN: the rule that fused the fewest places,
   else a UBFusion rule, else the first by name).
@@ -35,11 +37,15 @@ class Rendered:
 
     ``switch_text`` is written to the trial's switch file (``{switch_file}``);
     ``env_defaults`` are set in the training's environment unless the user set
-    them (values may hold placeholders such as ``{trial_dir}``).
+    them (values may hold placeholders such as ``{trial_dir}``); ``env`` is set
+    whatever the user set (it already merges the user's value where one
+    variable carries both, CANN's ``AUTOFUSE_FLAGS``). For the fix, ``env`` is
+    what the user must export beside the switch file.
     """
 
     switch_text: str
     env_defaults: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 class CompilerBackend(Protocol):
@@ -49,16 +55,22 @@ class CompilerBackend(Protocol):
 
     def render(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> Rendered: ...
 
+    def realize(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> frozenset[Rule]:
+        """The configuration the compiler really trains when ``enabled`` is asked for
+        (the search's cache and journal key on it)."""
+        ...
+
     def hooks(self, candidates: Sequence[Rule]) -> Sequence[ArtifactHook]: ...
 
     def chooser(self, effects: Mapping[Rule, int]) -> Chooser: ...
 
 
 def backend_for(config: object) -> CompilerBackend:
-    """The backend of a search: CANN, the only one so far (the config's base cfg is its input)."""
+    """The backend of a search: CANN, the only one so far (base cfg and the user's env are its inputs)."""
     from .cann import CannBackend
 
-    return CannBackend(base_cfg=getattr(config, "base_cfg", None))
+    train = getattr(config, "train", None)
+    return CannBackend(base_cfg=getattr(config, "base_cfg", None), user_env=getattr(train, "env", None))
 
 
 __all__ = ["CompilerBackend", "Rendered", "backend_for"]

@@ -1,4 +1,4 @@
-"""The CANN backend: fusion_switch.cfg, ASCEND_WORK_PATH, fusion_result.json, UBFusion first.
+"""The CANN backend: fusion_switch.cfg and AUTOFUSE_FLAGS, ASCEND_WORK_PATH, fusion_result.json.
 
 Ascend's graph compiler reads a JSON switch file with a ``GraphFusion`` and a
 ``UBFusion`` section (DESIGN.md 2.1); candidates carry their section as their
@@ -7,10 +7,13 @@ unless the user set one), because a shared one lets a trial reuse another's
 fusion decisions. After a trial its ``fusion_result.json`` is the proof that
 the switch file was applied, and its ``effect_times`` say how often each rule
 fused; both become journaled facts through the ``fusion_result`` hook.
+AutoFuse switch points (``rules.AutoFuse``) are rendered into ``AUTOFUSE_FLAGS``
+instead (``fusion_dd.backends.autofuse``).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -21,16 +24,44 @@ from ..rules import Rule, Section
 from ..search.culprits import Chooser, choose_off_by_effect, preferring
 from ..switch import SwitchFile, render_switch
 from . import Rendered
+from .autofuse import CAPABILITIES, FLAGS_ENV, realize, render_flags
 
 WORK_PATH_ENV = "ASCEND_WORK_PATH"
 
+def _kernel_level(rule: object) -> bool:
+    section = getattr(rule, "section", None)
+    return section is Section.UB or (section is Section.AUTOFUSE and getattr(rule, "name", "") in CAPABILITIES)
+
+
 # Switching off a UBFusion rule only stops kernels being merged in the unified
 # buffer: the graph every other pass sees stays the same, while switching off a
-# GraphFusion rewrite can change which later fusions match.
+# GraphFusion rewrite can change which later fusions match. Likewise AutoFuse's
+# reduce or concat capability rather than AutoFuse as a whole (elemwise).
 UB_FIRST = preferring(
-    lambda rule: getattr(rule, "section", None) is Section.UB,
-    "a UBFusion rule, whose switch-off leaves the graph seen by the other passes unchanged",
+    _kernel_level,
+    "a UBFusion rule (or an AutoFuse capability), whose switch-off leaves the graph seen by the other "
+    "passes unchanged",
 )
+
+
+def _explain_autofuse(choose: Chooser) -> Chooser:
+    """Say why {elemwise, reduce} is a pair: reduce and concat work only with AutoFuse on."""
+
+    def explained(culprit_set: frozenset) -> tuple[object, str]:
+        rule, reason = choose(culprit_set)
+        names = {getattr(r, "name", None) for r in culprit_set if getattr(r, "section", None) is Section.AUTOFUSE}
+        needing = sorted(names & set(CAPABILITIES))
+        if "elemwise" in names and needing:
+            reason += (
+                f" (AutoFuse's {' and '.join(needing)} fusion works only with AutoFuse on, "
+                "--enable_autofuse=true, which is the elemwise switch point: the fault is in "
+                f"{' or '.join(needing)} fusion)"
+            )
+        return rule, reason
+
+    if hasattr(choose, "effects"):
+        explained.effects = choose.effects  # type: ignore[attr-defined]
+    return explained
 
 
 class FusionResultHook:
@@ -68,17 +99,25 @@ class CannBackend:
 
     name = "cann"
 
-    def __init__(self, base_cfg: SwitchFile | None = None) -> None:
+    def __init__(self, base_cfg: SwitchFile | None = None, user_env: Mapping[str, str] | None = None) -> None:
         self.base_cfg = base_cfg
+        # The AUTOFUSE_FLAGS the training would get without us: the config's, else ours.
+        self.user_flags = (user_env or {}).get(FLAGS_ENV, os.environ.get(FLAGS_ENV))
 
     def render(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> Rendered:
+        enabled = list(enabled)
+        flags = render_flags(candidates, enabled, self.user_flags)
         return Rendered(
             switch_text=render_switch(candidates, enabled, self.base_cfg),
             env_defaults={WORK_PATH_ENV: "{trial_dir}"},
+            env={FLAGS_ENV: flags} if flags is not None else {},
         )
+
+    def realize(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> frozenset[Rule]:
+        return realize(candidates, enabled, self.user_flags)
 
     def hooks(self, candidates: Sequence[Rule]) -> Sequence[FusionResultHook]:
         return [FusionResultHook(candidates)]
 
     def chooser(self, effects: Mapping[Rule, int]) -> Chooser:
-        return choose_off_by_effect(effects, fallback=UB_FIRST) if effects else UB_FIRST
+        return _explain_autofuse(choose_off_by_effect(effects, fallback=UB_FIRST) if effects else UB_FIRST)
