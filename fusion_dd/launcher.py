@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from .broken import log_tail
 from .early_stop import EarlyStopRule, make_monitor
 from .hooks import ArtifactHook, TrialFiles, collect_artifacts
 from .metrics import MetricSpec, classify, read_metric
@@ -159,21 +160,8 @@ def result_of(run: TrialRun, request: TrialRequest) -> TrialResult:
         log=Path(run.log_path).name,
         early_stop=run.early_stop,
         artifacts=artifacts,
-        log_tail=_tail(Path(run.log_path)),
+        log_tail=tuple(log_tail(Path(run.log_path), LOG_TAIL_LINES, _LOG_TAIL_BYTES)),
     )
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> tuple[str, ...]:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - _LOG_TAIL_BYTES))
-            data = handle.read()
-    except OSError:
-        return ()
-    text = data.decode("utf-8", errors="replace").splitlines()
-    return tuple(line[:500] for line in text[-lines:])
 
 
 class LocalHandle:
