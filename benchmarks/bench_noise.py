@@ -374,7 +374,7 @@ def render(
             "that one training reports the wrong outcome. Gaussian noise: metric 1 above/below the threshold "
             "plus N(0, σ); a margin marks readings that close to the threshold, which count half and are "
             "re-trained. Policies: `auto` (default: re-train contradictions, interaction claims and "
-            "near-threshold readings; once noise was seen, every claim on two agreeing trainings of its own), "
+            "near-threshold readings; once noise was seen, every claim on three agreeing trainings of its own), "
             "`strict` (every final claim on two agreeing trainings), `off` (one training per configuration)."
         ),
         "",
@@ -399,8 +399,8 @@ def render(
             "a spurious extra set or pair. That costs 4 more trainings for the mixed case (one independent "
             "culprit plus a pair: 36 against the limit of 32 set before noise was handled) and nothing for "
             "one culprit. Three flips that contradict nothing (a prefix, the single, the fix) still give a "
-            "wrong answer that claims a verified fix, and after an inconsistency each claim needs two "
-            "agreeing trainings of its own, which two flips of the same configuration can still fake."
+            "wrong answer that claims a verified fix, and after an inconsistency each claim needs three "
+            "agreeing trainings of its own, which three flips of the same configuration can still fake."
         ),
         "",
         f"The same at flips 10% ({target_seeds} seeds):",

@@ -81,7 +81,8 @@ class CulpritSearch(Generic[T]):
     of every disagreement (flaky configurations and failing configurations with
     a passing superset) with the trainings and the majority's verdicts;
     ``confirmed`` says every claim of the answer (each set fails, each
-    single-rule removal passes, the fix passes) rests on two agreeing trainings;
+    single-rule removal passes, the fix passes) rests on two agreeing trainings
+    (three once the run has shown noise);
     ``replays`` counts the times a changed verdict made the search start over.
 
     ``no_failure``: the universe itself was asked and does not fail (the
@@ -616,7 +617,7 @@ def find_culprits(
 
 def _claim_holds(guard: NoiseGuard[T] | None, progress: _Progress[T], order: list[T]) -> bool:
     """Whether "the fix passes" may be claimed: once the run has shown noise (a reference
-    included), only on two agreeing trainings of the fix itself (``NoiseGuard.verified``)."""
+    included), only on three agreeing trainings of the fix itself (``NoiseGuard.verified``)."""
     if guard is None:
         return True
     return guard.verified(frozenset(r for r in order if r not in progress.switched_off))

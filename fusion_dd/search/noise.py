@@ -48,7 +48,9 @@ The rules, and why:
   budgets (one culprit among 256 in 12 trainings). So the final answer is
   confirmed that strictly (``confirm="strict"``) on request, and automatically
   (``"auto"``) once the run has shown noise (a configuration that both passed
-  and failed); then every claim needs two agreeing trainings of its own.
+  and failed); then every claim needs three agreeing trainings of its own
+  (two flips of one configuration are then the likeliest way left to a wrong
+  claim: a third training makes that three).
   Without noise, claims supported by monotonicity (a failing subset, a passing
   superset) need nothing more, except where two aligned flips would contradict
   nothing: a set found by a second or later search (a false FAIL of the fix
@@ -59,9 +61,9 @@ The rules, and why:
 - **The references count.** The engine settles the two references (all off,
   all on) by majority before the search (``fusion_dd.scoring.reference_decision``);
   when their own trainings disagreed, the run has shown noise before its first
-  question, so every claim needs two agreeing trainings from the start. With
+  question, so every claim needs three agreeing trainings from the start. With
   noise seen, a fix is only claimed verified (``verified``) and an answer only
-  ``confirmed`` on two agreeing trainings of each claimed configuration itself.
+  ``confirmed`` on three agreeing trainings of each claimed configuration itself.
 - **Revise, then replay.** A verdict that changes after the strategy was told
   raises ``Revised``; ``find_culprits`` then runs the search again from the
   start, which costs nothing (every answer is remembered) and follows the
@@ -506,7 +508,7 @@ class NoiseGuard(Generic[T]):
             trained = self._reference_obs.get(config)
             if direct and trained:  # a reference's own trainings, as its majority counted them
                 return sum(o.outcome is self._given[config] for o in trained)
-            return 2  # settled before the search, or given as a known metric
+            return self._witnesses()  # settled before the search, or given as a known metric
         if direct:
             return self._agreeing(config) if self._fails(config) == fails and config in self._verdict else 0
         wanted = Outcome.FAIL if fails else Outcome.PASS
@@ -555,16 +557,21 @@ class NoiseGuard(Generic[T]):
         return list(claimed.items())
 
     def confirmed(self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T]) -> bool:
-        """Whether every claim of the answer rests on two agreeing trainings and holds.
+        """Whether every claim of the answer rests on enough agreeing trainings (``_witnesses``) and holds.
 
         Once the run has shown noise the two trainings must be of the claim's own
         configuration: support implied by monotonicity is two chances for a flip.
         """
         direct = self.flaky
         return all(
-            self.support(c, fails, direct) >= 2 and (self.verdict(c) is None or self._fails(c) == fails)
+            self.support(c, fails, direct) >= self._witnesses() and (self.verdict(c) is None or self._fails(c) == fails)
             for c, fails in self.claims(culprit_sets, fix)
         )
+
+    def _witnesses(self) -> int:
+        """Agreeing trainings a final claim needs: two; three once the run has shown noise,
+        where two flips of one configuration are the likeliest way left to a wrong claim."""
+        return 3 if self.flaky else 2
 
     def verified(self, fix: frozenset[T]) -> bool:
         """Whether "``fix`` passes" may be claimed: its verdict is PASS and, once the run
@@ -572,7 +579,7 @@ class NoiseGuard(Generic[T]):
         fix = frozenset(fix)
         if self.verdict(fix) is not Outcome.PASS:
             return False
-        return not self.flaky or self.support(fix, False, direct=True) >= 2
+        return not self.flaky or self.support(fix, False, direct=True) >= self._witnesses()
 
     def confirm_single_removals(self, culprit_sets: Sequence[frozenset[T]]) -> None:
         """An interacting pair claims that each of its rules passes alone: two trainings of each.
@@ -603,7 +610,7 @@ class NoiseGuard(Generic[T]):
     ) -> None:
         """Train the answer's weakly supported claims again; raises ``Revised`` if one flips.
 
-        Once the run has shown noise, every claim needs two agreeing trainings of
+        Once the run has shown noise, every claim needs three agreeing trainings of
         its own configuration; before that, support implied by monotonicity counts.
         """
         while True:
@@ -611,7 +618,7 @@ class NoiseGuard(Generic[T]):
             weak = [
                 c
                 for c, fails in self.claims(culprit_sets, fix, everything)
-                if self.support(c, fails, direct) < 2
+                if self.support(c, fails, direct) < self._witnesses()
                 and self._can_retrain(c)
                 and self.verdict(c) is not Outcome.UNRESOLVED  # crashes are the engine's to retry
             ]

@@ -88,7 +88,9 @@ def test_a_falsely_failing_probe_is_caught_and_listed_as_flaky() -> None:
     assert "decided PASS by majority" in evidence.explanation
     clean = SimulatedOracle(model)
     find_culprits(range(64), clean, STRATEGIES["bisect"])
-    assert oracle.trainings < plain.trainings and oracle.trainings <= 3 * clean.trainings
+    # One flip costs the re-trainings that expose it plus a third witness for each final
+    # claim (culprit, fix) of a run that has shown noise: far below the unguarded search.
+    assert oracle.trainings < plain.trainings and oracle.trainings <= 3 * clean.trainings + 2
     assert launched_in_repeat_order(oracle)
 
 
