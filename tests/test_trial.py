@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from process_support import eventually, group_gone, pid_gone
+from fake_training import FAKE_TRAIN
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +32,6 @@ from fusion_dd.trial import (
     substitute,
 )
 
-FAKE_TRAIN = Path(__file__).resolve().parent / "fakes" / "fake_train.py"
 ACC = MetricSpec.from_text(r"accuracy: (\S+)")
 SWITCH_A_ON = json.dumps({"Switch": {"GraphFusion": {"A": "on", "B": "off"}}})
 KNOWN = ("switch_file", "trial_dir", "metrics_file", "device", "trial_id")
