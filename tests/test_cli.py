@@ -113,7 +113,7 @@ def test_search_finds_planted_culprit_with_two_devices(tmp_path):
 
 def test_interacting_pair_is_found_and_one_rule_switched_off(tmp_path):
     pair = f"{GRAPH[3]}+{UB[2]}"
-    write_config(tmp_path, "--pair", pair)
+    write_config(tmp_path, "--pair", pair, rules={"GraphFusion": GRAPH[:12], "UBFusion": UB[:4]})
     result = fusion_dd("search", "--jobs", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
@@ -130,11 +130,11 @@ def test_overlapping_pairs_switch_off_only_the_shared_rule(tmp_path, strategy):
     # first and a before b by name, so the default choice for {a, b} alone is a and
     # the search goes on to find {b, c}; then b replaces a.
     a, b, c = sorted(GRAPH[:3])
-    others = GRAPH[3:]
+    others = GRAPH[3:12]
     order = others[:2] + [a] + others[2:5] + [b] + others[5:8] + [c] + others[8:]
     write_config(
         tmp_path, "--pair", f"{a}+{b}", "--pair", f"{b}+{c}",
-        rules={"GraphFusion": order}, search={"strategy": strategy},
+        rules={"GraphFusion": order, "UBFusion": UB[:2]}, search={"strategy": strategy},
     )
     result = fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -167,7 +167,7 @@ def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
 
 
 def test_resume_after_sigkill_never_retrains_a_finished_configuration(tmp_path):
-    write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.6")
+    write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.3")
     state = tmp_path / ".fusion-dd"
     coordinator = start_search(tmp_path, subprocess.DEVNULL)
     try:

@@ -80,15 +80,6 @@ def test_given_reference_metrics_are_used_instead_of_training_the_references(tmp
     assert not {t["role"] for t in found["trials"]} & {"baseline", "all_on"}
 
 
-def test_a_given_baseline_metric_alone_still_trains_all_on(tmp_path: Path) -> None:
-    write_config(tmp_path, "--culprits", CULPRIT, rules=RULES, score={"baseline_metric": 0.92})
-    result = fusion_dd("search", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    found = report(tmp_path)
-    assert found["baseline"] == 0.92 and found["baseline_runs"] == [] and found["all_on_runs"] == [0.5]
-    assert launches(tmp_path)[0] == (EVERYTHING, 0) and ((), 0) not in launches(tmp_path)
-
-
 def test_score_margin_re_trains_verdicts_that_land_near_the_limit(tmp_path: Path) -> None:
     # Baseline 0.9, tolerance 0.1: the limit is 0.8. Broken trainings read 0.78, 0.02 under it and
     # within the margin; healthy ones read 0.9, outside it. With the default margin (auto, and one
