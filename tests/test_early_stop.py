@@ -46,11 +46,6 @@ STEP_LOSS = re.compile(r"step (\d+) loss (\S+)")
 NAN = float("nan")
 
 
-@pytest.fixture(autouse=True)
-def _single_threaded_blas(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
-
-
 # --- the decision ---------------------------------------------------------------------
 
 

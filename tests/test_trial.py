@@ -38,11 +38,6 @@ SWITCH_A_ON = json.dumps({"Switch": {"GraphFusion": {"A": "on", "B": "off"}}})
 KNOWN = ("switch_file", "trial_dir", "metrics_file", "device", "trial_id")
 
 
-@pytest.fixture(autouse=True)
-def _single_threaded_blas(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
-
-
 def make_spec(tmp_path: Path, *fake_args: str, **overrides: object) -> TrialSpec:
     fields: dict = dict(
         trial_id="t0001",
