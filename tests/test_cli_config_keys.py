@@ -22,9 +22,19 @@ def report(tmp_path: Path) -> dict:
     return json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
 
 
-def crashing_config(tmp_path: Path, crash: set[str], retries: int) -> None:
-    """The fake training on one device; the trials numbered in ``crash`` exit with code 3 before their metric."""
-    prelude = f"if os.environ.get('FUSION_DD_TRIAL_ID') in {sorted(crash)!r}:\n    sys.exit(3)\n"
+def crashing_config(tmp_path: Path, crashes: int, retries: int) -> None:
+    """The fake training on one device; the first ``crashes`` trainings of the culprit alone exit with code 3."""
+    prelude = (
+        "import json\n"
+        "switch = json.load(open(os.environ['FUSION_DD_SWITCH_FILE']))['Switch']\n"
+        "on = sorted(name for section in switch.values() for name, state in section.items() if state == 'on')\n"
+        f"if on == [{CULPRIT!r}]:\n"
+        "    marks = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'crashes')\n"
+        "    os.makedirs(marks, exist_ok=True)\n"
+        f"    if len(os.listdir(marks)) < {crashes}:\n"
+        "        open(os.path.join(marks, os.environ['FUSION_DD_TRIAL_ID']), 'w').close()\n"
+        "        sys.exit(3)\n"
+    )
     config = wrap_fake_train(tmp_path, "crashing.py", prelude, "--culprits", CULPRIT)
     document = yaml.safe_load(config.read_text())
     document["rules"] = RULES
@@ -40,27 +50,27 @@ def by_key(found: dict) -> dict[tuple[tuple[str, ...], int], list[dict]]:
 
 
 def test_train_retries_trains_a_crashed_training_again_until_it_gives_a_result(tmp_path: Path) -> None:
-    crashing_config(tmp_path, {"0003", "0004"}, retries=2)
+    crashing_config(tmp_path, crashes=2, retries=2)
     result = fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     found = report(tmp_path)
     assert [[rule["name"] for rule in c["rules"]] for c in found["culprits"]] == [[CULPRIT]]
-    (attempts,) = [entries for entries in by_key(found).values() if len(entries) > 1]
-    assert [(t["trial_id"], t["attempt"], t["outcome"]) for t in attempts] == [
-        ("0003", 1, "unresolved"), ("0004", 2, "unresolved"), ("0005", 3, attempts[2]["outcome"])
+    attempts = by_key(found)[((CULPRIT,), 0)]
+    assert [(t["attempt"], t["kind"], t["outcome"]) for t in attempts] == [
+        (1, "crash", "unresolved"), (2, "crash", "unresolved"), (3, "metric", "fail")
     ]
-    assert attempts[2]["outcome"] in ("pass", "fail") and attempts[0]["kind"] == "crash"
+    assert sorted(path.name for path in (tmp_path / "crashes").iterdir()) == [t["trial_id"] for t in attempts[:2]]
+    assert all(len(entries) == 1 for key, entries in by_key(found).items() if key != ((CULPRIT,), 0))
 
 
 def test_train_retries_zero_lets_the_first_crash_stand_as_unresolved(tmp_path: Path) -> None:
-    crashing_config(tmp_path, {"0003"}, retries=0)
+    crashing_config(tmp_path, crashes=1, retries=0)
     result = fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     found = report(tmp_path)
-    crashed = next(t for t in found["trials"] if t["trial_id"] == "0003")
-    assert crashed["outcome"] == "unresolved" and crashed["kind"] == "crash"
+    attempts = by_key(found)[((CULPRIT,), 0)]
+    assert [(t["attempt"], t["kind"], t["outcome"]) for t in attempts] == [(1, "crash", "unresolved")]
     assert all(t["attempt"] == 1 for t in found["trials"]), "nothing may be retried with train.retries: 0"
-    assert all(len(entries) == 1 for entries in by_key(found).values())
 
 
 def test_given_reference_metrics_are_used_instead_of_training_the_references(tmp_path: Path) -> None:
