@@ -25,7 +25,9 @@ def test_no_metric_anywhere_is_broken_once_settled_or_after_four():
     runs = [trial(n, "no_metric", "no match of pattern 'x=(\\S+)'") for n in range(1, 4)]
     assert diagnose_references(runs, [], False) is None
     assert "without a metric" in diagnose_references(runs, [], True).reason
-    assert diagnose_references(runs + [trial(4, "crash", "exit code 2", 2)], [], False) is not None
+    broken = diagnose_references(runs + [trial(4, "crash", "exit code 2", 2)], [], False)
+    assert broken is not None and broken.trial.trial_id == "0004"
+    assert broken.reason == "the training does not run: 4 reference training(s) ended before any metric; last: exit code 2"
 
 
 def test_one_reference_with_a_metric_is_an_answer_not_a_broken_training():

@@ -1,10 +1,21 @@
-"""`fusion-dd demo` end to end: the built-in training, the real engine, real subprocesses."""
+"""`fusion-dd demo` end to end: the built-in training, the real engine, real subprocesses.
+
+A demo search is the slowest thing in the suite (numpy trainings), so the tests
+share one: the README's `fusion-dd demo` itself (the default scenario, the default
+state directory), run once for the module. The other scenarios' planted faults
+are checked training by training in tests/demo/test_demo_planted.py.
+"""
 
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
-from fusion_dd.demo import DEFAULT_SCENARIO, QUICK_SCENARIO, SCENARIOS
+import pytest
+import yaml
+
+from fusion_dd.demo import DEFAULT_SCENARIO, SCENARIOS
 from test_cli import fusion_dd
 
 
@@ -16,27 +27,50 @@ def found(report: dict) -> list[set[str]]:
     return sorted(({rule["name"] for rule in culprit["rules"]} for culprit in report["culprits"]), key=sorted)
 
 
-def test_quick_scenario_finds_exactly_the_planted_rule(tmp_path):
-    result = fusion_dd("demo", "--scenario", QUICK_SCENARIO, "--jobs", "2", cwd=tmp_path)
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`fusion-dd demo --jobs 2` in a fresh directory: its output and its state directory."""
+    cwd = tmp_path_factory.mktemp("demo")
+    result = fusion_dd("demo", "--jobs", "2", cwd=cwd)
+    return result, cwd / ".fusion-dd-demo"
+
+
+@pytest.fixture(scope="module")
+def report(demo) -> dict:
+    result, state = demo
     assert result.returncode == 0, result.stderr
-    report = json.loads((tmp_path / ".fusion-dd-demo" / "report.json").read_text())
+    return json.loads((state / "report.json").read_text())
+
+
+def test_the_default_scenario_finds_every_planted_culprit_set(report) -> None:
     assert report["status"] == "found"
-    assert found(report) == planted(QUICK_SCENARIO)
+    assert found(report) == planted(DEFAULT_SCENARIO)
+    assert {culprit["kind"] for culprit in report["culprits"]} == {"independent", "interacting"}
+
+
+def test_the_demo_fix_is_verified_and_written(report, demo) -> None:
+    _, state = demo
     assert report["fix_verified"] is True
+    off = set(report["switched_off"])
+    assert len(off) == 2 and all(off & culprits for culprits in planted(DEFAULT_SCENARIO))
+    assert (state / "fusion_switch.cfg").exists()
+
+
+def test_every_demo_training_but_the_baseline_proves_its_switch_file_applied(report) -> None:
     # The demo writes fusion_result.json like CANN; with every candidate off it reports
     # no section at all, so only that baseline run stays unverified.
     assert report["switch_check"] == {"applied": report["trainings"] - 1, "unverified": 1}
-    assert "all planted culprit sets found" in result.stdout
-    assert (tmp_path / ".fusion-dd-demo" / "fusion-dd.yaml").exists()
 
 
-def test_default_scenario_finds_every_culprit_set_and_verifies_the_fix(tmp_path):
-    result = fusion_dd("demo", "--state-dir", "state", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    report = json.loads((tmp_path / "state" / "report.json").read_text())
-    assert found(report) == planted(DEFAULT_SCENARIO)
-    assert {culprit["kind"] for culprit in report["culprits"]} == {"independent", "interacting"}
-    assert report["fix_verified"] is True
+def test_the_demo_compares_what_it_found_with_what_it_planted(demo) -> None:
+    result, state = demo
+    assert "all planted culprit sets found; fix verified: yes" in result.stdout
+    assert f"demo scenario {DEFAULT_SCENARIO!r}" in result.stderr
+    for culprits in planted(DEFAULT_SCENARIO):
+        assert any(line.split()[-1:] == ["found"] and " + ".join(sorted(culprits)) in line
+                   for line in result.stdout.splitlines())
+    config = yaml.safe_load((state / "fusion-dd.yaml").read_text())
+    assert config["train"]["command"][config["train"]["command"].index("--scenario") + 1] == DEFAULT_SCENARIO
 
 
 def test_list_scenarios_and_bad_scenario(tmp_path):

@@ -13,39 +13,28 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 from process_support import eventually, group_gone, pid_gone
+from fake_training import fake_command, run_fusion_dd, start_fusion_dd
 
 from fusion_dd.rules import catalog
 
-FAKE_TRAIN = Path(__file__).resolve().parent / "fakes" / "fake_train.py"
 GRAPH = [name for name, section in catalog().items() if section.value == "GraphFusion"][:4]
 CULPRIT = GRAPH[2]
-KILL_GRACE = 2.0
-
-
-def env() -> dict[str, str]:
-    return {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+KILL_GRACE = 1.0  # the supervisor SIGKILLs a training that ignores SIGTERM after this
 
 
 def fusion_dd(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fusion_dd.cli", *args],
-        cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout,
-    )
+    return run_fusion_dd(*args, cwd=cwd, timeout=timeout)
 
 
 def start(cwd: Path, *args: str) -> subprocess.Popen[str]:
     """A fusion-dd command in the background, to be signalled or killed."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "fusion_dd.cli", *args],
-        cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    return start_fusion_dd(cwd, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def write_config(
@@ -67,7 +56,7 @@ def write_config(
 
 
 def fake(*args: str) -> list[str]:
-    return [sys.executable, str(FAKE_TRAIN), *args]
+    return fake_command(*args)
 
 
 def supervisor_record(trial_dir: Path) -> dict:
@@ -121,7 +110,7 @@ def interrupt_and_check(coordinator: subprocess.Popen[str], sig: int, trial_dir:
     took = time.monotonic() - sent
     assert coordinator.returncode == 130, err
     assert "Traceback" not in err
-    assert took <= KILL_GRACE + 5, f"stopping took {took:.1f} s"
+    assert took <= KILL_GRACE + 6, f"stopping took {took:.1f} s"
     # At the coordinator's exit, not some time later: nothing of the training is left.
     assert group_gone(record["training_pgid"]), "the training outlived fusion-dd"
     assert pid_gone(record["supervisor_pid"]), "the supervisor outlived fusion-dd"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from process_support import eventually, group_gone
+from fake_training import FAKE_TRAIN
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,15 +41,9 @@ from fusion_dd.metrics import MetricSpec, classify, read_metric
 from fusion_dd.supervisor import write_json_atomic
 from fusion_dd.trial import TrialRun, TrialSpec, adopt_trial, start_trial
 
-FAKE_TRAIN = Path(__file__).resolve().parent / "fakes" / "fake_train.py"
 ACC = MetricSpec.from_text(r"accuracy: (\S+)")
 STEP_LOSS = re.compile(r"step (\d+) loss (\S+)")
 NAN = float("nan")
-
-
-@pytest.fixture(autouse=True)
-def _single_threaded_blas(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
 
 
 # --- the decision ---------------------------------------------------------------------

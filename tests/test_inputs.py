@@ -223,7 +223,11 @@ def test_safe_read_bounds(tmp_path):
     from fusion_dd.safe_read import MAX_JSON_DEPTH, loads_json, read_bytes
 
     at_limit = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
-    assert loads_json(at_limit, "x", "thing") is not None
+    nested = loads_json(at_limit, "x", "thing")
+    for _ in range(MAX_JSON_DEPTH - 1):
+        assert isinstance(nested, list) and len(nested) == 1
+        nested = nested[0]
+    assert nested == []
     with pytest.raises(UsageError, match="x: nested more than 100 levels"):
         loads_json("[" + at_limit + "]", "x", "thing")
     # Object pairs count one level per object, not two.

@@ -15,23 +15,16 @@ import sys
 from pathlib import Path
 
 import yaml
+from fake_training import run_fusion_dd, wrapper_script
 
 from test_cli import CULPRIT, FAKE_TRAIN, launches, write_config
-from test_cli import env as base_env
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def fusion_dd(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`fusion-dd ARGS` in a subprocess; ``env`` adds to the test environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "fusion_dd.cli", *args],
-        cwd=cwd,
-        env={**base_env(), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    return run_fusion_dd(*args, cwd=cwd, env=env)
 
 
 def report(tmp_path: Path) -> dict:
@@ -72,13 +65,11 @@ def test_a_missing_command_stops_before_any_training(tmp_path):
 def test_a_training_that_exits_before_its_metric_is_broken_not_an_answer(tmp_path):
     config = write_config(tmp_path, "--culprits", CULPRIT)
     wrapper = tmp_path / "train.py"
-    wrapper.write_text(
-        "import os, runpy, sys\n"
+    wrapper_script(
+        wrapper,
         "if os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'broken')):\n"
         "    print('Traceback (most recent call last):')\n"
-        "    sys.exit('ImportError: No module named npu_bridge')\n"
-        f"sys.argv = [{str(FAKE_TRAIN)!r}] + sys.argv[1:]\n"
-        f"runpy.run_path({str(FAKE_TRAIN)!r}, run_name='__main__')\n"
+        "    sys.exit('ImportError: No module named npu_bridge')\n",
     )
     (tmp_path / "broken").write_text("")
     document = yaml.safe_load(config.read_text())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from process_support import eventually, group_gone, pid_gone
+from fake_training import FAKE_TRAIN
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -31,15 +33,9 @@ from fusion_dd.trial import (
     substitute,
 )
 
-FAKE_TRAIN = Path(__file__).resolve().parent / "fakes" / "fake_train.py"
 ACC = MetricSpec.from_text(r"accuracy: (\S+)")
 SWITCH_A_ON = json.dumps({"Switch": {"GraphFusion": {"A": "on", "B": "off"}}})
 KNOWN = ("switch_file", "trial_dir", "metrics_file", "device", "trial_id")
-
-
-@pytest.fixture(autouse=True)
-def _single_threaded_blas(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
 
 
 def make_spec(tmp_path: Path, *fake_args: str, **overrides: object) -> TrialSpec:
@@ -550,9 +546,15 @@ def test_parallel_launches_log_one_line_each(tmp_path: Path) -> None:
     ]
 
 
-def test_a_spec_can_be_copied_with_changes(tmp_path: Path) -> None:
-    spec = make_spec(tmp_path)
-    assert replace(spec, repeat=1).repeat == 1
+def test_a_spec_is_self_contained_and_its_repeat_reaches_the_training(tmp_path: Path) -> None:
+    """A pickled copy of a spec starts the same training (what a launcher elsewhere needs);
+    a copy with another repeat number trains with that number in FUSION_DD_REPEAT."""
+    spec = make_spec(tmp_path, "--print-env", "FUSION_DD_REPEAT")
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    again = pickle.loads(pickle.dumps(replace(spec, repeat=2, trial_id="t0002", trial_dir=tmp_path / "t0002")))
+    run = run_trial(again)
+    assert run.exit_code == 0
+    assert "env FUSION_DD_REPEAT=2" in run.log_path.read_text().splitlines()
 
 
 def test_a_run_record_from_before_early_stopping_still_reads(tmp_path: Path) -> None:

@@ -123,7 +123,8 @@ def test_budget_exhaustion_propagates() -> None:
     oracle = SimulatedOracle(and_model([3, 100, 200]), budget=5)
     with pytest.raises(BudgetExhausted) as caught:
         bisect(range(256), oracle)
-    assert caught.value.smallest_failing is not None
+    smallest = caught.value.smallest_failing
+    assert smallest is not None and {3, 100, 200} <= smallest and len(smallest) < 256, "a failing set, smaller than all"
 
 
 def test_rejects_bad_parallelism() -> None:

@@ -1,0 +1,112 @@
+"""The engine through its public entry point, ``Engine(config, events).run()``, in-process.
+
+Trainings are the fake training (real supervised subprocesses); the engine's
+events are recorded, so these tests see what the CLI cannot: every training the
+user is told about, in order, and the smallest failing set as it shrinks. The
+report must be what the journal alone rebuilds, and running the engine again on
+a finished search must launch nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from fake_training import fake_command, read_launches
+
+from fusion_dd.config import load_config
+from fusion_dd.engine import Engine
+from fusion_dd.journal import JOURNAL_NAME, read_records
+from fusion_dd.rules import Rule, Section, catalog
+from fusion_dd.search.oracle import Outcome
+from fusion_dd.state import TrialState, replay
+
+GRAPH = [name for name, section in catalog().items() if section is Section.GRAPH][:6]
+CULPRIT = GRAPH[4]
+
+
+class RecordingEvents:
+    """SearchEvents that remember everything, thread-safely."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.log: list[tuple[str, str]] = []
+        self.outcomes: dict[str, Outcome | None] = {}
+        self.best: list[frozenset[Rule] | None] = []
+        self.messages: list[str] = []
+
+    def message(self, text: str) -> None:
+        with self._lock:
+            self.messages.append(text)
+
+    def trial_started(self, trial: TrialState) -> None:
+        with self._lock:
+            self.log.append(("start", trial.trial_id))
+
+    def trial_finished(self, trial: TrialState, outcome: Outcome | None) -> None:
+        with self._lock:
+            self.log.append(("end", trial.trial_id))
+            self.outcomes[trial.trial_id] = outcome
+
+    def best_so_far(self, config: frozenset[Rule] | None) -> None:
+        with self._lock:
+            self.best.append(config)
+
+
+@pytest.fixture
+def config_path(tmp_path: Path) -> Path:
+    document = {
+        "rules": {"GraphFusion": GRAPH},
+        "train": {"command": fake_command("--launch-log", "launch.log", "--culprits", CULPRIT), "devices": [0, 1]},
+        "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
+        "search": {"budget": 40},
+    }
+    path = tmp_path / "fusion-dd.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_a_search_tells_its_events_and_its_report_is_the_journal(config_path: Path, tmp_path: Path) -> None:
+    config = load_config(config_path)
+    events = RecordingEvents()
+    result = Engine(config, events).run()
+    assert (result.status, result.exit_code) == ("found", 0)
+    assert [[rule["name"] for rule in c["rules"]] for c in result.report["culprits"]] == [[CULPRIT]]
+
+    started = [trial_id for kind, trial_id in events.log if kind == "start"]
+    ended = [trial_id for kind, trial_id in events.log if kind == "end"]
+    assert len(started) == len(set(started)) == result.report["trainings"] == len(read_launches(tmp_path / "launch.log"))
+    assert sorted(ended) == sorted(started), "every training the user saw start is seen to end, once"
+    for trial_id in started:
+        assert events.log.index(("start", trial_id)) < events.log.index(("end", trial_id))
+    by_id = {entry["trial_id"]: entry for entry in result.report["trials"]}
+    # References end before there is a threshold to judge them by; every other training ends with its verdict.
+    references = [trial_id for trial_id in started if by_id[trial_id]["role"] in ("baseline", "all_on")]
+    assert len(references) == 2 and all(events.outcomes[trial_id] is None for trial_id in references)
+    assert {trial_id: events.outcomes[trial_id].value for trial_id in started if trial_id not in references} == {
+        trial_id: by_id[trial_id]["outcome"] for trial_id in started if trial_id not in references
+    }
+    # Every failing training is offered as the best so far (in the order they end; the display keeps the smallest).
+    failing = [config for config in events.best if config is not None]
+    assert len(failing) == sum(outcome is Outcome.FAIL for outcome in events.outcomes.values())
+    assert all(CULPRIT in {rule.name for rule in config} for config in failing)
+    assert {rule.name for rule in min(failing, key=len)} == {CULPRIT}
+
+    state = replay(read_records(config.state_dir / JOURNAL_NAME))
+    assert state.finished is not None and state.finished["report"]["culprits"] == result.report["culprits"]
+    assert sorted(state.trials) == sorted(started) and state.launched == result.report["trainings"]
+
+
+def test_running_a_finished_search_again_launches_nothing_and_answers_the_same(config_path: Path, tmp_path: Path) -> None:
+    config = load_config(config_path)
+    first = Engine(config).run()
+    launched = read_launches(tmp_path / "launch.log")
+    events = RecordingEvents()
+    again = Engine(load_config(config_path), events).run()
+    assert read_launches(tmp_path / "launch.log") == launched
+    assert [e for e in events.log if e[0] == "start"] == []
+    assert again.status == first.status == "found"
+    assert again.report["culprits"] == first.report["culprits"]
+    assert again.report["trainings"] == first.report["trainings"]

@@ -1,0 +1,172 @@
+"""``build_report`` and the summary on hand-made search states (fusion_dd/report.py).
+
+A report must be derivable from the journal alone; these tests hand it a state
+replayed from records and a search result, and check what it says about the
+references, the culprits and the fix, each trial, the budget and the warnings.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from state_support import cancelled, search_started, started, trial
+
+from fusion_dd.config import SearchConfig, load_config
+from fusion_dd.report import STATUS_TEXT, build_report, summary_lines
+from fusion_dd.rules import Rule, Section
+from fusion_dd.scoring import Preconditions, Threshold
+from fusion_dd.search.culprits import CulpritSearch, CulpritSet
+from fusion_dd.search.oracle import Outcome
+from fusion_dd.state import encode_float, replay
+
+A, B, C = (Rule(name, Section.GRAPH) for name in "ABC")
+EVERYTHING = ["A", "B", "C"]
+THRESHOLD = Threshold(baseline=0.9, tolerance=0.1, goal="max", all_on=0.5)  # fails below 0.8
+OK = Preconditions(ok=True, status="ok", message="ready", threshold=THRESHOLD, warnings=("all-on is close",))
+
+
+def make_config(tmp_path: Path, **score: object) -> SearchConfig:
+    document = {
+        "rules": {"GraphFusion": EVERYTHING, "unknown": "ignore"},
+        "train": {"command": ["python3", "train.py"]},
+        "metric": {"pattern": r"accuracy: (\S+)"},
+        "search": {"budget": 20},
+    }
+    if score:
+        document["score"] = score
+    path = tmp_path / "fusion-dd.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_config(path)
+
+
+def references(baseline: float = 0.9, all_on: float = 0.5) -> list[dict]:
+    return [
+        search_started(EVERYTHING),
+        *trial("0001", [], baseline, role="baseline"),
+        *trial("0002", EVERYTHING, all_on, role="all_on"),
+    ]
+
+
+def found_result() -> CulpritSearch:
+    culprit = CulpritSet(rules=frozenset({C}), kind="independent", switched_off=frozenset({C}), reason="fails alone")
+    return CulpritSearch(
+        culprit_sets=[culprit], fix=frozenset({A, B}), fix_verified=True, fix_outcome=Outcome.PASS,
+        smallest_failing=frozenset({C}),
+    )
+
+
+def test_a_found_report_names_the_culprits_their_backing_and_the_fix(tmp_path: Path) -> None:
+    records = [
+        *references(),
+        *trial("0003", ["C"], 0.5),
+        *trial("0004", ["C"], 0.85, repeat=1, role="repeat"),  # a repeat that disagreed
+        *trial("0005", ["A", "B"], 0.9, switch_check="applied"),
+    ]
+    report = build_report(
+        config=make_config(tmp_path), state=replay(records), status="found", preconditions=OK,
+        result=found_result(), rounds=4,
+    )
+    assert report["status"] == "found" and report["message"] == STATUS_TEXT["found"]
+    assert report["culprits"] == [{
+        "rules": [{"name": "C", "section": "GraphFusion"}], "kind": "independent", "switched_off": ["C"],
+        "reason": "fails alone", "trainings": 2, "support": 1,
+    }]
+    assert report["switched_off"] == ["C"] and report["fix_config"] == "fusion_switch.cfg"
+    assert report["fix_verified"] is True and report["fix_verified_by"] == 1 and report["fix_trainings"] == 1
+    assert report["smallest_failing"] == ["C"] and report["rounds"] == 4
+    assert report["threshold"]["limit"] == pytest.approx(0.8) and report["threshold"]["goal"] == "max"
+    assert report["baseline"] == 0.9 and report["all_on"] == 0.5
+    assert report["trainings"] == 5 and report["budget"] == 20
+    assert [entry["outcome"] for entry in report["trials"]] == ["pass", "fail", "fail", "pass", "pass"]
+    assert report["switch_check"] == {"unverified": 4, "applied": 1}
+    assert report["warnings"] == ["all-on is close"], "a check that applied once silences the switch warning"
+    assert "continue_with" not in report
+
+
+def test_a_fix_that_passed_only_some_trainings_is_reported_as_not_two_agreeing(tmp_path: Path) -> None:
+    records = [*references(), *trial("0003", ["A", "B"], 0.9), *trial("0004", ["A", "B"], 0.5, repeat=1)]
+    result = CulpritSearch(
+        culprit_sets=found_result().culprit_sets, fix=frozenset({A, B}), fix_verified=False, fix_outcome=Outcome.PASS,
+    )
+    report = build_report(config=make_config(tmp_path), state=replay(records), status="found", preconditions=OK,
+                          result=result, rounds=None)
+    assert report["fix_verified"] is False and (report["fix_verified_by"], report["fix_trainings"]) == (1, 2)
+    assert report["fix_reason"].startswith("the fix configuration passed 1 of 2 training(s)")
+
+
+def test_trials_that_were_cancelled_or_still_run_say_so_and_nan_is_a_string(tmp_path: Path) -> None:
+    records = [
+        *references(),
+        *trial("0003", ["C"], encode_float(math.nan), kind="nonfinite"),
+        started("0004", ["A"]), cancelled("0004", reason="not needed"),
+        started("0005", ["B"]), cancelled("0005", was_launched=False),
+        started("0006", ["A", "C"]),
+    ]
+    report = build_report(config=make_config(tmp_path), state=replay(records), status="interrupted",
+                          preconditions=OK, result=None, rounds=None)
+    entries = {entry["trial_id"]: entry for entry in report["trials"]}
+    assert entries["0003"]["metric"] == "nan" and entries["0003"]["outcome"] == "fail"
+    assert entries["0004"] == {**entries["0004"], "outcome": "cancelled", "reason": "not needed"}
+    assert entries["0006"]["outcome"] == "running"
+    assert report["trainings"] == 5, "a training that never launched costs nothing"
+    assert report["continue_with"].startswith("fusion-dd resume --state-dir ")
+    assert report["culprits"] == [] and report["message"] == STATUS_TEXT["interrupted"]
+
+
+def test_budget_exhausted_suggests_a_larger_budget(tmp_path: Path) -> None:
+    report = build_report(config=make_config(tmp_path), state=replay(references()), status="budget_exhausted",
+                          preconditions=OK, result=None, rounds=2)
+    assert report["continue_with"].endswith("--budget 30")  # 20 + max(10, 20 // 2)
+
+
+def test_references_are_listed_in_repeat_order_and_given_metrics_win(tmp_path: Path) -> None:
+    records = [
+        search_started(EVERYTHING),
+        *trial("0002", [], 0.88, repeat=1, role="baseline"),
+        *trial("0001", [], 0.92, role="baseline"),
+        *trial("0003", EVERYTHING, 0.5, role="all_on"),
+    ]
+    state = replay(records)
+    plain = build_report(config=make_config(tmp_path), state=state, status="interrupted", preconditions=None,
+                         result=None, rounds=None)
+    assert plain["baseline_runs"] == [0.92, 0.88]
+    assert plain["baseline"] == pytest.approx(0.9), "before a threshold is set, the runs' mean"
+    assert plain["threshold"] is None and plain["all_on"] == 0.5
+    given = build_report(config=make_config(tmp_path, baseline_metric=0.95, all_on_metric=0.3), state=state,
+                         status="interrupted", preconditions=None, result=None, rounds=None)
+    assert given["baseline"] == 0.95 and given["all_on"] == 0.3
+
+
+def test_without_any_applied_switch_check_the_report_warns_and_flags_identical_references(tmp_path: Path) -> None:
+    state = replay(references(baseline=0.7, all_on=0.7))
+    report = build_report(config=make_config(tmp_path), state=state, status="no_failure", preconditions=None,
+                          result=None, rounds=None)
+    assert report["switch_check"] == {"unverified": 2}
+    assert len(report["warnings"]) == 2 and report["warnings"][1].startswith("suspicious: the baseline and all-on")
+
+
+def test_retired_devices_and_refusals_reach_the_warnings_and_the_message(tmp_path: Path) -> None:
+    records = [*references(), {"type": "device_retired", "device": ["1"], "reason": "device 1 set aside"}]
+    refused = Preconditions(ok=False, status="baseline_fails", message="the baseline is worse than 0.95",
+                            threshold=None)
+    report = build_report(config=make_config(tmp_path), state=replay(records), status="baseline_fails",
+                          preconditions=refused, result=None, rounds=None)
+    assert report["message"] == "the baseline is worse than 0.95"
+    assert report["warnings"][-1] == "device 1 set aside"
+
+
+def test_the_summary_tells_what_the_report_says(tmp_path: Path) -> None:
+    records = [*references(), *trial("0003", ["C"], 0.5), *trial("0004", ["A", "B"], 0.9)]
+    report = build_report(config=make_config(tmp_path), state=replay(records), status="found", preconditions=OK,
+                          result=found_result(), rounds=3)
+    lines = summary_lines(report, tmp_path / "state")
+    text = "\n".join(lines)
+    assert lines[0] == "fusion-dd: culprits found"
+    assert "a configuration fails when its metric < 0.8 (tolerance 0.1, auto)" in text
+    assert "trainings launched: 4 of budget 20, 3 rounds this session" in text
+    assert "switched off: C; every other fusion stays on" in text
+    assert "fix config (verified: trained and passes, 1 of 1 training(s) passed)" in text
+    assert "  warning: all-on is close" in lines
