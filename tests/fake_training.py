@@ -54,6 +54,28 @@ def start_fusion_dd(cwd: Path, *args: str, stdout: int | None = None, stderr: in
     )
 
 
+def sigkill_search_when(cwd: Path, journal: Path, ready, within: float = 120) -> None:
+    """Start ``fusion-dd search`` in ``cwd`` and SIGKILL it once ``ready(journal text)`` holds."""
+    import signal
+    import time
+
+    coordinator = start_fusion_dd(cwd, "search", stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + within
+        while True:
+            assert time.monotonic() < deadline, "the search never got going"
+            text = journal.read_text() if journal.exists() else ""
+            if ready(text):
+                break
+            time.sleep(0.05)
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait(timeout=30)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait(timeout=30)
+
+
 def wrapper_script(path: Path, prelude: str) -> Path:
     """A Python script that runs ``prelude`` and then the fake training in the same process.
 

@@ -15,6 +15,7 @@ from fake_training import (
     FAKE_TRAIN,
     read_launches,
     run_fusion_dd,
+    sigkill_search_when,
     start_fusion_dd,
     cli_env,
     wrapper_script,
@@ -169,21 +170,11 @@ def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
 def test_resume_after_sigkill_never_retrains_a_finished_configuration(tmp_path):
     write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.3")
     state = tmp_path / ".fusion-dd"
-    coordinator = start_search(tmp_path, subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert time.monotonic() < deadline, "the search never got going"
-            journal = state / "journal.jsonl"
-            text = journal.read_text() if journal.exists() else ""
-            if text.count('"trial_finished"') >= 4 and text.count('"trial_started"') > text.count('"trial_finished"'):
-                break
-            time.sleep(0.05)
-        coordinator.send_signal(signal.SIGKILL)
-        coordinator.wait(timeout=30)
-    finally:
-        if coordinator.poll() is None:
-            coordinator.kill()
+    sigkill_search_when(
+        tmp_path,
+        state / "journal.jsonl",
+        lambda text: text.count('"trial_finished"') >= 4 and text.count('"trial_started"') > text.count('"trial_finished"'),
+    )
     resumed = fusion_dd("resume", "--state-dir", str(state), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     report = json.loads((state / "report.json").read_text())

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
 
 import pytest
 
-from test_cli import CULPRIT, GRAPH, UB, fusion_dd, launches, start_search, write_config
+from fake_training import sigkill_search_when
+from test_cli import CULPRIT, GRAPH, UB, fusion_dd, launches, write_config
 
 
 def report_of(tmp_path):
@@ -57,20 +55,7 @@ def test_sigkill_then_resume_asks_the_questions_of_an_uninterrupted_run(tmp_path
     run.mkdir()
     write_config(run, "--culprits", CULPRIT, "--sleep", "0.4")
     journal = run / ".fusion-dd" / "journal.jsonl"
-    coordinator = start_search(run, subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert time.monotonic() < deadline, "the search never got going"
-            text = journal.read_text() if journal.exists() else ""
-            if text.count('"question"') >= 2:
-                break
-            time.sleep(0.05)
-        coordinator.send_signal(signal.SIGKILL)
-        coordinator.wait(timeout=30)
-    finally:
-        if coordinator.poll() is None:
-            coordinator.kill()
+    sigkill_search_when(run, journal, lambda text: text.count('"question"') >= 2)
     resumed = fusion_dd("resume", cwd=run)
     assert resumed.returncode == 0, resumed.stderr
     assert set(launches(run)) == set(expected), "the resumed search trained other configurations than an uninterrupted one"
