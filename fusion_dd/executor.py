@@ -31,6 +31,8 @@ from typing import Generic, TypeVar
 
 from joblib import Parallel, delayed
 
+from .wakeup import CancelEvent
+
 R = TypeVar("R")
 Device = tuple[str, ...]
 Job = Callable[[Device, threading.Event], R]
@@ -72,7 +74,7 @@ class BatchRun(Generic[R]):
     def __init__(self, jobs: Sequence[Job[R]], pool: DevicePool) -> None:
         self.jobs = list(jobs)
         self.pool = pool
-        self.cancel = [threading.Event() for _ in self.jobs]
+        self.cancel = [CancelEvent() for _ in self.jobs]  # also wakes a training's wait at once
         self._active = 0
         self._active_lock = threading.Condition()
 

@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -126,6 +127,45 @@ class _Children:
         return self.training_status is not None
 
 
+class _Wakeup:
+    """Sleep until a signal arrives (SIGCHLD: a child ended; SIGTERM/SIGINT: cancel) or a timeout.
+
+    ``signal.set_wakeup_fd`` makes every signal write a byte to a pipe, so a
+    ``poll`` on it wakes for the signals whose Python handlers are installed,
+    also one that arrived just before the ``poll``: no polling interval
+    between a training's end and its status. Without it (not the main thread)
+    the sleep falls back to ``_POLL_SECONDS``.
+    """
+
+    #: The longest sleep: a safety net against a lost wake-up, not the way an end is noticed.
+    LONGEST = 1.0
+
+    def __init__(self) -> None:
+        self._read: int | None = None
+        self._poller: Any = None
+        try:
+            read, write = os.pipe()
+            os.set_blocking(read, False)
+            os.set_blocking(write, False)
+            signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+            signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        except (OSError, ValueError):
+            return
+        self._read = read
+        self._poller = select.poll()
+        self._poller.register(read, select.POLLIN)
+
+    def sleep(self, timeout: float | None) -> None:
+        if self._read is None:
+            time.sleep(_POLL_SECONDS)
+            return
+        limit = self.LONGEST if timeout is None else max(0.0, min(timeout, self.LONGEST))
+        self._poller.poll(int(limit * 1000) + 1)
+        with contextlib.suppress(OSError):
+            while os.read(self._read, 512):
+                pass
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -184,6 +224,8 @@ def run(trial_dir: Path) -> int:
     signal.signal(signal.SIGINT, stop.on_signal)
     # The coordinator's terminal going away is not a reason to lose a training.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Woken at once by the training's end (SIGCHLD) and by SIGTERM/SIGINT, not by a poll.
+    wakeup = _Wakeup()
     _become_subreaper()
 
     record: dict[str, Any] = {"supervisor_pid": os.getpid(), "trial_dir": str(trial_dir)}
@@ -261,7 +303,7 @@ def run(trial_dir: Path) -> int:
         if deadline is not None and time.monotonic() >= deadline:
             status["timed_out"] = True
             break
-        time.sleep(_POLL_SECONDS)
+        wakeup.sleep(None if deadline is None else deadline - time.monotonic())
 
     # Also after a normal exit: leftovers would hold the device.
     _end_training(pgid, children, grace, env.get(strays.TRIAL_DIR_ENV, str(trial_dir)))

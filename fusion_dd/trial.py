@@ -33,6 +33,7 @@ import fusion_dd
 from . import shell, strays
 from .errors import UsageError
 from .safe_read import SMALL_FILE_BYTES, loads_json, read_text
+from .wakeup import CancelEvent, watch_exit
 from .supervisor import (
     LAUNCH_FILE,
     LOG_FILE,
@@ -329,7 +330,9 @@ def start_trial(spec: TrialSpec) -> "RunningTrial":
     write_json_atomic(trial_dir / LAUNCH_FILE, resolve_launch(spec, trial_dir), mode=0o600)
     with open(trial_dir / SUPERVISOR_LOG_FILE, "ab") as supervisor_log:
         process = subprocess.Popen(
-            [sys.executable, "-m", _SUPERVISOR_MODULE, str(trial_dir)],
+            # -S: no site-packages scan (fusion_dd comes from PYTHONPATH, the supervisor needs
+            # only the standard library): it starts once per training and must start fast.
+            [sys.executable, "-S", "-m", _SUPERVISOR_MODULE, str(trial_dir)],
             cwd=trial_dir,
             env=_supervisor_env(),
             stdin=subprocess.DEVNULL,
@@ -464,7 +467,27 @@ class RunningTrial:
         if not self._cancel_sent and (self.trial_dir / EARLY_STOP_FILE).exists():
             if self.poll() is None:
                 self.cancel()
+        # Woken by the supervisor's exit or a cancellation, not by the poll (fusion_dd.wakeup).
+        wake = threading.Event()
+        watched = self.poll() is None and watch_exit(self._process, self.pid, wake)
+        if watched and isinstance(cancel, CancelEvent):
+            cancel.also_wake(wake)
+        try:
+            return self._wait(cancel, poll, monitor, wake if watched else None)
+        finally:
+            if isinstance(cancel, CancelEvent):
+                cancel.forget(wake)
+
+    def _wait(
+        self,
+        cancel: threading.Event | None,
+        poll: float,
+        monitor: Callable[[], StopRequest | None] | None,
+        wake: threading.Event | None,
+    ) -> TrialRun:
         while True:
+            if wake is not None:
+                wake.clear()  # before looking: a wake-up from now on is not lost
             result = self.poll()
             if result is not None:
                 return result
@@ -476,7 +499,9 @@ class RunningTrial:
                 if cancel is not None and cancel.is_set():
                     self.cancel()
                     continue
-            if cancel is not None and not self._cancel_sent:
+            if wake is not None and (cancel is None or isinstance(cancel, CancelEvent) or self._cancel_sent):
+                wake.wait(poll)
+            elif cancel is not None and not self._cancel_sent:
                 cancel.wait(poll)
             else:
                 time.sleep(poll)

@@ -1,0 +1,335 @@
+"""Benchmark what the coordinator itself costs, with trainings that cost nothing.
+
+    python benchmarks/bench_coordinator.py [--only NAME,...] [--no-write]
+
+Issue 10 item 8: compilers whose trainings take 0.3 s make thousands of trainings
+per search real, so fusion-dd's own cost per training, per journal record and per
+question must stay flat as a search grows. Every figure here is measured with
+default settings (default strategy, ``search.confirm: auto``, the normal
+supervisor) on the machine at hand; the ratios are taken within one run:
+
+* ``launch``: a whole ``fusion-dd search`` on 2 devices, wall time divided by the
+  trainings it launched, against the median time of one bare launch of the same
+  training command (``subprocess.run``); and trainings per second end to end.
+* ``startup``: ``fusion-dd search`` on 1,024 candidates, from the command's start
+  to the start of the first training (its supervisor's ``start`` time).
+* ``resume-finished``: ``fusion-dd resume`` of a finished 400-trial search, against
+  ``fusion-dd --help``.
+* ``resume-5000``: ``fusion-dd resume`` of a search with 5,000 finished trials whose
+  last record (``search_finished``) is cut off, so the whole search is replayed
+  against the journal's cache and nothing is trained.
+* ``bisect``: the search layer alone (``find_culprits`` with bisect, 2 devices,
+  the noise guard on) on 4,096 candidates with 128 independent culprits.
+
+The journals for the resume figures are written by the real engine in-process,
+with the supervisor replaced by an instant stand-in (the journal's records are
+the same; only the processes are skipped), so that building them takes seconds.
+
+The markdown section is printed and written into benchmarks/RESULTS.md between
+``<!-- bench_coordinator:begin -->`` and ``<!-- bench_coordinator:end -->``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from results_file import replace_section
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+BEGIN, END = "<!-- bench_coordinator:begin -->", "<!-- bench_coordinator:end -->"
+NAMES = ("launch", "startup", "resume-finished", "resume-5000", "bisect")
+
+# A training that costs nothing: reads its switch file, fails when a culprit is on.
+TRAIN = """\
+import json, os, sys
+switch = json.load(open(os.environ["FUSION_DD_SWITCH_FILE"]))["Switch"]
+on = {name for section in switch.values() for name, state in section.items() if state == "on"}
+print("accuracy: %s" % (0.5 if on & set(sys.argv[1:]) else 0.9))
+"""
+
+# 0.1.0, as measured in issue 10 (trainings per second and the launch ratio on 2 cores).
+BEFORE = {
+    "launch_ratio": "3.6x",
+    "per_second": "4.8–6.8",
+    "resume_finished": "n/a",
+    "resume_5000": "179 s",
+    "bisect": "284 s",
+    "startup": "n/a",
+}
+
+
+def _cli() -> list[str]:
+    return [sys.executable, "-m", "fusion_dd.cli"]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return env
+
+
+def _names(count: int) -> list[str]:
+    return [f"BenchRule{index:05d}FusionPass" for index in range(count)]
+
+
+def _write_config(directory: Path, names: list[str], culprits: list[str], budget: int, devices: int = 2) -> Path:
+    (directory / "train.py").write_text(TRAIN, encoding="utf-8")
+    config = {
+        "rules": {"GraphFusion": names, "unknown": "ignore"},
+        "train": {
+            "command": [sys.executable, "train.py", *culprits],
+            "devices": list(range(devices)),
+            "timeout": 600,
+        },
+        "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
+        "search": {"budget": budget},
+    }
+    path = directory / "fusion-dd.yaml"
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")  # JSON is YAML
+    return path
+
+
+def _timed(argv: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, check=False)
+    return time.perf_counter() - start, done
+
+
+def _median_time(argv: list[str], cwd: Path, runs: int) -> float:
+    return statistics.median(_timed(argv, cwd)[0] for _ in range(runs))
+
+
+def bench_launch(work: Path) -> dict[str, Any]:
+    directory = work / "launch"
+    directory.mkdir()
+    names = _names(128)
+    culprits = random.Random(64).sample(names, 6)
+    _write_config(directory, names, culprits, budget=500)
+    switch = directory / "bare-switch.cfg"
+    switch.write_text(json.dumps({"Switch": {"GraphFusion": {name: "on" for name in names}}}), encoding="utf-8")
+    bare_argv = [sys.executable, "train.py", *culprits]
+    env = _env()
+    env["FUSION_DD_SWITCH_FILE"] = str(switch)
+    bare = []
+    for _ in range(21):
+        start = time.perf_counter()
+        subprocess.run(bare_argv, cwd=directory, env=env, capture_output=True, check=True)
+        bare.append(time.perf_counter() - start)
+    wall, done = _timed([*_cli(), "search"], directory)
+    report = json.loads((directory / ".fusion-dd" / "report.json").read_text(encoding="utf-8"))
+    trainings = int(report["trainings"])
+    per = wall / trainings
+    median = statistics.median(bare)
+    return {
+        "status": report["status"],
+        "exit": done.returncode,
+        "trainings": trainings,
+        "wall": wall,
+        "bare": median,
+        "ratio": per / median,
+        "per_second": trainings / wall,
+    }
+
+
+def bench_startup(work: Path) -> dict[str, Any]:
+    directory = work / "startup"
+    directory.mkdir()
+    names = _names(1024)
+    _write_config(directory, names, [names[100]], budget=3)
+    start = time.time()
+    wall, done = _timed([*_cli(), "search"], directory)
+    record = json.loads((directory / ".fusion-dd" / "trials" / "0001" / "supervisor.json").read_text(encoding="utf-8"))
+    return {"startup": float(record["start"]) - start, "exit": done.returncode, "wall": wall}
+
+
+
+def _build_journal(directory: Path, names: list[str], culprits: list[str], budget: int) -> dict[str, Any]:
+    """Run a whole search in-process with instant trainings (no processes); returns the report."""
+    from fusion_dd import engine as engine_module
+    from fusion_dd.config import load_config
+    from fusion_dd.supervisor import LAUNCH_FILE, LOG_FILE, STATUS_FILE, write_json_atomic
+    from fusion_dd.trial import SWITCH_FILE, RunningTrial, TrialSpec
+
+    wanted = set(culprits)
+
+    def start_trial(spec: TrialSpec) -> RunningTrial:
+        trial_dir = Path(spec.trial_dir).resolve()
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / SWITCH_FILE).write_text(spec.switch_text, encoding="utf-8")
+        switch = json.loads(spec.switch_text)["Switch"]
+        on = {name for section in switch.values() for name, state in section.items() if state == "on"}
+        (trial_dir / LOG_FILE).write_text(f"accuracy: {0.5 if on & wanted else 0.9}\n", encoding="utf-8")
+        (trial_dir / LAUNCH_FILE).write_text(json.dumps({"trial_id": spec.trial_id, "timeout": None}), encoding="utf-8")
+        now = time.time()
+        status = {"exit_code": 0, "signal": None, "timed_out": False, "cancelled": False, "start": now,
+                  "end": now, "duration": 0.001, "error": None, "timeout": None, "trial_id": spec.trial_id}
+        write_json_atomic(trial_dir / STATUS_FILE, status)
+        return RunningTrial(spec.trial_id, trial_dir, pid=None, process=None)
+
+    _write_config(directory, names, culprits, budget=budget)
+    original = engine_module.start_trial
+    engine_module.start_trial = start_trial
+    try:
+        config = load_config(directory / "fusion-dd.yaml")
+        result = engine_module.Engine(config).run()
+    finally:
+        engine_module.start_trial = original
+    return result.report
+
+
+def bench_resume_finished(work: Path) -> dict[str, Any]:
+    directory = work / "finished"
+    directory.mkdir()
+    names = _names(512)
+    rng = random.Random(400)
+    report = _build_journal(directory, names, rng.sample(names, 24), budget=100_000)
+    help_time = _median_time([*_cli(), "--help"], directory, 7)
+    resume = []
+    for _ in range(7):
+        elapsed, done = _timed([*_cli(), "resume"], directory)
+        resume.append(elapsed)
+    return {
+        "trials": report["trainings"],
+        "help": help_time,
+        "resume": statistics.median(resume),
+        "ratio": statistics.median(resume) / help_time,
+        "exit": done.returncode,
+    }
+
+
+def bench_resume_5000(work: Path) -> dict[str, Any]:
+    directory = work / "big"
+    directory.mkdir()
+    names = _names(4096)
+    rng = random.Random(5000)
+    report = _build_journal(directory, names, rng.sample(names, 330), budget=100_000)
+    journal = directory / ".fusion-dd" / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    assert json.loads(lines[-1])["type"] == "search_finished"
+    journal.write_bytes(b"".join(lines[:-1]))  # as if stopped right before the end
+    elapsed, done = _timed([*_cli(), "resume"], directory)
+    again = json.loads((directory / ".fusion-dd" / "report.json").read_text(encoding="utf-8"))
+    return {
+        "trials": report["trainings"],
+        "resume": elapsed,
+        "exit": done.returncode,
+        "same": again["trainings"] == report["trainings"] and again["switched_off"] == report["switched_off"],
+    }
+
+
+def bench_bisect() -> dict[str, Any]:
+    from fusion_dd.search import STRATEGIES, NoisePolicy, find_culprits
+    from fusion_dd.search.simulate import SimulatedOracle, sets_model
+
+    n, d = 4096, 128
+    picks = random.Random(f"OR/{n}/{d}/0").sample(range(n), d)
+    oracle = SimulatedOracle(sets_model([{p} for p in picks]), parallelism=2, repeats=True)
+    start = time.perf_counter()
+    result = find_culprits(list(range(n)), oracle, STRATEGIES["bisect"], parallelism=2, noise=NoisePolicy())
+    elapsed = time.perf_counter() - start
+    found = {next(iter(c.rules)) for c in result.culprit_sets}
+    return {"time": elapsed, "trainings": oracle.trainings, "correct": found == set(picks) and result.fix_verified}
+
+
+def _mark(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def render(rows: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        BEGIN,
+        "## Coordinator cost (benchmarks/bench_coordinator.py)",
+        "",
+        f"Trainings that cost nothing (a 4-line Python script), default settings, 2 devices. "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs; every ratio is taken within one run. "
+        "0.1.0 figures as measured in issue 10. Reproduce with `python benchmarks/bench_coordinator.py`.",
+        "",
+        "| what | target | 0.1.0 | now | met |",
+        "|---|---|---:|---:|---|",
+    ]
+    if "launch" in rows:
+        r = rows["launch"]
+        lines.append(
+            f"| `search` wall / trainings vs one bare launch ({r['trainings']} trainings, bare {r['bare'] * 1000:.0f} ms) "
+            f"| ≤ 1.25x | {BEFORE['launch_ratio']} | {r['ratio']:.2f}x | {_mark(r['ratio'] <= 1.25)} |"
+        )
+        lines.append(
+            f"| trainings per second end to end | ≥ 20 | {BEFORE['per_second']} | {r['per_second']:.1f} "
+            f"| {_mark(r['per_second'] >= 20)} |"
+        )
+    if "startup" in rows:
+        r = rows["startup"]
+        lines.append(
+            f"| `search` on 1,024 candidates until the first training starts | ≤ 1 s | {BEFORE['startup']} "
+            f"| {r['startup']:.2f} s | {_mark(r['startup'] <= 1.0)} |"
+        )
+    if "resume-finished" in rows:
+        r = rows["resume-finished"]
+        lines.append(
+            f"| `resume` of a finished {r['trials']}-trial search vs `--help` ({r['help'] * 1000:.0f} ms) "
+            f"| ≤ 4x | {BEFORE['resume_finished']} | {r['ratio']:.2f}x ({r['resume']:.2f} s) | {_mark(r['ratio'] <= 4)} |"
+        )
+    if "resume-5000" in rows:
+        r = rows["resume-5000"]
+        lines.append(
+            f"| `resume` replaying a {r['trials']}-trial search | ≤ 5 s | {BEFORE['resume_5000']} "
+            f"| {r['resume']:.2f} s | {_mark(r['resume'] <= 5 and r['same'])} |"
+        )
+    if "bisect" in rows:
+        r = rows["bisect"]
+        lines.append(
+            f"| bisect n=4,096, 128 culprits, noise guard on ({r['trainings']} trainings) | ≤ 3 s | {BEFORE['bisect']} "
+            f"| {r['time']:.2f} s | {_mark(r['time'] <= 3 and r['correct'])} |"
+        )
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(NAMES), help=f"comma-separated subset of {', '.join(NAMES)}")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    chosen = [name for name in args.only.split(",") if name]
+    rows: dict[str, dict[str, Any]] = {}
+    work = Path(tempfile.mkdtemp(prefix="bench-coordinator-"))
+    try:
+        for name in chosen:
+            if name == "bisect":
+                rows[name] = bench_bisect()
+            else:
+                rows[name] = {
+                    "launch": bench_launch,
+                    "startup": bench_startup,
+                    "resume-finished": bench_resume_finished,
+                    "resume-5000": bench_resume_5000,
+                }[name](work)
+            print(name, rows[name], flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    section = render(rows)
+    print(section)
+    if not args.no_write and set(chosen) == set(NAMES):
+        replace_section(section, BEGIN, END, RESULTS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
