@@ -14,13 +14,12 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 
 from . import __version__
 from .config import DEFAULT_CONFIG_NAME, SearchConfig, load_config, parse_config, parse_devices
-from .engine import EXIT_INTERRUPTED, EXIT_USAGE, Engine, SearchResult
 from .errors import UsageError
 from .journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
@@ -33,6 +32,14 @@ from .state import replay
 from .status import status_lines
 from .switch import render_switch
 from .trial import PLACEHOLDERS, resolve_relative, substitute, substitute_command
+
+if TYPE_CHECKING:
+    from .engine import SearchResult
+
+# The engine's exit codes (fusion_dd.engine), spelled here so that ``--help`` and the
+# read-only commands need not import the engine (issue 10: a fast CLI start).
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
     name="fusion-dd",
@@ -121,6 +128,8 @@ def run_engine(config: SearchConfig) -> SearchResult:
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
     events.start(launched_before=_launched_before(config.state_dir))
     _install_sigterm()
+    from .engine import Engine
+
     try:
         result = Engine(config, events).run()
     finally:

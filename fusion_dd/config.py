@@ -470,8 +470,11 @@ def _read_rules(
             listed_keys[name] = f"{key}[{index}]"
             listed.append(Rule(name, section_enum))
     from .ascend import validate_names
+    from .ascend.validate import SUGGESTED_NAMES
 
-    for warning in validate_names(listed, fired, known_sections):
+    # Spelling suggestions cost milliseconds per name, and "ignore" shows none of them.
+    suggest = 0 if policy == "ignore" else SUGGESTED_NAMES
+    for warning in validate_names(listed, fired, known_sections, suggest=suggest):
         if warning.kind == "unknown":
             unknown.append((listed_keys[warning.rule.name], warning.message))
             continue

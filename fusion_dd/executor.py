@@ -29,8 +29,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from joblib import Parallel, delayed
-
 from .wakeup import CancelEvent
 
 R = TypeVar("R")
@@ -164,6 +162,8 @@ class BatchRun(Generic[R]):
                     return
 
     def _drive(self, results: list[R | None], stop_after: Callable[[R], bool] | None, cleanup_timeout: float) -> None:
+        from joblib import Parallel, delayed  # here: joblib (and numpy under it) costs 0.2 s to import
+
         n_jobs = max(1, min(self.pool.size, len(self.jobs)))
         try:
             with Parallel(n_jobs=n_jobs, backend="threading", return_as="generator_unordered") as parallel:

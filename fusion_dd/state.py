@@ -105,11 +105,14 @@ class SearchState:
     # Kept up to date by apply(): the engine asks for them once per question.
     _by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
     _attempts: dict[ConfigKey, int] = field(default_factory=dict, repr=False)
+    # Counts kept by apply(), so that a question costs O(1) however long the search ran.
+    _charged: int = field(default=0, repr=False)
+    _highest: int = field(default=0, repr=False)
 
     @property
     def launched(self) -> int:
         """Trainings launched over the whole search, resumes included: what the budget caps."""
-        return sum(1 for trial in self.trials.values() if trial.costs_budget)
+        return self._charged
 
     def cache(self) -> Mapping[ConfigKey, TrialState]:
         """Finished trainings by (configuration, repeat), read-only.
@@ -129,8 +132,7 @@ class SearchState:
 
     def next_trial_number(self) -> int:
         """One past the highest trial number the journal knows (numbers may have gaps)."""
-        numbers = [int(trial_id) for trial_id in self.trials if trial_id.isdigit()]
-        return max(numbers, default=0) + 1
+        return self._highest + 1
 
     def apply(self, record: dict[str, Any]) -> None:
         """Take one journal record into account (replay and live updates share this)."""
@@ -144,6 +146,12 @@ class SearchState:
             self.sessions.append(record)
         elif kind == "trial_started":
             trial_id = record["trial_id"]
+            replaced = self.trials.get(trial_id)
+            if replaced is not None:
+                self._charged -= replaced.costs_budget
+            if trial_id.isdigit():
+                self._highest = max(self._highest, int(trial_id))
+            self._charged += 1  # an open trial counts (see TrialState.costs_budget)
             self.trials[trial_id] = TrialState(
                 trial_id=trial_id,
                 config=frozenset(record["config"]),
@@ -169,7 +177,9 @@ class SearchState:
         elif kind == "trial_cancelled":
             trial = self.trials.get(record["trial_id"])
             if trial is not None and trial.finished is None:
+                self._charged -= trial.costs_budget
                 trial.cancelled = record
+                self._charged += trial.costs_budget
         elif kind == "search_stopped":
             self.stops.append(record)
             if record.get("reason") == "training_broken":
