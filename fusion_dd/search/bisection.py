@@ -32,6 +32,7 @@ from typing import Generic, TypeVar
 
 from fusion_dd.search.ddmin import ddmin, ordered
 from fusion_dd.search.lanes import Lanes, width_of
+from fusion_dd.search.masks import Answers, Antichains, Masks
 from fusion_dd.search.oracle import Oracle, Outcome
 
 T = TypeVar("T", bound=Hashable)
@@ -42,22 +43,39 @@ class _Contradiction(Exception):
 
 
 class _Ledger(Generic[T]):
-    """Everything this search was told, to spot contradictions and reuse answers."""
+    """Everything this search was told, to spot contradictions and reuse answers.
 
-    def __init__(self, failing: frozenset[T]) -> None:
+    Contradictions and narrowing only ever need the minimal failing and the
+    maximal passing answers (``fusion_dd.search.masks``), so those are kept as
+    bit masks and nothing else is scanned: a question costs the same late in a
+    search of thousands of trainings as early.
+    """
+
+    def __init__(self, failing: frozenset[T], masks: Masks[T]) -> None:
         self.start = failing
+        self.masks = masks
         self.answers: dict[frozenset[T], bool] = {failing: True}
-        self._fails: list[frozenset[T]] = [failing]
-        self._passes: list[frozenset[T]] = []
+        self.chains = Antichains()
+        self.chains.add(masks.of(failing), True)
 
     def preload(self, known: Mapping[frozenset[T], Outcome | bool]) -> None:
         """Answers the oracle gave before this search (e.g. to earlier searches)."""
+        if isinstance(known, Answers) and known.masks is self.masks and known.get(self.start) is not False:
+            # The caller kept the antichains of its answers: take them instead of rebuilding.
+            chains = known.antichains.copy()
+            chains.add(self.masks.of(self.start), True)
+            answers = self.answers
+            for config, fails in known.items():
+                if config not in answers:
+                    answers[config] = fails
+            self.chains = chains
+            return
         for config, answer in known.items():
             config = frozenset(config)
             if config not in self.answers:
                 fails = answer is Outcome.FAIL or answer is True
                 self.answers[config] = fails
-                (self._fails if fails else self._passes).append(config)
+                self.chains.add(self.masks.of(config), fails)
 
     def known(self, config: frozenset[T]) -> bool | None:
         """True: fails; False: does not fail; None: no answer for exactly this configuration."""
@@ -68,11 +86,10 @@ class _Ledger(Generic[T]):
         if config in self.answers:
             return self.answers[config] != fails
         self.answers[config] = fails
-        if fails:
-            self._fails.append(config)
-            return any(config <= passing for passing in self._passes)
-        self._passes.append(config)
-        return any(failing <= config for failing in self._fails)
+        mask = self.masks.of(config)
+        contradicted = self.chains.contradicts(mask, fails)
+        self.chains.add(mask, fails)
+        return contradicted
 
     def smallest_failing(self) -> frozenset[T]:
         """Where the ddmin fallback starts: the least work left for it.
@@ -80,7 +97,7 @@ class _Ledger(Generic[T]):
         Only subsets of the configuration this search was asked to minimize
         qualify: answers preloaded from earlier searches may lie outside it.
         """
-        return min((f for f in self._fails if f <= self.start), key=len)
+        return min((f for f, fails in self.answers.items() if fails and f <= self.start), key=len)
 
 
 def _ask(oracle: Oracle[T], ledger: _Ledger[T], configs: Sequence[frozenset[T]]) -> list[bool]:
@@ -129,22 +146,67 @@ def _probe_count(width: int, parallelism: int) -> int:
     return parallelism
 
 
-def _narrow(found: frozenset[T], rest: list[T], lo: int, hi: int, ledger: _Ledger[T]) -> tuple[int, int]:
+class _Rest(Generic[T]):
+    """The rules still searched: a prefix of the start, with its mask and the found rules' mask.
+
+    Masks of the questions are built from these in a few operations (a prefix
+    is the start's mask cut below one bit) and handed to ``Masks.remember``, so
+    no question is ever turned into a mask rule by rule.
+    """
+
+    def __init__(self, start: list[T], masks: Masks[T], start_set: frozenset[T]) -> None:
+        self.masks = masks
+        self.rules = start
+        self.start_mask = masks.of(start_set)
+        self.mask = self.start_mask
+        self.found_mask = 0
+
+    def position(self, bit: int) -> int:
+        """The index in the rest (a prefix of the start, in universe order) of the rule at ``bit``."""
+        return (self.start_mask & ((1 << bit) - 1)).bit_count()
+
+    def prefix_mask(self, j: int) -> int:
+        """The mask of the first ``j`` rules of the rest."""
+        if j == 0:
+            return 0
+        return self.mask & ((1 << (self.masks.bit(self.rules[j - 1]) + 1)) - 1)
+
+    def config(self, found: frozenset[T], j: int) -> frozenset[T]:
+        config = found | frozenset(self.rules[:j])
+        self.masks.remember(config, self.found_mask | self.prefix_mask(j))
+        return config
+
+    def with_one(self, found: frozenset[T], rule: T) -> frozenset[T]:
+        config = found | {rule}
+        self.masks.remember(config, self.found_mask | (1 << self.masks.bit(rule)))
+        return config
+
+    def take(self, j: int) -> None:
+        """Rule j - 1 is necessary: keep it on, search the rules before it."""
+        rule = self.rules[j - 1]
+        bit = 1 << self.masks.bit(rule)
+        self.found_mask |= bit
+        self.mask &= bit - 1
+        self.rules = self.rules[: j - 1]
+
+
+def _narrow(rest: _Rest[T], lo: int, hi: int, ledger: _Ledger[T]) -> tuple[int, int]:
     """Tighten (lo, hi] with answers about other configurations, assuming monotonicity.
 
     A configuration that did not fail passes all its subsets; one that failed
     fails all its supersets. These are guesses that only steer the search: the
-    final answer is still asked and proven.
+    final answer is still asked and proven. Only minimal failing and maximal
+    passing answers can tighten the bounds most, so only those are looked at.
     """
-    position = {rule: i for i, rule in enumerate(rest)}
-    for config, fails in ledger.answers.items():
-        if fails:
-            extra = config - found
-            if all(rule in position for rule in extra):
-                hi = min(hi, 1 + max((position[rule] for rule in extra), default=-1))
-        elif found <= config:
-            j = next((i for i, rule in enumerate(rest) if rule not in config), len(rest))
-            lo = max(lo, j)
+    found, inside, position = rest.found_mask, rest.mask, rest.position
+    for low in ledger.chains.min_fail:
+        extra = low & ~found
+        if extra & ~inside == 0:
+            hi = min(hi, 1 + position(extra.bit_length() - 1) if extra else 0)
+    for high in ledger.chains.max_pass:
+        if found & ~high == 0:
+            missing = inside & ~high
+            lo = max(lo, position((missing & -missing).bit_length() - 1) if missing else len(rest.rules))
     if lo >= hi:
         raise _Contradiction
     return lo, hi
@@ -152,7 +214,7 @@ def _narrow(found: frozenset[T], rest: list[T], lo: int, hi: int, ledger: _Ledge
 
 def _boundary(
     found: frozenset[T],
-    rest: list[T],
+    rest: _Rest[T],
     lo: int,
     oracle: Oracle[T],
     ledger: _Ledger[T],
@@ -165,10 +227,10 @@ def _boundary(
     first is the cheap bet that the search is already done, and it is the training
     that proves the final answer fails.
     """
-    lo, hi = _narrow(found, rest, lo, len(rest), ledger)
+    lo, hi = _narrow(rest, lo, len(rest.rules), ledger)
 
     def config(j: int) -> frozenset[T]:
-        return found | frozenset(rest[:j])
+        return rest.config(found, j)
 
     while hi - lo > 1:
         parallelism = width_of(lanes)  # per round: a resumed search may have more devices
@@ -182,7 +244,7 @@ def _boundary(
             if _last_round(width, parallelism):
                 # Few candidates left: also ask each one alone with the found rules,
                 # which is the first question of the next step whichever one it is.
-                speculative = [found | {rest[j - 1]} for j in range(lo + 1, hi + 1)]
+                speculative = [rest.with_one(found, rest.rules[j - 1]) for j in range(lo + 1, hi + 1)]
         known = [(j, ledger.known(config(j))) for j in probes]
         if any(answer is not None for _, answer in known):
             for j, answer in known:
@@ -207,17 +269,23 @@ def _boundary(
 def _reduce(start: list[T], oracle: Oracle[T], ledger: _Ledger[T], lanes: Lanes) -> frozenset[T]:
     """Grow the set of necessary rules until it fails alone, then prove it 1-minimal."""
     found: list[T] = []
-    rest = start
+    rest = _Rest(start, ledger.masks, ledger.start)
     lo = 0  # with nothing found, j = 0 is the empty configuration: known to pass
-    while rest:
+    while rest.rules:
         j = _boundary(frozenset(found), rest, lo, oracle, ledger, lanes)
         if j == 0:
             break
-        found.append(rest[j - 1])
-        rest = rest[: j - 1]
+        found.append(rest.rules[j - 1])
+        rest.take(j)
         lo = -1
     answer = frozenset(found)
-    removals = [answer - {rule} for rule in found] if len(found) > 1 else []
+    masks = ledger.masks
+    removals = []
+    if len(found) > 1:
+        for rule in found:
+            removal = answer - {rule}
+            masks.remember(removal, rest.found_mask & ~(1 << masks.bit(rule)))
+            removals.append(removal)
     # The proof, in one batch: the answer fails (usually already asked, then free)
     # and no single-rule removal does. The empty removal is the known-passing baseline.
     check = [] if ledger.known(answer) is True else [answer]
@@ -234,6 +302,7 @@ def bisect(
     *,
     parallelism: Lanes = 1,
     known: Mapping[frozenset[T], Outcome | bool] | None = None,
+    masks: Masks[T] | None = None,
 ) -> frozenset[T]:
     """A verified 1-minimal failing subset of ``failing`` (default: the universe).
 
@@ -247,13 +316,19 @@ def bisect(
     what they imply is checked like any other guess. Pass only answers that a
     replay of the same run would also have (never "whatever the journal holds"),
     or a resumed search would ask different questions than the first run.
+    ``masks``: the bit masks of the caller's configurations (taken from ``known``
+    when it is an ``Answers``), only for speed.
     """
     width_of(parallelism)  # refuses a width below 1 before anything is asked
     order = ordered(universe)
     start = ordered(order, failing)
     if len(start) <= 1:
         return frozenset(start)
-    ledger: _Ledger[T] = _Ledger(frozenset(start))
+    if masks is None and isinstance(known, Answers):
+        masks = known.masks
+    if masks is None or not masks.starts_with(order):  # a bit's position must be its rule's
+        masks = Masks(order)
+    ledger: _Ledger[T] = _Ledger(frozenset(start), masks)
     ledger.preload(known or {})
     try:
         return _reduce(start, oracle, ledger, parallelism)

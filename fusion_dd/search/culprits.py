@@ -41,6 +41,7 @@ from typing import Generic, TypeVar, cast
 from fusion_dd.search.ddmin import ordered
 from fusion_dd.search.hitting import minimum_hitting_set
 from fusion_dd.search.lanes import Lanes, width_of
+from fusion_dd.search.masks import Answers, Masks
 from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised, majority
 from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, supports_repeats
 
@@ -226,11 +227,16 @@ class _Recorder(Generic[T]):
     """
 
     def __init__(
-        self, oracle: Oracle[T], start: frozenset[T], patience: int, witness: RepeatOracle[T] | None = None
+        self,
+        oracle: Oracle[T],
+        start: frozenset[T],
+        patience: int,
+        witness: RepeatOracle[T] | None = None,
+        masks: Masks[T] | None = None,
     ) -> None:
         self._oracle = oracle
         self._witness = witness
-        self.answers: dict[frozenset[T], bool] = {}
+        self.answers: Answers[T] = Answers(masks if masks is not None else Masks(start))
         self._start = start
         self._patience = patience
         self._passes = 0
@@ -253,7 +259,7 @@ class _Recorder(Generic[T]):
             while outcome is not Outcome.FAIL and len(self._witness.trials(self._start)) < 3:
                 self._witness.retest([self._start])
                 outcome = majority(self._witness.trials(self._start))
-        self.answers[self._start] = outcome is Outcome.FAIL
+        self.answers.note(self._start, outcome is Outcome.FAIL)
         if outcome is not Outcome.FAIL:
             raise _NoFailure(outcome)
 
@@ -262,7 +268,7 @@ class _Recorder(Generic[T]):
             self.verify_start()
 
     def _note(self, config: frozenset[T], fails: bool) -> None:
-        self.answers[config] = fails
+        self.answers.note(config, fails)
         if fails:
             self.unverified = False
         else:
@@ -416,6 +422,7 @@ def _loop(
     progress: _Progress[T],
     check: Callable[[frozenset[T], bool, bool], None] | None = None,
     witness: RepeatOracle[T] | None = None,
+    masks: Masks[T] | None = None,
 ) -> None:
     """Minimize, switch off the fewest rules for all sets found, verify the fix; again inside a failing fix.
 
@@ -439,7 +446,11 @@ def _loop(
     |universe| rounds the switched-off set only grows, which ends the loop.
     """
     universe = frozenset(order)
-    recorder: _Recorder[T] = _Recorder(oracle, universe, _patience(len(order), width_of(parallelism)), witness)
+    masks = masks if masks is not None else Masks(order)
+    full = masks.of(universe)
+    recorder: _Recorder[T] = _Recorder(
+        oracle, universe, _patience(len(order), width_of(parallelism)), witness, masks
+    )
     preference: _Preference[T] = _Preference(choose)
     wants_known = _accepts(strategy, "known")
     extra: dict[str, object] = {"parallelism": parallelism} if _accepts(strategy, "parallelism") else {}
@@ -461,7 +472,7 @@ def _loop(
             width *= 2  # a streak of dense culprits fills more devices each round
         else:
             if wants_known:
-                extra["known"] = dict(recorder.answers)
+                extra["known"] = recorder.answers.snapshot()  # a dict, with masks kept for speed
             rules = frozenset(strategy(order, recorder, failing, **extra))
             if recorder.unverified:
                 recorder.verify_start()  # nothing failed in the first search: the universe's failure was all it had
@@ -478,6 +489,7 @@ def _loop(
             sets.append(rules)
             _settle(progress, sets, order, preference, grow=len(sets) > len(order))
         candidate = universe - progress.switched_off
+        masks.remember(candidate, full & ~masks.of(progress.switched_off))  # not rule by rule
         if not candidate:
             progress.fix_outcome = Outcome.PASS  # the empty configuration is the engine's precondition
             break
@@ -499,10 +511,11 @@ def _attempt(
     choose: Chooser,
     parallelism: Lanes,
     progress: _Progress[T],
+    masks: Masks[T] | None = None,
 ) -> None:
     """One pass of the loop, then the guard's checks of the answer; may raise ``Revised``."""
     if guard is None:
-        _loop(order, oracle, strategy, choose, parallelism, progress)
+        _loop(order, oracle, strategy, choose, parallelism, progress, masks=masks)
         return
     strict = policy.confirm == "strict"
 
@@ -518,7 +531,7 @@ def _attempt(
         assert guard is not None
         guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk or later)
 
-    _loop(order, guard, strategy, choose, parallelism, progress, check, witness=cast(RepeatOracle[T], oracle))
+    _loop(order, guard, strategy, choose, parallelism, progress, check, witness=cast(RepeatOracle[T], oracle), masks=masks)
     fix = frozenset(r for r in order if r not in progress.switched_off)
     # A lone culprit needs a second witness, except the singles of a dense chain on a
     # run without noise: there every rule alone is the question, and a witness for
@@ -572,11 +585,12 @@ def find_culprits(
     if policy.confirm != "off" and supports_repeats(oracle):
         guard = NoiseGuard(cast(RepeatOracle[T], oracle), order, policy)
     progress: _Progress[T] = _Progress()
+    masks: Masks[T] = Masks(order)  # shared by every search of this call (fusion_dd.search.masks)
     try:
         while True:
             progress = _Progress()
             try:
-                _attempt(order, oracle, guard, policy, strategy, choose, parallelism, progress)
+                _attempt(order, oracle, guard, policy, strategy, choose, parallelism, progress, masks)
                 break
             except Revised:
                 assert guard is not None

@@ -1,0 +1,165 @@
+"""Configurations as bit masks, and answers kept so that a question costs the same late as early.
+
+A search over thousands of rules asks thousands of questions, and the strategies
+and the noise guard compare every new answer with the earlier ones ("is this
+failing configuration inside a passing one?"). Done on frozensets, each
+comparison costs the size of the configuration, and a search costs
+questions² x rules. Here a configuration is also an int with bit i set for the
+i-th rule of the universe, so a subset test is a few machine words, and only the
+answers that can matter are compared at all:
+
+- a configuration that fails contradicts a passing one only if it lies inside
+  it, and then it lies inside a *maximal* passing configuration (one inside no
+  other passing one);
+- likewise a passing configuration contradicts a failing one only if a
+  *minimal* failing configuration lies inside it.
+
+So :class:`Answers` keeps, next to the answers themselves, the minimal failing
+and the maximal passing configurations (two antichains, small in practice: about
+one per culprit and one per search). Every question then compares with those
+few instead of with every earlier answer, and the result is the same.
+
+Pure: no I/O, no clocks, no threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Generic, TypeVar
+
+from fusion_dd.search.oracle import Outcome
+
+T = TypeVar("T", bound=Hashable)
+
+
+class Masks(Generic[T]):
+    """The bit of every rule (its position in the universe) and the mask of every configuration seen.
+
+    A rule outside the universe gets the next free bit, so that a mask is
+    always exact (a configuration with a stray rule is inside no configuration
+    of the universe). Masks are memoized per configuration: the same frozenset
+    objects travel between a strategy, the guard and the oracle.
+    """
+
+    def __init__(self, order: Iterable[T]) -> None:
+        self._rules: list[T] = []
+        self._bit: dict[T, int] = {}
+        for rule in order:
+            self._add(rule)
+        self._memo: dict[frozenset[T], int] = {}
+
+    def _add(self, rule: T) -> int:
+        if rule not in self._bit:
+            self._bit[rule] = len(self._rules)
+            self._rules.append(rule)
+        return self._bit[rule]
+
+    def bit(self, rule: T) -> int:
+        """The position of ``rule`` (a new one for a rule outside the universe)."""
+        index = self._bit.get(rule)
+        return index if index is not None else self._add(rule)
+
+    def starts_with(self, order: list[T]) -> bool:
+        """Whether the first bits are exactly ``order``, in order (bit order must follow rule order)."""
+        return self._rules[: len(order)] == order
+
+    def rule(self, position: int) -> T:
+        return self._rules[position]
+
+    def remember(self, config: frozenset[T], mask: int) -> None:
+        """Store a mask the caller built cheaply (a prefix, a removal) instead of rule by rule."""
+        self._memo[config] = mask
+
+    def of(self, config: frozenset[T]) -> int:
+        """The mask of ``config``."""
+        mask = self._memo.get(config)
+        if mask is None:
+            mask = 0
+            for rule in config:
+                mask |= 1 << self.bit(rule)
+            self._memo[config] = mask
+        return mask
+
+
+def is_subset(inner: int, outer: int) -> bool:
+    return inner & ~outer == 0
+
+
+class Antichains:
+    """The minimal failing and the maximal passing masks among some answers."""
+
+    def __init__(self) -> None:
+        self.min_fail: list[int] = []
+        self.max_pass: list[int] = []
+
+    def copy(self) -> "Antichains":
+        other = Antichains()
+        other.min_fail = list(self.min_fail)
+        other.max_pass = list(self.max_pass)
+        return other
+
+    def add(self, mask: int, fails: bool) -> None:
+        if fails:
+            if any(low & ~mask == 0 for low in self.min_fail):
+                return
+            self.min_fail = [low for low in self.min_fail if mask & ~low != 0]
+            self.min_fail.append(mask)
+        else:
+            if any(mask & ~high == 0 for high in self.max_pass):
+                return
+            self.max_pass = [high for high in self.max_pass if high & ~mask != 0]
+            self.max_pass.append(mask)
+
+    def contradicts(self, mask: int, fails: bool) -> bool:
+        """Whether an answer for ``mask`` breaks monotonicity with the answers so far."""
+        if fails:
+            return any(mask & ~high == 0 for high in self.max_pass)
+        return any(low & ~mask == 0 for low in self.min_fail)
+
+
+class Answers(dict, Generic[T]):  # type: ignore[type-arg]
+    """configuration -> True (fails) / False (does not fail), with masks and antichains kept up to date.
+
+    A plain dict to every reader (strategies that take ``known`` as a mapping
+    see no difference); :func:`fusion_dd.search.bisection.bisect` also uses
+    ``masks`` and ``antichains`` to answer its questions without scanning.
+    """
+
+    def __init__(self, masks: Masks[T]) -> None:
+        super().__init__()
+        self.masks = masks
+        self._chains: Antichains | None = Antichains()
+
+    def note(self, config: frozenset[T], fails: bool) -> None:
+        """Record an answer (a changed answer rebuilds the antichains on next use)."""
+        previous = self.get(config)
+        self[config] = fails
+        if previous is None:
+            if self._chains is not None:
+                self._chains.add(self.masks.of(config), fails)
+        elif previous != fails:
+            self._chains = None
+
+    @property
+    def antichains(self) -> Antichains:
+        if self._chains is None:
+            chains = Antichains()
+            for config, fails in self.items():
+                chains.add(self.masks.of(config), fails)
+            self._chains = chains
+        return self._chains
+
+    def snapshot(self) -> "Answers[T]":
+        """A copy that later answers leave unchanged (what one strategy call may use)."""
+        other: Answers[T] = Answers(self.masks)
+        dict.update(other, self)
+        other._chains = self.antichains.copy()
+        return other
+
+
+def answers_from(known: Mapping[frozenset[T], object], masks: Masks[T]) -> Answers[T]:
+    """An :class:`Answers` holding ``known`` (True or ``Outcome.FAIL``: fails)."""
+    answers: Answers[T] = Answers(masks)
+    for config, answer in known.items():
+        answers.note(frozenset(config), answer is Outcome.FAIL or answer is True)
+    return answers
