@@ -581,11 +581,11 @@ def find_culprits(
     order = ordered(universe)
     choose = choose_off or default_choose_off
     policy = noise or NoisePolicy()
+    masks: Masks[T] = Masks(order)  # shared by every search of this call (fusion_dd.search.masks)
     guard: NoiseGuard[T] | None = None
     if policy.confirm != "off" and supports_repeats(oracle):
-        guard = NoiseGuard(cast(RepeatOracle[T], oracle), order, policy)
+        guard = NoiseGuard(cast(RepeatOracle[T], oracle), order, policy, masks)
     progress: _Progress[T] = _Progress()
-    masks: Masks[T] = Masks(order)  # shared by every search of this call (fusion_dd.search.masks)
     try:
         while True:
             progress = _Progress()

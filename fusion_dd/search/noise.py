@@ -79,6 +79,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from fusion_dd.search.masks import Antichains, Masks
 from fusion_dd.search.oracle import Observation, Outcome, RepeatOracle
 
 T = TypeVar("T", bound=Hashable)
@@ -170,16 +171,32 @@ class NoiseGuard(Generic[T]):
     """
 
     def __init__(
-        self, oracle: RepeatOracle[T], universe: Iterable[T], policy: NoisePolicy | None = None
+        self,
+        oracle: RepeatOracle[T],
+        universe: Iterable[T],
+        policy: NoisePolicy | None = None,
+        masks: Masks[T] | None = None,
     ) -> None:
         self._base = oracle
         self.policy = policy or NoisePolicy()
-        universe = list(universe)
-        self._rank = {rule: i for i, rule in enumerate(universe)}
+        order = list(universe)
+        self._rank = {rule: i for i, rule in enumerate(order)}
         self._given: dict[frozenset[T], Outcome] = {
-            frozenset(universe): Outcome.FAIL,
+            frozenset(order): Outcome.FAIL,
             frozenset(): Outcome.PASS,
         }
+        # Bookkeeping that keeps a question's cost flat as the answers pile up
+        # (fusion_dd.search.masks): the order in which verdicts arrived, the
+        # verdicts that changed, the minimal failing / maximal passing ones.
+        self._masks: Masks[T] = masks if masks is not None else Masks(order)
+        self._seq: dict[frozenset[T], int] = {}
+        self._chains: Antichains | None = None
+        self._config_of: dict[int, frozenset[T]] = {}
+        self._fail_masks: list[int] = []
+        self._pass_masks: list[int] = []
+        self._touched: dict[frozenset[T], Outcome | None] = {}
+        self._dirty: set[frozenset[T]] = set()  # verdicts changed since the last check of what was told
+        self._flaky_configs: set[frozenset[T]] = set()
         self._obs: dict[frozenset[T], tuple[Observation, ...]] = {}
         self._verdict: dict[frozenset[T], Outcome] = {}
         self._told: dict[frozenset[T], bool] = {}
@@ -192,15 +209,60 @@ class NoiseGuard(Generic[T]):
         self._reference_obs: dict[frozenset[T], tuple[Observation, ...]] = {
             config: tuple(oracle.trials(config)) for config in self._given
         }
+        self._reference_flaky = any(self._is_flaky(c) for c in self._reference_obs)
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def _mask(self, config: frozenset[T]) -> int:
+        return self._masks.of(config)
+
+    def _set_verdict(self, config: frozenset[T], verdict: Outcome) -> None:
+        old = self._verdict.get(config)
+        self._touched.setdefault(config, old)
+        if old is None:
+            self._seq[config] = len(self._seq)
+        elif old is not verdict:
+            self._dirty.add(config)
+            self._chains = None  # rebuilt on next use: verdicts rarely change
+        self._verdict[config] = verdict
+        if old is None and self._chains is not None:
+            self._chain_add(self._chains, config, verdict)
+
+    def _chain_add(self, chains: Antichains, config: frozenset[T], verdict: Outcome) -> None:
+        if verdict is Outcome.FAIL or verdict is Outcome.PASS:
+            mask = self._mask(config)
+            self._config_of[mask] = config
+            chains.add(mask, verdict is Outcome.FAIL)
+            (self._fail_masks if verdict is Outcome.FAIL else self._pass_masks).append(mask)
+
+    def _antichains(self) -> Antichains:
+        """Minimal failing and maximal passing verdicts (the preconditions included).
+
+        Also rebuilds ``_fail_masks`` / ``_pass_masks``, the masks of every failing
+        and passing verdict (in no particular order), for the scans that need all.
+        """
+        if self._chains is None:
+            chains = Antichains()
+            self._fail_masks = []
+            self._pass_masks = []
+            for config, verdict in {**self._verdict, **self._given}.items():
+                self._chain_add(chains, config, verdict)
+            self._chains = chains
+        return self._chains
+
+    def _arrival(self, config: frozenset[T]) -> tuple[int, int]:
+        """Position in the order of ``{**_verdict, **_given}``: the order every scan used to follow."""
+        seq = self._seq.get(config)
+        if seq is not None:
+            return (0, seq)
+        return (1, list(self._given).index(config))
 
     # -- what the run has seen ------------------------------------------------------
 
     @property
     def flaky(self) -> bool:
         """Whether some configuration (a reference included) both passed and failed in this run."""
-        return any(self._is_flaky(c) for c in self._obs) or any(
-            self._is_flaky(c) for c in self._reference_obs
-        )
+        return bool(self._flaky_configs) or self._reference_flaky
 
     def observations(self, config: frozenset[T]) -> tuple[Observation, ...]:
         return self._obs.get(frozenset(config), ())
@@ -258,6 +320,7 @@ class NoiseGuard(Generic[T]):
     def replay(self) -> None:
         """Forget what the strategy was told; keep every training (they are free now)."""
         self._told.clear()
+        self._dirty.clear()
         self.replays += 1
 
     def outcomes(self, configs: Sequence[frozenset[T]]) -> list[Outcome]:
@@ -311,7 +374,11 @@ class NoiseGuard(Generic[T]):
                     "no training of it: see RepeatOracle for the bookkeeping the noise layer relies on"
                 )
             self._obs[config] = observations
-            self._verdict[config] = majority(observations)
+            if self._is_flaky(config):
+                self._flaky_configs.add(config)
+            else:
+                self._flaky_configs.discard(config)
+            self._set_verdict(config, majority(observations))
 
     def _decided(self, config: frozenset[T]) -> bool:
         """One side leads by one clear training; by two once a clear training dissented.
@@ -353,9 +420,12 @@ class NoiseGuard(Generic[T]):
         """Re-train undecided verdicts, then look for contradictions; may raise ``Revised``."""
         self._until(configs, self._decided)
         self._review(configs)
-        for config, told in self._told.items():
-            if self._fails(config) != told:
+        # Only a verdict that changed can differ from what the strategy was told.
+        for config in self._dirty:
+            told = self._told.get(config)
+            if told is not None and self._fails(config) != told:
                 raise Revised
+        self._dirty.clear()
 
     def _until(
         self, configs: Sequence[frozenset[T]], done: Callable[[frozenset[T]], bool], limit: int | None = None
@@ -379,10 +449,11 @@ class NoiseGuard(Generic[T]):
         pending = list(dict.fromkeys(changed))
         while pending:
             config = pending.pop(0)
-            before = dict(self._verdict)
+            self._touched = {}
             self._check_monotone(config)
             self._check_claim(config)
-            pending.extend(c for c, v in self._verdict.items() if before.get(c) != v and c not in pending)
+            moved = [c for c, before in self._touched.items() if before is not self._verdict.get(c)]
+            pending.extend(c for c in sorted(moved, key=self._arrival) if c not in pending)
 
     def _check_monotone(self, config: frozenset[T]) -> None:
         """A failing configuration with a passing superset: train both again."""
@@ -390,9 +461,11 @@ class NoiseGuard(Generic[T]):
         if verdict is None:
             return
         pairs = []
-        if verdict is Outcome.FAIL:
+        mask = self._mask(config)
+        # No maximal passing verdict around it (no minimal failing one inside it): no pair at all.
+        if verdict is Outcome.FAIL and self._antichains().contradicts(mask, True):
             pairs = [(config, other) for other in self._passing() if config < other]
-        elif verdict is Outcome.PASS:
+        elif verdict is Outcome.PASS and self._antichains().contradicts(mask, False):
             pairs = [(other, config) for other in self._failing() if other < config]
         for low, high in pairs:
             if (low, high) in self._contradictions:
@@ -432,10 +505,21 @@ class NoiseGuard(Generic[T]):
         return [c for c, v in {**self._verdict, **self._given}.items() if v is Outcome.PASS]
 
     def _leaves(self, around: frozenset[T]) -> list[frozenset[T]]:
-        """Smallest known failing configurations whose evidence ``around`` touches."""
-        failing = self._failing()
-        near = [x for x in failing if x == around or (self.verdict(around) is Outcome.PASS and around < x)]
-        return [x for x in near if not any(y < x for y in failing)]
+        """Smallest known failing configurations whose evidence ``around`` touches.
+
+        That is ``around`` itself when it fails, or the failing configurations
+        around a passing one, if no failing configuration lies inside them:
+        exactly the minimal failing ones (the antichain), in verdict order.
+        """
+        verdict = self.verdict(around)
+        chains = self._antichains()
+        if verdict is Outcome.FAIL:
+            return [around] if self._mask(around) in set(chains.min_fail) else []
+        if verdict is not Outcome.PASS:
+            return []
+        inside = self._mask(around)
+        near = [self._config_of[low] for low in chains.min_fail if inside & ~low == 0 and inside != low]
+        return sorted(near, key=self._arrival)
 
     def _check_claim(self, config: frozenset[T]) -> None:
         """A fresh interaction claim rests on one training of its failing configuration: re-train it.
@@ -470,27 +554,38 @@ class NoiseGuard(Generic[T]):
 
     def _vouched(self, leaf: frozenset[T]) -> set[T]:
         vouched: set[T] = set()
+        inside = self._mask(leaf)
         for checked in self._claims_checked:
-            if leaf < checked and self._fails(checked):
+            outer = self._mask(checked)
+            if inside & ~outer == 0 and inside != outer and self._fails(checked):
                 vouched.update(self._necessary(checked))
         return vouched
 
     def _necessary(self, leaf: frozenset[T]) -> set[T]:
         """Rules of ``leaf`` whose removal is known to pass (by a passing superset of the removal)."""
         needed: set[T] = set()
-        size = len(leaf)
-        for other in self._passing():
-            if len(other) < size - 1:
-                continue
-            missing = leaf - other
-            if len(missing) == 1:
-                needed.update(missing)
+        whole = self._mask(leaf)
+        chains = self._antichains()
+        # A passing superset of a removal lies inside a maximal passing one, which shows the
+        # same removal unless it holds all of ``leaf`` (a contradiction): then look at all.
+        if chains.contradicts(whole, True):
+            candidates = [self._mask(other) for other in self._passing()]
+        else:
+            candidates = chains.max_pass
+        for other in candidates:
+            missing = whole & ~other
+            if missing and missing & (missing - 1) == 0:
+                needed.add(self._masks.rule(missing.bit_length() - 1))
         return needed
 
     def _halves(self, leaf: frozenset[T]) -> bool:
         """Two disjoint passing parts of at least two rules each that make up ``leaf``."""
-        parts = {p for p in self._passing() if p < leaf and len(p) >= 2}
-        return any(len(leaf - part) >= 2 and (leaf - part) in parts for part in parts)
+        whole = self._mask(leaf)
+        if whole.bit_count() < 4:
+            return False
+        self._antichains()
+        parts = {part for part in self._pass_masks if part & ~whole == 0 and part != whole and part.bit_count() >= 2}
+        return any((whole & ~part).bit_count() >= 2 and (whole & ~part) in parts for part in parts)
 
     # -- the final answer ---------------------------------------------------------------
 
@@ -528,10 +623,25 @@ class NoiseGuard(Generic[T]):
         the rule alone, so one flip there names a culprit that no later answer
         contradicts.
         """
-        single = frozenset({rule})
-        holders = [x for x in self._failing() if rule in x and x != single]
-        passing = [y for y in self._passing() if rule not in y]
-        return any(x - single <= y for x in holders for y in passing)
+        bit = 1 << self._masks.bit(rule)
+        chains = self._antichains()
+        passing: list[int] | None = None
+        for holder in self._fail_masks:
+            if not holder & bit or holder == bit:
+                continue
+            rest = holder & ~bit
+            # Any passing configuration around ``rest`` lies inside a maximal one; one of those
+            # without ``rule`` shows it, none around means none at all; else look at all.
+            around = [high for high in chains.max_pass if rest & ~high == 0]
+            if not around:
+                continue
+            if any(not high & bit for high in around):
+                return True
+            if passing is None:
+                passing = [mask for mask in self._pass_masks if not mask & bit]
+            if any(rest & ~mask == 0 for mask in passing):
+                return True
+        return False
 
     def claims(
         self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T] | None, everything: bool = True
