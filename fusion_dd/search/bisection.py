@@ -245,7 +245,8 @@ def _boundary(
                 # Few candidates left: also ask each one alone with the found rules,
                 # which is the first question of the next step whichever one it is.
                 speculative = [rest.with_one(found, rest.rules[j - 1]) for j in range(lo + 1, hi + 1)]
-        known = [(j, ledger.known(config(j))) for j in probes]
+        configs = [config(j) for j in probes]  # built once: a prefix costs its length
+        known = [(j, ledger.known(c)) for j, c in zip(probes, configs)]
         if any(answer is not None for _, answer in known):
             for j, answer in known:
                 if answer is True:
@@ -253,7 +254,6 @@ def _boundary(
                 elif answer is False:
                     lo = max(lo, j)
             continue
-        configs = [config(j) for j in probes]
         extra = [c for c in dict.fromkeys(speculative) if ledger.known(c) is None and c not in configs]
         answers = _ask(oracle, ledger, configs + extra)
         for j, fails in zip(probes, answers):

@@ -194,6 +194,8 @@ class NoiseGuard(Generic[T]):
         self._config_of: dict[int, frozenset[T]] = {}
         self._fail_masks: list[int] = []
         self._pass_masks: list[int] = []
+        self._pass_set: set[int] = set()
+        self._halves_seen: dict[int, tuple[bool, int]] = {}  # leaf -> (halves found, passing masks looked at)
         self._touched: dict[frozenset[T], Outcome | None] = {}
         self._dirty: set[frozenset[T]] = set()  # verdicts changed since the last check of what was told
         self._flaky_configs: set[frozenset[T]] = set()
@@ -233,7 +235,11 @@ class NoiseGuard(Generic[T]):
             mask = self._mask(config)
             self._config_of[mask] = config
             chains.add(mask, verdict is Outcome.FAIL)
-            (self._fail_masks if verdict is Outcome.FAIL else self._pass_masks).append(mask)
+            if verdict is Outcome.FAIL:
+                self._fail_masks.append(mask)
+            else:
+                self._pass_masks.append(mask)
+                self._pass_set.add(mask)
 
     def _antichains(self) -> Antichains:
         """Minimal failing and maximal passing verdicts (the preconditions included).
@@ -245,6 +251,8 @@ class NoiseGuard(Generic[T]):
             chains = Antichains()
             self._fail_masks = []
             self._pass_masks = []
+            self._pass_set = set()
+            self._halves_seen = {}
             for config, verdict in {**self._verdict, **self._given}.items():
                 self._chain_add(chains, config, verdict)
             self._chains = chains
@@ -584,8 +592,19 @@ class NoiseGuard(Generic[T]):
         if whole.bit_count() < 4:
             return False
         self._antichains()
-        parts = {part for part in self._pass_masks if part & ~whole == 0 and part != whole and part.bit_count() >= 2}
-        return any((whole & ~part).bit_count() >= 2 and (whole & ~part) in parts for part in parts)
+        # Passing verdicts only arrive (a change rebuilds and forgets this): look at the new ones only.
+        found, seen = self._halves_seen.get(whole, (False, 0))
+        if not found:
+            outside = ~whole
+            passing = self._pass_set
+            for part in self._pass_masks[seen:]:
+                if part & outside == 0 and part != whole and part.bit_count() >= 2:
+                    rest = whole ^ part
+                    if rest.bit_count() >= 2 and rest in passing:
+                        found = True
+                        break
+            self._halves_seen[whole] = (found, len(self._pass_masks))
+        return found
 
     # -- the final answer ---------------------------------------------------------------
 
@@ -606,12 +625,15 @@ class NoiseGuard(Generic[T]):
             return self._witnesses()  # settled before the search, or given as a known metric
         if direct:
             return self._agreeing(config) if self._fails(config) == fails and config in self._verdict else 0
-        wanted = Outcome.FAIL if fails else Outcome.PASS
-        return sum(
-            self._agreeing(other)
-            for other, verdict in self._verdict.items()
-            if verdict is wanted and (other <= config if fails else other >= config)
-        )
+        whole = self._mask(config)
+        self._antichains()
+        total = 0
+        for mask in self._fail_masks if fails else self._pass_masks:
+            if (mask & ~whole if fails else whole & ~mask) == 0:
+                other = self._config_of[mask]
+                if other in self._verdict:  # the references count above, not here
+                    total += self._agreeing(other)
+        return total
 
     def necessity_shown(self, rule: T) -> bool:
         """Whether a training other than ``{rule}`` alone shows that ``rule`` matters.
