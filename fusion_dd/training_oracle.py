@@ -53,6 +53,9 @@ class TrainingOracle:
         self._launch = launch
         self._remaining_budget = remaining_budget
         self._asked: dict[frozenset[str], int] = {}
+        # id(config) -> (config, its names): strategies pass the same frozensets again and again,
+        # and naming thousands of rules at every lookup made a replay quadratic.
+        self._names_memo: dict[int, tuple[frozenset[Rule], frozenset[str]]] = {}
         self.smallest_failing: frozenset[Rule] | None = None
         self.rounds = 0
         # The parallelism each question was asked with (journaled by the engine): the
@@ -65,6 +68,16 @@ class TrainingOracle:
     def _question(self) -> None:
         if self.lanes is not None:
             self.lanes.advance()
+
+    def _names(self, config: frozenset[Rule]) -> frozenset[str]:
+        hit = self._names_memo.get(id(config))
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        names = _names(config)
+        if len(self._names_memo) >= 1 << 16:  # configurations made afresh on every call would pile up
+            self._names_memo.clear()
+        self._names_memo[id(config)] = (config, names)  # keeps config alive: its id stays its own
+        return names
 
     # -- verdicts -------------------------------------------------------------
 
@@ -82,7 +95,7 @@ class TrainingOracle:
         return abs(measurement.value - self.threshold.limit) < self.margin
 
     def _known(self, config: frozenset[Rule], repeat: int = 0) -> Outcome | None:
-        trial = self._cached(_key(config, repeat))
+        trial = self._cached((self._names(config), repeat))
         if trial is None:
             return None
         verdict = self.verdict_of(trial)
@@ -101,7 +114,7 @@ class TrainingOracle:
 
     def note_asked(self, config: frozenset[Rule], count: int) -> None:
         """Count trainings made outside the strategy (the reference runs) as asked in this session."""
-        names = _names(self._realize(frozenset(config)))
+        names = self._names(self._realize(frozenset(config)))
         self._asked[names] = max(self._asked.get(names, 0), count)
 
     def _mark_asked(self, configs: Sequence[frozenset[Rule]]) -> None:
@@ -161,7 +174,7 @@ class TrainingOracle:
                         return index
                     break
                 if verdict is None:
-                    pending.append(_key(config))
+                    pending.append((self._names(config), 0))
             else:
                 if not pending:
                     self._mark_asked(configs)
@@ -176,7 +189,9 @@ class TrainingOracle:
             verdicts = [self._known(config, repeat) for config, repeat in requests]
             if all(verdict is not None for verdict in verdicts):
                 return [verdict for verdict in verdicts if verdict is not None]
-            pending = [_key(config, repeat) for (config, repeat), v in zip(requests, verdicts) if v is None]
+            pending = [
+                (self._names(config), repeat) for (config, repeat), v in zip(requests, verdicts) if v is None
+            ]
             if not self._run(pending, None):
                 raise BudgetExhausted(self.smallest_failing)
 
@@ -194,7 +209,7 @@ class TrainingOracle:
         next_repeat = dict(self._asked)
         requests: list[tuple[frozenset[Rule], int]] = []
         for config in configs:
-            names = _names(config)
+            names = self._names(config)
             repeat = next_repeat.get(names, 0)
             requests.append((config, repeat))
             next_repeat[names] = repeat + 1
@@ -206,8 +221,8 @@ class TrainingOracle:
         """Every training of ``config`` asked in this session, in repeat order."""
         config = self._realize(frozenset(config))
         observations = []
-        for repeat in range(self._asked.get(_names(config), 0)):
-            trial = self._cached(_key(config, repeat))
+        for repeat in range(self._asked.get(self._names(config), 0)):
+            trial = self._cached((self._names(config), repeat))
             if trial is None:
                 continue
             observations.append(Observation(repeat, self.verdict_of(trial), self.near_threshold(trial)))
@@ -217,6 +232,3 @@ class TrainingOracle:
 def _names(config: frozenset[Rule]) -> frozenset[str]:
     return frozenset(rule.name for rule in config)
 
-
-def _key(config: frozenset[Rule], repeat: int = 0) -> ConfigKey:
-    return (_names(config), repeat)

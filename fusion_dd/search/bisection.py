@@ -64,10 +64,8 @@ class _Ledger(Generic[T]):
             # The caller kept the antichains of its answers: take them instead of rebuilding.
             chains = known.antichains.copy()
             chains.add(self.masks.of(self.start), True)
-            answers = self.answers
-            for config, fails in known.items():
-                if config not in answers:
-                    answers[config] = fails
+            # The start stays first and True (known holds it as True or not at all).
+            self.answers = {self.start: True, **known}
             self.chains = chains
             return
         for config, answer in known.items():
@@ -199,11 +197,19 @@ def _narrow(rest: _Rest[T], lo: int, hi: int, ledger: _Ledger[T]) -> tuple[int, 
     passing answers can tighten the bounds most, so only those are looked at.
     """
     found, inside, position = rest.found_mask, rest.mask, rest.position
-    for low in ledger.chains.min_fail:
+    chains = ledger.chains
+    # A failing single rule: found already (hi = 0), or the first one inside the rest.
+    if found & chains.single_fail:
+        hi = 0
+    else:
+        singles = chains.single_fail & inside
+        if singles:
+            hi = min(hi, 1 + position((singles & -singles).bit_length() - 1))
+    for low in chains.multi_fail:
         extra = low & ~found
         if extra & ~inside == 0:
             hi = min(hi, 1 + position(extra.bit_length() - 1) if extra else 0)
-    for high in ledger.chains.max_pass:
+    for high in chains.max_pass:
         if found & ~high == 0:
             missing = inside & ~high
             lo = max(lo, position((missing & -missing).bit_length() - 1) if missing else len(rest.rules))

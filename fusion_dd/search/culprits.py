@@ -379,6 +379,8 @@ class _Progress(Generic[T]):
     exact: bool = True
     may_hide: frozenset[T] = frozenset()
     searched: list[frozenset[T]] = field(default_factory=list)  # sets a strategy found (not dense singles)
+    # Independent culprits described once (their description depends on nothing else).
+    singles: dict[tuple[frozenset[T], bool], CulpritSet[T]] = field(default_factory=dict, repr=False)
 
 
 def _settle(
@@ -400,15 +402,23 @@ def _settle(
         progress.switched_off = chosen.rules
         progress.exact = chosen.exact
     off = progress.switched_off
-    progress.found = [
-        CulpritSet(
+
+    def describe(rules: frozenset[T]) -> CulpritSet[T]:
+        if len(rules) == 1:
+            key = (rules, not rules.isdisjoint(off))
+            if key not in progress.singles:
+                progress.singles[key] = CulpritSet(
+                    rules, "independent", rules & off, _reason(rules, rules & off, sets, off, progress.exact, preference)
+                )
+            return progress.singles[key]
+        return CulpritSet(
             rules,
-            "independent" if len(rules) == 1 else "interacting",
+            "interacting",
             rules & off,
             _reason(rules, rules & off, sets, off, progress.exact, preference),
         )
-        for rules in sets
-    ]
+
+    progress.found = [describe(rules) for rules in sets]
     alone = {next(iter(rules)) for rules in sets if len(rules) == 1}
     progress.may_hide = off - alone
 

@@ -86,24 +86,56 @@ def is_subset(inner: int, outer: int) -> bool:
 
 
 class Antichains:
-    """The minimal failing and the maximal passing masks among some answers."""
+    """The minimal failing and the maximal passing masks among some answers.
+
+    Minimal failing configurations of one rule (independent culprits, often
+    hundreds of them) are kept as one int, ``single_fail``, so that asking
+    whether one of them lies inside a configuration is one operation;
+    ``multi_fail`` holds the others.
+    """
 
     def __init__(self) -> None:
-        self.min_fail: list[int] = []
+        self.single_fail = 0
+        self.multi_fail: list[int] = []
         self.max_pass: list[int] = []
+
+    @property
+    def min_fail(self) -> list[int]:
+        """Every minimal failing mask (singletons first)."""
+        singles = []
+        bits = self.single_fail
+        while bits:
+            low = bits & -bits
+            singles.append(low)
+            bits ^= low
+        return singles + self.multi_fail
 
     def copy(self) -> "Antichains":
         other = Antichains()
-        other.min_fail = list(self.min_fail)
+        other.single_fail = self.single_fail
+        other.multi_fail = list(self.multi_fail)
         other.max_pass = list(self.max_pass)
         return other
 
+    def fails_inside(self, mask: int) -> bool:
+        """Whether a minimal failing mask lies inside ``mask`` (equal included)."""
+        return bool(mask & self.single_fail) or any(low & ~mask == 0 for low in self.multi_fail)
+
+    def is_min_fail(self, mask: int) -> bool:
+        if mask & (mask - 1) == 0:
+            return mask != 0 and bool(mask & self.single_fail)
+        return mask in self.multi_fail
+
     def add(self, mask: int, fails: bool) -> None:
         if fails:
-            if any(low & ~mask == 0 for low in self.min_fail):
+            if self.fails_inside(mask):
                 return
-            self.min_fail = [low for low in self.min_fail if mask & ~low != 0]
-            self.min_fail.append(mask)
+            # Only a larger one can lie around the new one: never a singleton.
+            self.multi_fail = [low for low in self.multi_fail if mask & ~low != 0]
+            if mask & (mask - 1) == 0 and mask:
+                self.single_fail |= mask
+            else:
+                self.multi_fail.append(mask)
         else:
             if any(mask & ~high == 0 for high in self.max_pass):
                 return
@@ -114,7 +146,7 @@ class Antichains:
         """Whether an answer for ``mask`` breaks monotonicity with the answers so far."""
         if fails:
             return any(mask & ~high == 0 for high in self.max_pass)
-        return any(low & ~mask == 0 for low in self.min_fail)
+        return self.fails_inside(mask)
 
 
 class Answers(dict, Generic[T]):  # type: ignore[type-arg]

@@ -150,6 +150,16 @@ def majority(observations: Sequence[Observation]) -> Outcome:
     return Outcome.FAIL if fail >= passed else Outcome.PASS
 
 
+def _submasks(mask: int) -> list[int]:
+    """Every non-empty subset of ``mask``."""
+    found = []
+    sub = mask
+    while sub:
+        found.append(sub)
+        sub = (sub - 1) & mask
+    return found
+
+
 def _rules(count: int) -> str:
     return f"{count} rule" + ("" if count == 1 else "s")
 
@@ -522,11 +532,13 @@ class NoiseGuard(Generic[T]):
         verdict = self.verdict(around)
         chains = self._antichains()
         if verdict is Outcome.FAIL:
-            return [around] if self._mask(around) in set(chains.min_fail) else []
+            return [around] if chains.is_min_fail(self._mask(around)) else []
         if verdict is not Outcome.PASS:
             return []
         inside = self._mask(around)
-        near = [self._config_of[low] for low in chains.min_fail if inside & ~low == 0 and inside != low]
+        # A single failing rule lies strictly around ``around`` only when that is empty.
+        lows = chains.min_fail if inside == 0 else chains.multi_fail
+        near = [self._config_of[low] for low in lows if inside & ~low == 0 and inside != low]
         return sorted(near, key=self._arrival)
 
     def _check_claim(self, config: frozenset[T]) -> None:
@@ -626,12 +638,24 @@ class NoiseGuard(Generic[T]):
         if direct:
             return self._agreeing(config) if self._fails(config) == fails and config in self._verdict else 0
         whole = self._mask(config)
-        self._antichains()
+        chains = self._antichains()
+        if fails:
+            if not chains.fails_inside(whole):
+                return 0  # no failing configuration inside it at all
+            if 1 << whole.bit_count() <= len(self._fail_masks):
+                candidates = _submasks(whole)  # a small configuration: its subsets are fewer
+            else:
+                candidates = self._fail_masks
+        else:
+            if not chains.contradicts(whole, True) and whole not in self._pass_set:
+                return 0  # no passing configuration around it at all
+            candidates = self._pass_masks
+        wanted = Outcome.FAIL if fails else Outcome.PASS
         total = 0
-        for mask in self._fail_masks if fails else self._pass_masks:
+        for mask in candidates:
             if (mask & ~whole if fails else whole & ~mask) == 0:
-                other = self._config_of[mask]
-                if other in self._verdict:  # the references count above, not here
+                other = self._config_of.get(mask)
+                if other is not None and self._verdict.get(other) is wanted:  # references count above
                     total += self._agreeing(other)
         return total
 
