@@ -29,7 +29,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 TRIAL_DIR_ENV = "FUSION_DD_TRIAL_DIR"
 
@@ -39,6 +38,11 @@ Processes = dict[int, int]
 _POLL_SECONDS = 0.05
 #: How often a wait looks again for processes it did not know (forked meanwhile).
 _RESCAN_SECONDS = 0.5
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
 
 
 def live_pids() -> list[int]:
@@ -53,7 +57,7 @@ def live_pids() -> list[int]:
 def _stat(pid: int) -> tuple[str, int, int, int] | None:
     """(state, parent pid, process group, start time) of a process, or None when it is gone."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        raw = _read(f"/proc/{pid}/stat")
         fields = raw.rsplit(b") ", 1)[1].split()
         return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
     except (OSError, IndexError, ValueError):
@@ -62,7 +66,7 @@ def _stat(pid: int) -> tuple[str, int, int, int] | None:
 
 def _environ_has(pid: int, marker: bytes) -> bool:
     try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        environ = _read(f"/proc/{pid}/environ")
     except OSError:  # gone, or not ours to read
         return False
     return marker in environ.split(b"\0")
