@@ -238,10 +238,10 @@ def _resume_config(state_dir: Path, config_path: Path | None) -> SearchConfig:
     if config_path is not None:
         return load_config(config_path)
     records = read_records(state_dir / JOURNAL_NAME)
-    state = replay(records)
-    if state.start_record is None:
+    # The first search_started record is the search (SearchState.start_record), no replay needed.
+    start = next((record for record in records if record.get("type") == "search_started"), None)
+    if start is None:
         raise UsageError(f"{state_dir}: no search to resume here; start one with 'fusion-dd search'")
-    start = state.start_record
     return parse_config(start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)))
 
 

@@ -102,11 +102,14 @@ def _scan(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
     offset = 0  # byte offset of the current line
     legacy = False  # a line without a checksum was seen
     checked_from: int | None = None  # line number of the first line with a checksum
+    # The last line with content, found once: asking "is everything after this line blank?"
+    # at every line made reading a journal quadratic in its length.
+    last = next((number for number in range(len(lines), 0, -1) if lines[number - 1].strip()), 0)
     for number, line in enumerate(lines, start=1):
         start, offset = offset, offset + len(line) + 1
         if not line.strip():
             continue
-        is_last = number == len(lines) or all(not rest.strip() for rest in lines[number:])
+        is_last = number == last
         try:
             record = json.loads(line)
             if not isinstance(record, dict) or "type" not in record:
@@ -123,7 +126,7 @@ def _scan(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
                 )
             legacy = True
         else:
-            if record[CHECKSUM_KEY] != checksum(record):
+            if record.pop(CHECKSUM_KEY) != checksum(record):  # the checksum covers the rest
                 raise UsageError(
                     f"{path}:{number}: journal line does not match its checksum: it was edited or "
                     f"damaged; {_UNTRUSTED}"
@@ -137,7 +140,6 @@ def _scan(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
                     )
             if record.get("type") == SEALED:
                 _check_seal(path, data, record, start)
-            record = {key: value for key, value in record.items() if key != CHECKSUM_KEY}
         records.append(record)
     return records, (len(data) if legacy and checked_from is None else 0)
 
@@ -151,6 +153,25 @@ def _check_seal(path: Path, data: bytes, seal: dict[str, Any], start: int) -> No
             f"{path}:1-{lines}: the lines written by fusion-dd 0.1.0 (without checksums) changed after "
             f"they were sealed: they were edited or damaged; {_UNTRUSTED}"
         )
+
+
+#: The last journal parsed: (path, its bytes, the scan). A resume reads the journal
+#: several times (the CLI's counter, the config, the lock's legacy check, the engine),
+#: and parsing and checking every line is the costly part, not reading the bytes.
+_last_scan: tuple[str, bytes, tuple[list[dict[str, Any]], int]] | None = None
+
+
+def _scan_cached(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """``_scan``, reused while the file holds exactly the same bytes (compared, not assumed)."""
+    global _last_scan
+    cached = _last_scan
+    if cached is not None and cached[0] == str(path) and cached[1] == data:
+        records, legacy = cached[2]
+    else:
+        records, legacy = _scan(path, data)
+        _last_scan = (str(path), data, (records, legacy))
+    # Fresh dicts: a caller may change its records without changing the next caller's.
+    return [dict(record) for record in records], legacy
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -167,7 +188,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         return []
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the journal ({exc})") from None
-    return _scan(path, data)[0]
+    return _scan_cached(path, data)[0]
 
 
 class Journal:
@@ -211,7 +232,7 @@ class Journal:
             data = self.path.read_bytes()
         except OSError as exc:
             raise UsageError(f"{self.path}: cannot read the journal ({exc})") from None
-        records, legacy = _scan(self.path, data)
+        records, legacy = _scan_cached(self.path, data)
         if legacy:
             self.append(
                 {
