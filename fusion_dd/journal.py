@@ -155,23 +155,29 @@ def _check_seal(path: Path, data: bytes, seal: dict[str, Any], start: int) -> No
         )
 
 
-#: The last journal parsed: (path, its bytes, the scan). A resume reads the journal
-#: several times (the CLI's counter, the config, the lock's legacy check, the engine),
-#: and parsing and checking every line is the costly part, not reading the bytes.
-_last_scan: tuple[str, bytes, tuple[list[dict[str, Any]], int]] | None = None
+#: The last journal verified: (path, its bytes, how many records, legacy prefix). A resume
+#: reads the journal several times (the CLI's counter, the config, the lock's legacy
+#: check, the engine), and checking every line's checksum is the costly part.
+_last_scan: tuple[str, bytes, int, int] | None = None
 
 
 def _scan_cached(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """``_scan``, reused while the file holds exactly the same bytes (compared, not assumed)."""
+    """``_scan``; bytes identical to the last ones verified (compared, not assumed) are only parsed.
+
+    Parsing again rather than handing out the same records keeps every caller's
+    records its own.
+    """
     global _last_scan
     cached = _last_scan
     if cached is not None and cached[0] == str(path) and cached[1] == data:
-        records, legacy = cached[2]
-    else:
-        records, legacy = _scan(path, data)
-        _last_scan = (str(path), data, (records, legacy))
-    # Fresh dicts: a caller may change its records without changing the next caller's.
-    return [dict(record) for record in records], legacy
+        lines = [line for line in data.split(b"\n") if line.strip()][: cached[2]]  # without a torn tail
+        records = [json.loads(line) for line in lines]
+        for record in records:
+            record.pop(CHECKSUM_KEY, None)
+        return records, cached[3]
+    records, legacy = _scan(path, data)
+    _last_scan = (str(path), data, len(records), legacy)
+    return records, legacy
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

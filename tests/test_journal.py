@@ -242,3 +242,61 @@ def test_trial_numbers_continue_after_the_highest_even_with_gaps():
         for n in ("0001", "0003")
     ]
     assert replay(records).next_trial_number() == 4
+
+
+def test_budget_and_trial_numbers_kept_as_records_arrive_match_a_count_of_all_trials():
+    """The live counts (one per record, not a scan per question) agree with counting every trial."""
+    import random
+
+    rng = random.Random(11)
+    records = []
+    for step in range(300):
+        trial_id = f"{rng.randint(1, 60):04d}"
+        kind = rng.choice(["trial_started", "trial_cancelled", "trial_cancelled", "trial_finished"])
+        record = {"type": kind, "trial_id": trial_id}
+        if kind == "trial_started":
+            record.update(config=[], repeat=0, trial_dir=f"trials/{trial_id}")
+        elif kind == "trial_cancelled":
+            record["launched"] = rng.choice([True, False, None])
+        else:
+            record["kind"] = "metric"
+        records.append(record)
+        state = replay(records)
+        assert state.launched == sum(1 for trial in state.trials.values() if trial.costs_budget)
+        numbers = [int(trial_id) for trial_id in state.trials]
+        assert state.next_trial_number() == max(numbers, default=0) + 1
+
+
+def test_blank_lines_after_a_torn_tail_still_make_it_the_tail(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {}})
+    with open(path, "ab") as handle:
+        handle.write(b'{"type": "trial_sta\n\n  \n')
+    with pytest.raises(UsageError, match=":2: corrupt journal line"):
+        read_records(path)  # ends with a newline: not torn, so a corrupt line
+    path.write_bytes(path.read_bytes().rstrip(b"\n ") + b"\n\n  ")
+    assert [r["type"] for r in read_records(path)] == ["search_started"]
+
+
+def test_a_journal_read_again_after_an_edit_is_checked_again(tmp_path):
+    """Reading a journal twice reuses the first parse only for exactly the same bytes."""
+    path = tmp_path / "journal.jsonl"
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {"x": 1}})
+    assert read_records(path)[0]["definition"] == {"x": 1}
+    read_records(path)[0]["definition"]["x"] = 2  # a caller changing its copy changes nobody else's
+    assert read_records(path)[0]["definition"] == {"x": 1}
+    path.write_bytes(path.read_bytes().replace(b'"x": 1', b'"x": 3'))  # same length, other content
+    with pytest.raises(UsageError, match="does not match its checksum"):
+        read_records(path)
+
+
+def test_a_torn_tail_read_twice_is_ignored_twice(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {}})
+    with open(path, "ab") as handle:
+        handle.write(b'{"type": "trial_sta')
+    assert [r["type"] for r in read_records(path)] == ["search_started"]
+    assert [r["type"] for r in read_records(path)] == ["search_started"]

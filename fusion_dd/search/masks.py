@@ -122,16 +122,18 @@ class Antichains:
         return bool(mask & self.single_fail) or any(low & ~mask == 0 for low in self.multi_fail)
 
     def is_min_fail(self, mask: int) -> bool:
-        if mask & (mask - 1) == 0:
-            return mask != 0 and bool(mask & self.single_fail)
+        if mask and mask & (mask - 1) == 0:
+            return bool(mask & self.single_fail)
         return mask in self.multi_fail
 
     def add(self, mask: int, fails: bool) -> None:
         if fails:
             if self.fails_inside(mask):
                 return
-            # Only a larger one can lie around the new one: never a singleton.
+            # Only a larger one can lie around the new one: a singleton only around the empty one.
             self.multi_fail = [low for low in self.multi_fail if mask & ~low != 0]
+            if not mask:
+                self.single_fail = 0
             if mask & (mask - 1) == 0 and mask:
                 self.single_fail |= mask
             else:
