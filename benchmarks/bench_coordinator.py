@@ -167,6 +167,7 @@ def bench_startup(work: Path, runs: int = 5) -> dict[str, Any]:
 def _build_journal(directory: Path, names: list[str], culprits: list[str], budget: int) -> dict[str, Any]:
     """Run a whole search in-process with instant trainings (no processes); returns the report."""
     from fusion_dd import engine as engine_module
+    from fusion_dd import launcher as launcher_module
     from fusion_dd.config import load_config
     from fusion_dd.supervisor import LAUNCH_FILE, LOG_FILE, STATUS_FILE, write_json_atomic
     from fusion_dd.trial import SWITCH_FILE, RunningTrial, TrialSpec
@@ -188,13 +189,13 @@ def _build_journal(directory: Path, names: list[str], culprits: list[str], budge
         return RunningTrial(spec.trial_id, trial_dir, pid=None, process=None)
 
     _write_config(directory, names, culprits, budget=budget)
-    original = engine_module.start_trial
-    engine_module.start_trial = start_trial
+    original = launcher_module.start_trial
+    launcher_module.start_trial = start_trial  # what the LocalLauncher starts a trial with
     try:
         config = load_config(directory / "fusion-dd.yaml")
         result = engine_module.Engine(config).run()
     finally:
-        engine_module.start_trial = original
+        launcher_module.start_trial = original
     return result.report
 
 
