@@ -257,14 +257,16 @@ def _mark(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
-def render(rows: dict[str, dict[str, Any]]) -> str:
+def render(rows: dict[str, dict[str, Any]], load: tuple[float, float]) -> str:
     lines = [
         BEGIN,
         "## Coordinator cost (benchmarks/bench_coordinator.py)",
         "",
         f"Trainings that cost nothing (a 4-line Python script), default settings, 2 devices. "
-        f"Python {platform.python_version()}, {os.cpu_count()} CPUs; every ratio is taken within one run. "
-        "0.1.0 figures as measured in issue 10. Reproduce with `python benchmarks/bench_coordinator.py`.",
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} at the start and "
+        f"{load[1]:.1f} at the end (other work on the machine slows absolute times; every ratio is taken "
+        "within one run). 0.1.0 figures as measured in issue 10. "
+        "Reproduce with `python benchmarks/bench_coordinator.py`.",
         "",
         "| what | target | 0.1.0 | now | met |",
         "|---|---|---:|---:|---|",
@@ -314,6 +316,7 @@ def main() -> int:
     args = parser.parse_args()
     chosen = [name for name in args.only.split(",") if name]
     rows: dict[str, dict[str, Any]] = {}
+    load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="bench-coordinator-"))
     try:
         for name in chosen:
@@ -329,7 +332,7 @@ def main() -> int:
             print(name, rows[name], flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    section = render(rows)
+    section = render(rows, (load_before, os.getloadavg()[0]))
     print(section)
     if not args.no_write and set(chosen) == set(NAMES):
         replace_section(section, BEGIN, END, RESULTS)
