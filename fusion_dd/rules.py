@@ -53,6 +53,18 @@ class Rule:
     name: str
     section: Section
 
+    def __post_init__(self) -> None:
+        # Rules are hashed millions of times in a long search (sets of them are the
+        # configurations): computed once, the same value the dataclass would give.
+        object.__setattr__(self, "_hash", hash((self.name, self.section)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined, no-any-return]
+
+    def __reduce__(self) -> tuple[type, tuple[str, Section]]:
+        # String hashes differ between processes: a pickled rule is rebuilt, never its cached hash.
+        return (Rule, (self.name, self.section))
+
     def __str__(self) -> str:
         return self.name
 

@@ -91,3 +91,20 @@ def test_reader_agrees_with_writer(table):
     for name, (section, on) in table.items():
         # AutoFuse points are switched by AUTOFUSE_FLAGS, never written into the file.
         assert switch.state(name, section) is (None if section is Section.AUTOFUSE else on)
+
+
+def test_a_rule_hashes_as_its_fields_and_survives_another_process() -> None:
+    """The cached hash equals the dataclass hash, and a pickled rule rebuilds its own."""
+    import pickle
+    import subprocess
+    import sys
+
+    rule = Rule("ConvBatchnormFusionPass", Section.GRAPH)
+    assert hash(rule) == hash(("ConvBatchnormFusionPass", Section.GRAPH))
+    assert pickle.loads(pickle.dumps(rule)) == rule
+    code = (
+        "import pickle, sys; rule = pickle.loads(sys.stdin.buffer.read()); "
+        "from fusion_dd.rules import Rule; print({rule: 1}[Rule(rule.name, rule.section)])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(rule), capture_output=True, check=True)
+    assert out.stdout.strip() == b"1"
