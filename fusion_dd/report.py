@@ -19,7 +19,7 @@ from .scoring import Preconditions, Threshold, combine_runs
 from .search.culprits import CulpritSearch
 from .search.oracle import Outcome
 from .state import SearchState, TrialState
-from .supervisor import write_json_atomic
+from .atomic import write_json_atomic, write_text_atomic
 from .switch import SwitchFile, render_switch
 
 REPORT_NAME = "report.json"
@@ -325,15 +325,10 @@ def write_outputs(
         off = set(report["switched_off"])
         enabled = [rule for rule in rules if rule.name not in off]
         fix_path = state_dir / FIX_NAME
-        tmp = fix_path.with_name(f".{FIX_NAME}.tmp")
-        tmp.write_text(render_switch(rules, enabled, base), encoding="utf-8")
-        tmp.replace(fix_path)
+        write_text_atomic(fix_path, render_switch(rules, enabled, base))
         flags = (report.get("fix_env") or {}).get("AUTOFUSE_FLAGS")
         if flags is not None:
-            flags_path = state_dir / AUTOFUSE_FLAGS_NAME
-            tmp = flags_path.with_name(f".{AUTOFUSE_FLAGS_NAME}.tmp")
-            tmp.write_text(flags + "\n", encoding="utf-8")
-            tmp.replace(flags_path)
+            write_text_atomic(state_dir / AUTOFUSE_FLAGS_NAME, flags + "\n")
     return report_path, fix_path
 
 

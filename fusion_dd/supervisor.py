@@ -37,6 +37,7 @@ import sys
 import time
 
 from . import strays
+from .atomic import write_json_atomic
 
 # No pathlib, no typing: they cost a tenth of the supervisor's start-up, paid once per training.
 TYPE_CHECKING = False
@@ -54,31 +55,6 @@ SUPERVISOR_LOG_FILE = "supervisor.log"
 #: cancellation or a timeout is acted on promptly, long enough to cost nothing.
 _POLL_SECONDS = 0.05
 _PR_SET_CHILD_SUBREAPER = 36
-
-
-def write_json_atomic(path: str | PathLike[str], document: Any, mode: int = 0o644) -> None:
-    """Write JSON so that readers see the old file or the new one, never a torn one.
-
-    The fsync before the rename matters: the coordinator may be killed and the
-    machine may crash, and a status.json that exists must hold a whole record.
-    """
-    path = os.fspath(path)
-    folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    data = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(folder or ".", os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 class _Stop:
