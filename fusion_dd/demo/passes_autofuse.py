@@ -21,10 +21,16 @@ update step AutoFuse's Reduce fusion takes the per-tensor sums of squares of
 gradient clipping before SquareSumV2 does). That order is the simulator's choice.
 
 The planted fault (``FAULT_AUTOFUSE_REDUCE_FP16``): the AutoFuse-fused reduce
-accumulates in fp16 whatever its input dtype. Gradient clipping sums the squares
-of loss-scaled gradients; in fp16 that sum overflows to Inf, the clip factor
-becomes 0 and the update step is lost, so the training stops learning. The fault
-needs both ``elemwise`` and ``reduce`` on: the pair {elemwise, reduce}.
+accumulates in fp16 whatever its input dtype. With Reduce on, gradient clipping's
+per-tensor sums of squares (of loss-scaled gradients), the AddN of their global
+sum and the clip factor are one kernel; in fp16 the global sum overflows to Inf,
+the clip factor becomes 0 and the update step is lost, so the training never
+learns. The fault needs both ``elemwise`` and ``reduce`` on: the pair
+{elemwise, reduce}, whatever the fusion rules do (they never take those ops first).
+
+The compiler is given the switch explicitly (``compile_graph(..., autofuse=...)``),
+never through the rule decision, so that "every rule on" leaves AutoFuse off as
+CANN does without ``AUTOFUSE_FLAGS``.
 
 AutoFuse's counts are not written to ``fusion_result.json`` (CANN reports only
 the fusion rules there); ``FusionStats.autofuse`` keeps them for the demo's own
@@ -34,12 +40,12 @@ in ``autofuse_kernels``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fusion_dd.backends.autofuse import DISABLE_PASS, ENABLE, ENABLE_PASS, FLAGS_ENV, parse_flags
 from fusion_dd.errors import UsageError
-from fusion_dd.rules import AUTOFUSE_POINTS, Rule, Section
+from fusion_dd.rules import AUTOFUSE_POINTS
 
 from .graph import Graph, Node
 from .passes_base import ELEMENTWISE, MEANS, SUMS, Faults, fuse_kernel, sole
@@ -57,14 +63,6 @@ FUSED_ADDN = "AscAddN"
 ELEMWISE_OPS = ELEMENTWISE | {"AddN"}
 #: ``pass_name`` of an AutoFuse kernel in the compiled graph (and its dump).
 PASS_NAME = "AutoFuse"
-
-RuleDecision = Callable[[Rule], bool]
-
-
-def point(name: str) -> Rule:
-    """An AutoFuse switch point as the rule fusion-dd switches."""
-    return Rule(name, Section.AUTOFUSE)
-
 
 @dataclass(frozen=True)
 class AutoFuseSwitch:
@@ -100,6 +98,12 @@ class AutoFuseSwitch:
     def from_env(cls, environ: Mapping[str, str]) -> AutoFuseSwitch:
         return cls.parse(environ.get(FLAGS_ENV))
 
+    @classmethod
+    def of(cls, names: Iterable[str]) -> AutoFuseSwitch:
+        """The switch with these points on (other names are ignored): what the demo's tests train."""
+        chosen = set(names)
+        return cls(enabled=ELEMWISE in chosen, capabilities=frozenset(chosen & set(CAPABILITIES)))
+
     def is_on(self, name: str) -> bool:
         """Whether a switch point acts: a capability only while AutoFuse is on."""
         if name == ELEMWISE:
@@ -117,23 +121,16 @@ def _listed(items: Mapping[str, str], key: str) -> set[str]:
     return {value.strip() for value in items.get(key, "").split(",") if value.strip()}
 
 
-def with_autofuse(decide: RuleDecision, switch: AutoFuseSwitch) -> RuleDecision:
-    """The compiler's decision: AutoFuse points from ``AUTOFUSE_FLAGS``, fusion rules from ``decide``."""
-
-    def decision(rule: Rule) -> bool:
-        if rule.section is Section.AUTOFUSE:
-            return switch.is_on(rule.name)
-        return decide(rule)
-
-    return decision
+#: CANN's default, and the compiler's unless told otherwise.
+AUTOFUSE_OFF = AutoFuseSwitch()
 
 
-def run_autofuse(graph: Graph, decide: RuleDecision, faults: Faults) -> dict[str, int]:
+def run_autofuse(graph: Graph, switch: AutoFuseSwitch, faults: Faults) -> dict[str, int]:
     """Fuse ``graph`` (in place) as AutoFuse would; the kernels fused per switch point.
 
-    ``decide`` is asked about the points as rules of section AutoFuse; a
-    capability counts only while ``elemwise`` (AutoFuse itself) is on, whatever
-    ``decide`` says about it.
+    The switch is explicit, not a rule decision, because AutoFuse is off unless
+    ``AUTOFUSE_FLAGS`` says otherwise: a decision that switches "every rule" on
+    must not switch AutoFuse on with them.
 
     1. Elemwise: every maximal chain of elementwise ops (each the sole consumer of
        the one before) becomes one kernel. With Reduce on, a reduction that alone
@@ -143,9 +140,9 @@ def run_autofuse(graph: Graph, decide: RuleDecision, faults: Faults) -> dict[str
        accumulation: the per-tensor sums of squares of gradient clipping, their
        global sum and the clip factor become one kernel.
     """
-    if not decide(point(ELEMWISE)):
+    if not switch.is_on(ELEMWISE):
         return {}
-    fuse_reduce = decide(point(REDUCE))
+    fuse_reduce = switch.is_on(REDUCE)
     accumulate = "fp16" if FAULT_AUTOFUSE_REDUCE_FP16 in faults else "fp32"
     counts = {ELEMWISE: 0, REDUCE: 0}
     for head in [node for node in graph.nodes if node.op in ELEMWISE_OPS]:

@@ -23,7 +23,7 @@ from .passes_base import (
     Faults,
     FusionPass,
 )
-from .passes_autofuse import run_autofuse
+from .passes_autofuse import AUTOFUSE_OFF, AutoFuseSwitch, run_autofuse
 from .passes_graph import GRAPH_PASSES
 from .passes_optimizer import OPTIMIZER_PASSES
 from .passes_ub import UB_PASSES
@@ -84,14 +84,20 @@ def known_rules() -> list[Rule]:
 
 
 def compile_graph(
-    graph: Graph, decide: RuleDecision, faults: Faults = frozenset()
+    graph: Graph,
+    decide: RuleDecision,
+    faults: Faults = frozenset(),
+    autofuse: AutoFuseSwitch = AUTOFUSE_OFF,
 ) -> tuple[Graph, FusionStats]:
-    """Run the enabled passes over ``graph`` (in place) and count what they did."""
+    """Run the enabled passes over ``graph`` (in place) and count what they did.
+
+    ``autofuse`` is what ``AUTOFUSE_FLAGS`` switches on (off by default, as in CANN).
+    """
     stats = FusionStats(graph.name)
     graph.infer_dtypes()
     for fusion_pass in ALL_PASSES:
         if fusion_pass is _AUTOFUSE_BEFORE:
-            stats.autofuse = run_autofuse(graph, decide, faults)
+            stats.autofuse = run_autofuse(graph, autofuse, faults)
         if fusion_pass.training_only and not graph.training:
             continue
         if not decide(fusion_pass.rule):

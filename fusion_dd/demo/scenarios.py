@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from fusion_dd.errors import UsageError
-from fusion_dd.rules import Rule, Section
+from fusion_dd.rules import AUTOFUSE_POINTS, Rule
 
 from .passes_autofuse import FAULT_AUTOFUSE_REDUCE_FP16
 from .passes_base import (
@@ -145,16 +145,14 @@ def get_scenario(name: str) -> Scenario:
 @lru_cache(maxsize=None)
 def _candidates(name: str) -> tuple[Rule, ...]:
     from .network import NetSpec, build_eval_graph, build_optimizer_graph, build_train_graph
+    from .passes_autofuse import AUTOFUSE_OFF, AutoFuseSwitch
     from .pipeline import compile_graph
 
     scenario = get_scenario(name)
     seen: dict[Rule, None] = {}
-
-    def everything_on(rule: Rule) -> bool:
-        return rule.section is not Section.AUTOFUSE or scenario.autofuse
-
+    autofuse = AutoFuseSwitch.of(AUTOFUSE_POINTS) if scenario.autofuse else AUTOFUSE_OFF
     for build in (build_train_graph, build_optimizer_graph, build_eval_graph):
-        _, stats = compile_graph(build(NetSpec()), everything_on, scenario.faults)
+        _, stats = compile_graph(build(NetSpec()), lambda rule: True, scenario.faults, autofuse)
         for rule in stats.effective():
             seen.setdefault(rule, None)
     return tuple(seen)

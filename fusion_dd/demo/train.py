@@ -25,7 +25,7 @@ from fusion_dd.errors import UsageError
 from fusion_dd.rules import Rule
 from fusion_dd.switch import SwitchFile, load_switch_file
 
-from .passes_autofuse import AutoFuseSwitch, with_autofuse
+from .passes_autofuse import AutoFuseSwitch
 from .scenarios import DEFAULT_SCENARIO, SCENARIOS, get_scenario
 
 SWITCH_ENV = "FUSION_DD_SWITCH_FILE"
@@ -145,7 +145,7 @@ def run(argv: list[str] | None = None) -> int:
         print(f"step {step} loss {loss:.6f}", flush=True)
         _append_metric(metrics_path, {"step": step, "loss": loss})
 
-    decide = with_autofuse(switch_decision(switch), autofuse)
+    decide = switch_decision(switch)
     rules = known_rules()
     switched_on = sum(1 for rule in rules if decide(rule))
     print(
@@ -159,7 +159,7 @@ def run(argv: list[str] | None = None) -> int:
         from .dump import DemoDumper
 
         on_forward = DemoDumper(Path(dump_dir), args.dump_step or scenario.dump_step)
-    result = run_training(config, decide, scenario.faults, on_step, on_forward)
+    result = run_training(config, decide, scenario.faults, on_step, on_forward, autofuse=autofuse)
     write_fusion_result(trial_dir, result.stats.values())
     print(f"accuracy: {result.accuracy:.6f}", flush=True)
     _append_metric(metrics_path, {"step": config.steps, "accuracy": result.accuracy})

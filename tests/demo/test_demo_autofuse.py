@@ -20,7 +20,6 @@ from fusion_dd.demo.passes_autofuse import (
     FUSED_ADDN,
     FUSED_REDUCE,
     AutoFuseSwitch,
-    with_autofuse,
 )
 from fusion_dd.demo.pipeline import compile_graph
 from fusion_dd.errors import UsageError
@@ -69,12 +68,6 @@ def test_the_demo_trains_what_the_cann_backend_renders_and_realizes(on: set[Rule
         assert {rule for rule in POINTS if switch.is_on(rule.name)} == realize(POINTS, on, user)
 
 
-def test_autofuse_points_come_from_the_flags_and_rules_from_the_switch_file() -> None:
-    decide = with_autofuse(lambda rule: rule is not LAYERNORM, AutoFuseSwitch.parse("--enable_autofuse=true"))
-    assert decide(ELEMWISE) and not decide(REDUCE) and not decide(LAYERNORM)
-    assert decide(Rule("TbeEltwiseFusionPass", Section.UB))
-
-
 # -- the compiler stage -----------------------------------------------------------------------
 
 
@@ -82,39 +75,50 @@ def _ops(graph) -> list[tuple[str, list[str]]]:
     return [(node.op, [inner.op for inner in node.inner]) for node in graph.nodes]
 
 
+def _compile(build, on: set[Rule], faults: frozenset[str] = FAULT):
+    """Compile with the fusion rules and the AutoFuse points in ``on``."""
+    return compile_graph(build(NetSpec()), lambda rule: rule in on, faults, AutoFuseSwitch.of(r.name for r in on))
+
+
+def test_a_decision_for_every_rule_leaves_autofuse_off_as_cann_does() -> None:
+    everything, stats = compile_graph(build_train_graph(NetSpec()), lambda rule: True, FAULT)
+    assert stats.autofuse == {} and not any("AutoFuse" in node.pass_name for node in everything.nodes)
+
+
 def test_elemwise_fuses_chains_and_reduce_fuses_reductions_only_with_it() -> None:
-    off, _ = compile_graph(build_train_graph(NetSpec()), lambda rule: False, FAULT)
-    reduce_alone, stats = compile_graph(build_train_graph(NetSpec()), lambda rule: rule == REDUCE, FAULT)
+    off, _ = _compile(build_train_graph, set())
+    reduce_alone, stats = _compile(build_train_graph, {REDUCE})
     assert _ops(reduce_alone) == _ops(off) and stats.autofuse == {}  # CANN ignores Reduce with AutoFuse off
 
-    elemwise, stats = compile_graph(build_train_graph(NetSpec()), lambda rule: rule == ELEMWISE, FAULT)
+    elemwise, stats = _compile(build_train_graph, {ELEMWISE})
     kernels = [node for node in elemwise.nodes if "AutoFuse" in node.pass_name]
     assert kernels and stats.autofuse.get("elemwise") == len(kernels)
     assert not any(inner.op == FUSED_REDUCE for node in kernels for inner in node.inner)
 
-    both, stats = compile_graph(build_train_graph(NetSpec()), lambda rule: rule in (ELEMWISE, REDUCE), FAULT)
+    both, stats = _compile(build_train_graph, {ELEMWISE, REDUCE})
     reduced = [node for node in both.nodes if any(inner.op == FUSED_REDUCE for inner in node.inner)]
     assert reduced and stats.autofuse["reduce"] >= len(reduced)
     assert [rule for rule in stats.effective() if rule.section is Section.AUTOFUSE] == [ELEMWISE, REDUCE]
 
 
 def test_autofuse_never_takes_a_pattern_from_a_model_fusion_rule() -> None:
-    rules_first, _ = compile_graph(build_train_graph(NetSpec()), lambda rule: rule in (LAYERNORM, ELEMWISE, REDUCE))
+    rules_first, _ = _compile(build_train_graph, {LAYERNORM, ELEMWISE, REDUCE}, frozenset())
     layer_norms = [node for node in rules_first.nodes if node.op == "LayerNorm"]
     assert [node.name for node in layer_norms] == ["ln_a/add_beta"]  # ln_a; ln_b has no affine tail
 
 
 def test_autofuse_counts_stay_out_of_fusion_result_json() -> None:
-    _, stats = compile_graph(build_optimizer_graph(NetSpec()), lambda rule: True, FAULT)
+    everything = AutoFuseSwitch.of(AUTOFUSE_POINTS)
+    _, stats = compile_graph(build_train_graph(NetSpec()), lambda rule: True, FAULT, everything)
     assert {"elemwise", "reduce"} <= {rule.name for rule in stats.effective()}
     document = fusion_result([stats])
     names = {name for entry in document.values() for section in entry.values() for name in section}
-    assert not names & set(AUTOFUSE_POINTS)
+    assert "LayerNormFusionPass" in names and not names & set(AUTOFUSE_POINTS)
 
 
 def _clip_factor(on: set[Rule], faults: frozenset[str], gradient: float) -> float:
     """The optimizer's clip factor for loss-scaled gradients that are all ``gradient``."""
-    graph, _ = compile_graph(build_optimizer_graph(NetSpec()), lambda rule: rule in on, faults)
+    graph, _ = _compile(build_optimizer_graph, on, faults)
     specs = param_specs(NetSpec())
     sizes = [int(np.prod(spec.shape)) for spec in specs]
     grads = np.full(sum(sizes), gradient, np.float32)
@@ -147,7 +151,7 @@ def test_the_planted_fault_overflows_the_clip_sum_only_with_elemwise_and_reduce(
 
 
 def test_reduce_fuses_the_clip_sums_their_addn_and_the_update_into_one_kernel() -> None:
-    graph, stats = compile_graph(build_optimizer_graph(NetSpec()), lambda rule: rule in (ELEMWISE, REDUCE), FAULT)
+    graph, stats = _compile(build_optimizer_graph, {ELEMWISE, REDUCE})
     kernel = graph["unscale"]
     inner = {node.name: node for node in kernel.inner}
     assert [node.op for node in kernel.inner].count(FUSED_REDUCE) == len(param_specs(NetSpec())) == stats.autofuse["reduce"]
