@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from .backends.autofuse import ENABLE, FLAGS_ENV
 from .config import DEFAULT_CONFIG_NAME
 from .demo import candidate_rules, train_command
 from .errors import UsageError
@@ -30,8 +31,9 @@ def write_demo_config(
     rules = candidate_rules(scenario)
     document = {
         "rules": {
-            Section.GRAPH.value: [rule.name for rule in rules if rule.section is Section.GRAPH],
-            Section.UB.value: [rule.name for rule in rules if rule.section is Section.UB],
+            section.value: [rule.name for rule in rules if rule.section is section]
+            for section in Section
+            if section is not Section.AUTOFUSE or any(rule.section is section for rule in rules)
         },
         "train": {
             "command": train_command(scenario, steps=steps, noise=noise),
@@ -45,6 +47,10 @@ def write_demo_config(
         "search": {"budget": 200 if budget is None else budget},
         "state_dir": ".",
     }
+    if any(rule.section is Section.AUTOFUSE for rule in rules):
+        # The user's own AUTOFUSE_FLAGS: AutoFuse on, as the scenario's training was run.
+        # Each trial's value is rendered from it (the candidate points set per trial).
+        document["train"]["env"][FLAGS_ENV] = f"{ENABLE}=true"
     if strategy is not None:
         document["search"]["strategy"] = strategy
     if noise > 0:

@@ -80,3 +80,22 @@ def test_list_scenarios_and_bad_scenario(tmp_path):
         assert name in listed.stdout
     bad = fusion_dd("demo", "--scenario", "nope", cwd=tmp_path)
     assert bad.returncode == 2 and "unknown scenario 'nope'" in bad.stderr
+
+
+def test_autofuse_scenario_finds_the_autofuse_pair_and_the_rule_and_prints_the_export_line(tmp_path):
+    result = fusion_dd("demo", "--scenario", "autofuse", "--steps", "20", "--jobs", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    state = tmp_path / ".fusion-dd-demo"
+    report = json.loads((state / "report.json").read_text())
+    assert found(report) == planted("autofuse") == [{"LayerNormFusionPass"}, {"elemwise", "reduce"}]
+    pair = next(c for c in report["culprits"] if len(c["rules"]) == 2)
+    assert pair["kind"] == "interacting" and {r["section"] for r in pair["rules"]} == {"AutoFuse"}
+    assert report["fix_verified"] is True
+    flags = "--enable_autofuse=true;--autofuse_disable_pass=reduce"  # AutoFuse stays on, Reduce fusion off
+    assert report["fix_env"] == {"AUTOFUSE_FLAGS": flags}
+    assert (state / "autofuse_flags.txt").read_text().strip() == flags
+    assert f"export AUTOFUSE_FLAGS='{flags}'" in result.stdout
+    assert "all planted culprit sets found" in result.stdout
+    fix = json.loads((state / "fusion_switch.cfg").read_text())
+    assert fix["Switch"]["GraphFusion"]["LayerNormFusionPass"] == "off"
+    assert "elemwise" not in json.dumps(fix)  # AutoFuse is not switched by the cfg

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from . import autofuse_kernels as _autofuse  # noqa: F401  (registers the AutoFuse reduce)
 from . import fused_kernels as _fused  # noqa: F401  (registers the fused kernels)
 from .graph import Graph, Node
 from .kernels import BACKWARD, FORWARD

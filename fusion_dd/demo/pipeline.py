@@ -1,8 +1,9 @@
 """The fusion pipeline: which passes run on a graph, and what they report.
 
 ``compile_graph`` is the simulated graph compiler. It runs every pass the switch
-decision allows, in pipeline order (the GraphFusion passes of the model, those of
-the optimizer, then all UBFusion passes), and counts ``match_times`` and
+decision allows, in pipeline order (the GraphFusion passes of the model, AutoFuse
+when ``AUTOFUSE_FLAGS`` switches it on (passes_autofuse.py), the GraphFusion passes
+of the optimizer, then all UBFusion passes), and counts ``match_times`` and
 ``effect_times`` per pass the way CANN's ``fusion_result.json`` does. Passes
 that are switched off do not run and are absent from the statistics, as in CANN.
 """
@@ -22,6 +23,7 @@ from .passes_base import (
     Faults,
     FusionPass,
 )
+from .passes_autofuse import AUTOFUSE_OFF, AutoFuseSwitch, run_autofuse
 from .passes_graph import GRAPH_PASSES
 from .passes_optimizer import OPTIMIZER_PASSES
 from .passes_ub import UB_PASSES
@@ -44,6 +46,9 @@ ALL_PASSES: tuple[FusionPass, ...] = tuple(
     GRAPH_PASSES.passes + OPTIMIZER_PASSES.passes + UB_PASSES.passes
 )
 
+#: AutoFuse runs after the model's GraphFusion passes, before this one (the optimizer's first).
+_AUTOFUSE_BEFORE = OPTIMIZER_PASSES.passes[0]
+
 #: Decides whether a rule is switched on for this compilation.
 RuleDecision = Callable[[Rule], bool]
 
@@ -61,13 +66,16 @@ class FusionStats:
 
     graph: str
     counts: dict[str, PassCount] = field(default_factory=dict)
+    #: Kernels AutoFuse fused per switch point (not in fusion_result.json, as in CANN).
+    autofuse: dict[str, int] = field(default_factory=dict)
 
     def effective(self) -> list[Rule]:
-        return [
+        fired = [
             Rule(name, count.section)
             for name, count in self.counts.items()
             if count.effect_times > 0
         ]
+        return fired + [Rule(name, Section.AUTOFUSE) for name, count in self.autofuse.items() if count > 0]
 
 
 def known_rules() -> list[Rule]:
@@ -76,12 +84,20 @@ def known_rules() -> list[Rule]:
 
 
 def compile_graph(
-    graph: Graph, decide: RuleDecision, faults: Faults = frozenset()
+    graph: Graph,
+    decide: RuleDecision,
+    faults: Faults = frozenset(),
+    autofuse: AutoFuseSwitch = AUTOFUSE_OFF,
 ) -> tuple[Graph, FusionStats]:
-    """Run the enabled passes over ``graph`` (in place) and count what they did."""
+    """Run the enabled passes over ``graph`` (in place) and count what they did.
+
+    ``autofuse`` is what ``AUTOFUSE_FLAGS`` switches on (off by default, as in CANN).
+    """
     stats = FusionStats(graph.name)
     graph.infer_dtypes()
     for fusion_pass in ALL_PASSES:
+        if fusion_pass is _AUTOFUSE_BEFORE:
+            stats.autofuse = run_autofuse(graph, autofuse, faults)
         if fusion_pass.training_only and not graph.training:
             continue
         if not decide(fusion_pass.rule):

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from fusion_dd.errors import UsageError
-from fusion_dd.rules import Rule
+from fusion_dd.rules import AUTOFUSE_POINTS, Rule
 
+from .passes_autofuse import FAULT_AUTOFUSE_REDUCE_FP16
 from .passes_base import (
     FAULT_LAYERNORM_ONE_PASS_FP16,
     FAULT_SOFTMAX_CE_FP16_NO_MAX,
@@ -29,6 +30,7 @@ TRAIN_MODULE = "fusion_dd.demo.train"
 _LAYERNORM = frozenset({"LayerNormFusionPass"})
 _PAIR = frozenset({"CastRemoveFusionPass", "ZReduceMeanVarianceFusionPass"})
 _NAN = frozenset({"SoftmaxCrossEntropyWithLogitsPass"})
+_AUTOFUSE_REDUCE = frozenset({"elemwise", "reduce"})
 _LAYERNORM_LAYERS = ("ln_a",)
 _PAIR_LAYERS = ("ln_a", "ln_b")
 
@@ -49,6 +51,9 @@ class Scenario:
     #: The step whose tensors the demo dumps: the first, or for a NaN fault the
     #: step where the culprit's loss first turns non-finite (a user dumps that one).
     dump_step: int = 1
+    #: The demo's search runs with AutoFuse on (``AUTOFUSE_FLAGS``): its switch
+    #: points that fire are candidates beside the fusion rules.
+    autofuse: bool = False
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -97,6 +102,20 @@ SCENARIOS: dict[str, Scenario] = {
             dump_step=31,
         ),
         Scenario(
+            name="autofuse",
+            description=(
+                "AutoFuse (AUTOFUSE_FLAGS) on, beside a fusion rule: AutoFuse's Reduce fusion "
+                "sums gradient clipping's squares with an fp16 accumulator, which overflows, so "
+                "no step updates the weights (a pair: Reduce fusion acts only with AutoFuse "
+                "on); and the fused LayerNorm computes its variance in one pass in fp16."
+            ),
+            planted=(_AUTOFUSE_REDUCE, _LAYERNORM),
+            steps=60,
+            faults=frozenset({FAULT_AUTOFUSE_REDUCE_FP16, FAULT_LAYERNORM_ONE_PASS_FP16}),
+            damaged=(("clip",), _LAYERNORM_LAYERS),
+            autofuse=True,
+        ),
+        Scenario(
             name="quick",
             description=(
                 "The LayerNorm culprit alone with few training steps: a fast end-to-end "
@@ -126,12 +145,14 @@ def get_scenario(name: str) -> Scenario:
 @lru_cache(maxsize=None)
 def _candidates(name: str) -> tuple[Rule, ...]:
     from .network import NetSpec, build_eval_graph, build_optimizer_graph, build_train_graph
+    from .passes_autofuse import AUTOFUSE_OFF, AutoFuseSwitch
     from .pipeline import compile_graph
 
     scenario = get_scenario(name)
     seen: dict[Rule, None] = {}
+    autofuse = AutoFuseSwitch.of(AUTOFUSE_POINTS) if scenario.autofuse else AUTOFUSE_OFF
     for build in (build_train_graph, build_optimizer_graph, build_eval_graph):
-        _, stats = compile_graph(build(NetSpec()), lambda rule: True, scenario.faults)
+        _, stats = compile_graph(build(NetSpec()), lambda rule: True, scenario.faults, autofuse)
         for rule in stats.effective():
             seen.setdefault(rule, None)
     return tuple(seen)
@@ -141,7 +162,8 @@ def candidate_rules(scenario_name: str) -> list[Rule]:
     """The rules this scenario's network fires with every fusion on.
 
     This is what a user would read from the all-on run's ``fusion_result.json``
-    (passes with ``effect_times > 0``), in compiler order, each with its section.
+    (passes with ``effect_times > 0``), in compiler order, each with its section;
+    for a scenario with AutoFuse on, then the AutoFuse switch points that fused.
     """
     return list(_candidates(scenario_name))
 

@@ -4,7 +4,8 @@ It honours the training contract of DESIGN.md 4.3 the way a real NPU training
 does: the compiler reads ``fusion_switch.cfg`` (``--fusion-switch`` or
 ``FUSION_DD_SWITCH_FILE``) with CANN's precedence (an exact name beats ``ALL``; a
 pass the file does not mention stays at CANN's default, on; without a file every
-pass is on), prints ``step N loss X`` lines and a final ``accuracy: X``, appends
+pass is on) and AutoFuse reads ``AUTOFUSE_FLAGS`` like CANN's (default off;
+passes_autofuse.py), prints ``step N loss X`` lines and a final ``accuracy: X``, appends
 JSON records to ``FUSION_DD_METRICS_FILE`` and writes ``fusion_result.json`` into
 ``FUSION_DD_TRIAL_DIR`` (else the working directory).
 
@@ -24,6 +25,7 @@ from fusion_dd.errors import UsageError
 from fusion_dd.rules import Rule
 from fusion_dd.switch import SwitchFile, load_switch_file
 
+from .passes_autofuse import AutoFuseSwitch
 from .scenarios import DEFAULT_SCENARIO, SCENARIOS, get_scenario
 
 SWITCH_ENV = "FUSION_DD_SWITCH_FILE"
@@ -118,6 +120,7 @@ def run(argv: list[str] | None = None) -> int:
     scenario = get_scenario(args.scenario)
     switch_path = args.fusion_switch or os.environ.get(SWITCH_ENV) or None
     switch = load_switch_file(switch_path) if switch_path else None
+    autofuse = AutoFuseSwitch.from_env(os.environ)
     repeat = _repeat()
     metrics_env = os.environ.get(METRICS_ENV)
     metrics_path = Path(metrics_env) if metrics_env else None
@@ -147,7 +150,7 @@ def run(argv: list[str] | None = None) -> int:
     switched_on = sum(1 for rule in rules if decide(rule))
     print(
         f"demo scenario {scenario.name}: {switched_on} of {len(rules)} fusion rules on, "
-        f"{config.steps} steps",
+        f"{autofuse.describe()}, {config.steps} steps",
         flush=True,
     )
     dump_dir = args.dump_dir or os.environ.get(DUMP_ENV) or None
@@ -156,7 +159,7 @@ def run(argv: list[str] | None = None) -> int:
         from .dump import DemoDumper
 
         on_forward = DemoDumper(Path(dump_dir), args.dump_step or scenario.dump_step)
-    result = run_training(config, decide, scenario.faults, on_step, on_forward)
+    result = run_training(config, decide, scenario.faults, on_step, on_forward, autofuse=autofuse)
     write_fusion_result(trial_dir, result.stats.values())
     print(f"accuracy: {result.accuracy:.6f}", flush=True)
     _append_metric(metrics_path, {"step": config.steps, "accuracy": result.accuracy})

@@ -25,6 +25,7 @@ from .network import (
     build_train_graph,
     param_specs,
 )
+from .passes_autofuse import AUTOFUSE_OFF, AutoFuseSwitch
 from .pipeline import Faults, FusionStats, RuleDecision, compile_graph
 
 
@@ -125,8 +126,12 @@ def run_training(
     faults: Faults = frozenset(),
     on_step: Callable[[int, float], None] | None = None,
     on_forward: Callable[[int, Graph, list], None] | None = None,
+    *,
+    autofuse: AutoFuseSwitch = AUTOFUSE_OFF,
 ) -> TrainResult:
     """Train once; ``decide(rule)`` says whether a fusion rule is switched on.
+
+    ``autofuse`` is what ``AUTOFUSE_FLAGS`` switches on (CANN's default: off).
 
     ``on_step(step, loss)`` is called every ``log_every`` steps and at the end;
     ``on_forward(step, graph, values)`` after every forward pass of the training
@@ -135,7 +140,7 @@ def run_training(
     reports through the loss and the accuracy, not through stderr.
     """
     with np.errstate(all="ignore"):
-        return _run(config, decide, faults, on_step, on_forward)
+        return _run(config, decide, faults, on_step, on_forward, autofuse)
 
 
 def _run(
@@ -144,6 +149,7 @@ def _run(
     faults: Faults,
     on_step: Callable[[int, float], None] | None,
     on_forward: Callable[[int, Graph, list], None] | None = None,
+    autofuse: AutoFuseSwitch = AUTOFUSE_OFF,
 ) -> TrainResult:
     rng = np.random.default_rng([config.seed, 7])
     jitter = None
@@ -153,9 +159,9 @@ def _run(
     train, test = make_data(config.net, config.data, config.seed)
 
     stats: dict[str, FusionStats] = {}
-    train_graph, stats["train"] = compile_graph(build_train_graph(config.net), decide, faults)
-    opt_graph, stats["optimizer"] = compile_graph(build_optimizer_graph(config.net), decide, faults)
-    eval_graph, stats["eval"] = compile_graph(build_eval_graph(config.net), decide, faults)
+    train_graph, stats["train"] = compile_graph(build_train_graph(config.net), decide, faults, autofuse)
+    opt_graph, stats["optimizer"] = compile_graph(build_optimizer_graph(config.net), decide, faults, autofuse)
+    eval_graph, stats["eval"] = compile_graph(build_eval_graph(config.net), decide, faults, autofuse)
     step_program = Program(train_graph)
     opt_program = Program(opt_graph)
     eval_program = Program(eval_graph)

@@ -21,6 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
 
 from fusion_dd.demo import SCENARIOS, candidate_rules
+from fusion_dd.demo.passes_autofuse import AutoFuseSwitch
 from fusion_dd.demo.trainer import TrainConfig, TrainResult, run_training
 
 Key = tuple[frozenset[str], frozenset[str], int, int]
@@ -39,7 +40,7 @@ def _key(scenario: str, on: Iterable[str], steps: int | None, seed: int) -> Key:
 def _run(key: Key) -> TrainResult:
     faults, on, steps, seed = key
     config = TrainConfig(steps=steps, seed=seed)
-    return run_training(config, lambda rule: rule.name in on, faults)
+    return run_training(config, lambda rule: rule.name in on, faults, autofuse=AutoFuseSwitch.of(on))
 
 
 def train(
