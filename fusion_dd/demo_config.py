@@ -25,6 +25,7 @@ def write_demo_config(
     noise: float = 0.0,
     strategy: str | None = None,
     budget: int | None = None,
+    localize: bool = True,
 ) -> Path:
     """Write the demo's config into ``state_dir`` and return its path."""
     rules = candidate_rules(scenario)
@@ -45,6 +46,10 @@ def write_demo_config(
         "search": {"budget": 200 if budget is None else budget},
         "state_dir": ".",
     }
+    if localize:
+        # The demo training dumps like CANN into FUSION_DD_DUMP_DIR (its scenario's dump
+        # step), so the search ends by naming the op and layer each culprit broke.
+        document["localize"] = {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
     if strategy is not None:
         document["search"]["strategy"] = strategy
     if noise > 0:
