@@ -176,9 +176,14 @@ class Localizer:
                 "culprit's training first goes wrong (localize.step and the training's dump options)"
             )
             return record
-        culprit_rules = [name for name in found["rules"] if name in target.culprit]
-        found["op_rules"] = list(found["rules"])
-        found["rules"] = culprit_rules or list(found["rules"])
+        # ``rules`` of the op is the whole pass_name chain that made it: keep the culprit's. An op
+        # without rules (no graph dump, or an op fusion did not touch) diverges because of the
+        # only difference between the two runs: the culprit set.
+        op_rules = list(found["rules"])
+        found["op_rules"] = op_rules
+        found["rules"] = [name for name in op_rules if name in target.culprit] or (
+            op_rules if op_rules else list(target.culprit)
+        )
         record["localization"] = found
         return record
 
