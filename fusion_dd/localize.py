@@ -262,6 +262,15 @@ def attach(report: dict[str, Any], state: SearchState, configured: bool) -> dict
         if record.get("compare"):
             entry["localization"]["compare"] = record["compare"]
     missing = len(culprits) - done - failed
+    # A report journaled when the search finished predates a later ``fusion-dd localize``.
+    report["trainings"] = state.launched
+    listed = {entry.get("trial_id") for entry in report.get("trials") or []}
+    if "trials" in report:
+        from .report import _trial_entry
+
+        report["trials"] = list(report["trials"]) + [
+            _trial_entry(trial, None, False) for trial in state.trials.values() if trial.trial_id not in listed
+        ]
     status = "complete" if not missing and not failed else ("incomplete" if missing else "failed")
     report["localization"] = {
         "status": status,

@@ -28,6 +28,20 @@ def test_quick_scenario_finds_exactly_the_planted_rule(tmp_path):
     assert report["switch_check"] == {"applied": report["trainings"] - 1, "unverified": 1}
     assert "all planted culprit sets found" in result.stdout
     assert (tmp_path / ".fusion-dd-demo" / "fusion-dd.yaml").exists()
+    assert_localized_where_planted(report, QUICK_SCENARIO, result.stdout)
+
+
+def assert_localized_where_planted(report: dict, name: str, stdout: str) -> None:
+    """Dumping is on by default: each culprit set is localized to a layer its fault damages."""
+    scenario = SCENARIOS[name]
+    by_set = {frozenset(rule["name"] for rule in c["rules"]): c["localization"] for c in report["culprits"]}
+    for culprit, damaged in zip(scenario.planted, scenario.damaged, strict=True):
+        found = by_set[frozenset(culprit)]
+        assert {layer.split("/")[0] for layer in found["layers"]} <= set(damaged), found
+        assert set(found["rules"]) <= culprit and found["rules"], found
+        assert f"{' + '.join(found['rules'])} broke {found['op']}" in stdout
+    assert report["localization"]["status"] == "complete"
+    assert "every planted culprit localized to the layer it damaged" in stdout
 
 
 def test_default_scenario_finds_every_culprit_set_and_verifies_the_fix(tmp_path):
@@ -37,6 +51,18 @@ def test_default_scenario_finds_every_culprit_set_and_verifies_the_fix(tmp_path)
     assert found(report) == planted(DEFAULT_SCENARIO)
     assert {culprit["kind"] for culprit in report["culprits"]} == {"independent", "interacting"}
     assert report["fix_verified"] is True
+    assert_localized_where_planted(report, DEFAULT_SCENARIO, result.stdout)
+
+
+def test_no_localize_writes_a_demo_config_without_dumping(tmp_path):
+    import yaml
+
+    from fusion_dd.demo_config import write_demo_config
+
+    with_dumps = yaml.safe_load(write_demo_config(tmp_path / "a", QUICK_SCENARIO).read_text())
+    assert with_dumps["localize"] == {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
+    without = yaml.safe_load(write_demo_config(tmp_path / "b", QUICK_SCENARIO, localize=False).read_text())
+    assert "localize" not in without
 
 
 def test_list_scenarios_and_bad_scenario(tmp_path):
