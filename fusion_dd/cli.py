@@ -283,7 +283,7 @@ def localize(
     for line in summary_lines(result.report, loaded.state_dir):
         typer.echo(line)
     missing = (result.report.get("localization") or {}).get("status") == "incomplete"
-    raise typer.Exit(EXIT_BUDGET if missing else result.exit_code)
+    raise typer.Exit(result.exit_code or (EXIT_BUDGET if missing else 0))
 
 
 @app.command()

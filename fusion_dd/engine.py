@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +27,7 @@ from .early_stop import envelope, read_curve
 from .executor import Device, DevicePool, run_batch
 from .journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .metrics import MetricSpec
-from .report import build_report, write_outputs
+from .report import build_report, display_path, write_outputs
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES
@@ -621,6 +621,10 @@ class Engine:
             self._open()
             self._refuse_ignored_switch()
             if self.state.finished is not None:
+                if self._localization_pending():
+                    # A localize: section and culprits not yet localized (budget, or added since).
+                    self.events.message("this search has already finished; localizing its culprits")
+                    return self._localize_finished()
                 self.events.message("this search has already finished; showing its answer")
                 return self._result_from_finished()
             self._preflight()
@@ -775,24 +779,46 @@ class Engine:
                     f"{self.config.source}: has no localize: section saying how a training dumps its tensors; "
                     "add one (README: Localization after a search) and pass the config with -c"
                 )
-            self._append(
-                {
-                    "type": "session_started",
-                    "purpose": "localize",
-                    "budget": self.config.search.budget,
-                    "devices": [list(entry) for entry in self.config.train.devices],
-                    "timeout": self.config.train.timeout,
-                    "version": __version__,
-                }
-            )
-            self._adopt_orphans()
-            self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
-            return self._result_from_finished()
+            return self._localize_finished()
         except SwitchIgnored as exc:
             raise UsageError(str(exc)) from None
         finally:
             if self._journal is not None:
                 self._journal.close()
+
+    def _localization_pending(self) -> bool:
+        """A finished search with culprits that a configured localization has not journaled yet."""
+        if self.config.localize is None or self.state.finished is None:
+            return False
+        report = self.state.finished["report"]
+        culprits, _ = localization.culprits_of(report)
+        return report.get("status") == "found" and any(key not in self.state.localized for key in culprits)
+
+    def _localize_finished(self) -> SearchResult:
+        """Localization as a session of a finished search (journal open, lock held).
+
+        Interrupted, it still writes the finished search's report (with what was
+        localized so far) and exits 130: the search's answer is not "interrupted".
+        """
+        report = self.state.finished["report"] if self.state.finished is not None else {}
+        culprits, switched_off = localization.culprits_of(report)
+        self._append(
+            {
+                "type": "session_started",
+                "purpose": "localize",
+                "budget": self.config.search.budget,
+                "devices": [list(entry) for entry in self.config.train.devices],
+                "timeout": self.config.train.timeout,
+                "version": __version__,
+            }
+        )
+        try:
+            self._adopt_orphans()
+            self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
+        except KeyboardInterrupt:
+            self.events.message("interrupted: localization incomplete")
+            return replace(self._result_from_finished(), exit_code=EXIT_INTERRUPTED)
+        return self._result_from_finished()
 
     # -- endings ------------------------------------------------------------------------
 
@@ -808,7 +834,7 @@ class Engine:
             rounds=self._oracle.rounds if self._oracle is not None else 0,
             message=message,
         )
-        return localization.attach(report, self.state, self.config.localize is not None)
+        return localization.attach(report, self.state, self.config.localize is not None, display_path(self.state_dir))
 
     def _finish(self, status: str, pre: Preconditions, result: CulpritSearch | None) -> SearchResult:
         report = self._report(status, pre, result)
@@ -833,7 +859,9 @@ class Engine:
     def _result_from_finished(self) -> SearchResult:
         assert self.state.finished is not None
         # Localizations journaled after the search finished (fusion-dd localize) join its answer.
-        report = localization.attach(dict(self.state.finished["report"]), self.state, self.config.localize is not None)
+        report = localization.attach(
+            dict(self.state.finished["report"]), self.state, self.config.localize is not None, display_path(self.state_dir)
+        )
         return self._write(report["status"], EXIT_OK, report)
 
 

@@ -231,7 +231,9 @@ def _trial_note(on: TrialState, off: TrialState) -> str:
     return f"; {'; '.join(notes)}" if notes else ""
 
 
-def attach(report: dict[str, Any], state: SearchState, configured: bool) -> dict[str, Any]:
+def attach(
+    report: dict[str, Any], state: SearchState, configured: bool, state_dir: str | None = None
+) -> dict[str, Any]:
     """Put the journaled localizations into a report (``culprits[i].localization``, ``localization``).
 
     Built from ``localized`` records only: a report rebuilt later says the same.
@@ -247,8 +249,8 @@ def attach(report: dict[str, Any], state: SearchState, configured: bool) -> dict
         record = state.localized.get(key)
         if record is None:
             entry["localization"] = {
-                "reason": "not localized yet: the budget ran out or the session stopped first; continue with "
-                "'fusion-dd localize --budget N'"
+                "reason": "not localized yet: the budget ran out or the session stopped first (see "
+                "localization.continue_with)"
                 if configured
                 else "not localized: the config has no localize: section"
             }
@@ -280,7 +282,19 @@ def attach(report: dict[str, Any], state: SearchState, configured: bool) -> dict
         "trainings": sum(1 for trial in state.trials.values() if trial.role == LOCALIZE_ROLE and trial.costs_budget),
     }
     if missing and configured:
-        report["localization"]["continue_with"] = "fusion-dd localize --budget N"
+        culprit_sets, switched_off = culprits_of(report)
+        names = [rule["name"] for rule in report.get("candidates") or []]
+        cache = state.localize_cache()
+        needed = {
+            key
+            for target in plan(names, culprit_sets, switched_off)
+            if target.culprit not in state.localized
+            for key in target.keys
+            if key not in cache
+        }
+        budget = max(int(report.get("budget") or 0), state.launched) + len(needed)
+        where = f" --state-dir {state_dir}" if state_dir else ""
+        report["localization"]["continue_with"] = f"fusion-dd localize{where} --budget {budget}"
     return report
 
 
@@ -308,10 +322,11 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         else:
             made_by = " + ".join(found.get("op_rules") or found.get("rules") or []) or "no fusion rule"
             lines.append(f"  ({index}) first divergence at {where}, made by {made_by}, not by this set's rules")
-    status = (report.get("localization") or {}).get("status")
-    if status == "incomplete":
+    summary = report.get("localization") or {}
+    if summary.get("status") == "incomplete":
         lines.append(
-            "  localization incomplete (budget or interruption); continue with: fusion-dd localize --budget N"
+            f"  localization incomplete (budget or interruption); continue with: "
+            f"{summary.get('continue_with') or 'fusion-dd localize --budget N'}"
         )
     return lines
 

@@ -12,8 +12,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 
+from fusion_dd.config import load_config
+from fusion_dd.errors import UsageError
 from test_cli import GRAPH, fusion_dd
 
 DUMP_TRAIN = Path(__file__).resolve().parent / "fakes" / "dump_train.py"
@@ -92,11 +95,26 @@ def test_a_search_localizes_every_culprit_set_in_the_report_and_the_summary(tmp_
     assert len(started(tmp_path)) == len(found["trials"])
 
 
+def localize_later(tmp_path: Path) -> None:
+    """fusion-dd localize on a search that finished without a localize: section."""
+    assert "localization" not in report(tmp_path)["culprits"][0]
+    refused = fusion_dd("localize", "--state-dir", "state", cwd=tmp_path)
+    assert refused.returncode == 2 and "no localize: section" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    with_section = write(tmp_path, name="with-localize.yaml")
+    done = fusion_dd("localize", "--state-dir", "state", "-c", str(with_section), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert_localized(report(tmp_path))
+    assert f"{SINGLE} broke layer_1/out" in done.stdout
+    assert max(Counter(started(tmp_path)).values()) == 1
+
+
 def test_budget_stop_in_the_localization_phase_then_localize_repeats_no_training(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     assert fusion_dd("search", "-c", str(write(plain, localize=None)), cwd=plain).returncode == 0
     search_cost = report(plain)["trainings"]
+    localize_later(plain)
     # Budget for the search and the fix's dumped training only.
     done = fusion_dd("search", "-c", str(write(tmp_path, budget=search_cost + 1)), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -104,7 +122,11 @@ def test_budget_stop_in_the_localization_phase_then_localize_repeats_no_training
     assert first["status"] == "found" and first["localization"]["status"] == "incomplete"
     assert all("reason" in c["localization"] for c in first["culprits"])
     assert "localization incomplete" in done.stdout and "fusion-dd localize" in done.stdout
-    more = fusion_dd("localize", "--state-dir", "state", "--budget", str(search_cost + 3), cwd=tmp_path)
+    command = first["localization"]["continue_with"]
+    assert command == f"fusion-dd localize --state-dir state --budget {search_cost + 3}"
+    assert command in done.stdout
+    # resume of the finished search goes on with its localization too, where it stopped.
+    more = fusion_dd("resume", "--state-dir", "state", "--budget", str(search_cost + 3), cwd=tmp_path)
     assert more.returncode == 0, more.stderr
     assert_localized(report(tmp_path))
     assert f"{SINGLE} broke layer_1/out" in more.stdout
@@ -117,19 +139,6 @@ def test_budget_stop_in_the_localization_phase_then_localize_repeats_no_training
     assert again.returncode == 0 and f"{SINGLE} broke layer_1/out" in again.stdout
     after = (tmp_path / "state" / "journal.jsonl").read_text()
     assert after.count('"localized"') == journal.count('"localized"') and Counter(started(tmp_path)) == trainings
-
-
-def test_localize_on_a_search_finished_without_localization(tmp_path: Path) -> None:
-    plain = write(tmp_path, localize=None)
-    assert fusion_dd("search", "-c", str(plain), cwd=tmp_path).returncode == 0
-    assert "localization" not in report(tmp_path)["culprits"][0]
-    refused = fusion_dd("localize", "--state-dir", "state", cwd=tmp_path)
-    assert refused.returncode == 2 and "no localize: section" in refused.stderr
-    assert len(refused.stderr.strip().splitlines()) == 1
-    with_section = write(tmp_path, name="with-localize.yaml")
-    done = fusion_dd("localize", "--state-dir", "state", "-c", str(with_section), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert_localized(report(tmp_path))
 
 
 def test_localize_without_a_finished_search_is_one_line(tmp_path: Path) -> None:
@@ -151,14 +160,14 @@ def test_bad_localize_keys_are_one_line_errors_naming_the_key(tmp_path: Path) ->
     ]
     for section, expected in cases:
         path = write(tmp_path, localize=section)
-        done = fusion_dd("search", "--dry-run", "-c", str(path), cwd=tmp_path)
-        assert done.returncode == 2, (section, done.stdout)
-        assert expected in done.stderr, (section, done.stderr)
-        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    # {dump_dir} belongs to localization trainings only.
+        with pytest.raises(UsageError) as error:
+            load_config(path)
+        assert expected in str(error.value) and "\n" not in str(error.value), (section, str(error.value))
+    # {dump_dir} belongs to localization trainings only; through the CLI: one line, exit 2.
     path = write(tmp_path)
     document = yaml.safe_load(path.read_text())
     document["train"]["env"] = {"D": "{dump_dir}"}
     path.write_text(yaml.safe_dump(document))
     done = fusion_dd("search", "--dry-run", "-c", str(path), cwd=tmp_path)
-    assert done.returncode == 2 and "train.env.D: unknown placeholder {dump_dir}; it exists only in the localize:" in done.stderr
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "train.env.D: unknown placeholder {dump_dir}; it exists only in the localize:" in done.stderr
