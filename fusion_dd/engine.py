@@ -349,8 +349,8 @@ class Engine:
     def _watch_device(self, device: Device, trial: TrialState) -> None:
         """Set a device aside when trainings keep failing to start on it while others train fine."""
         finished = trial.finished
-        if finished is None:
-            return
+        if finished is None or trial.role == LOCALIZE_ROLE:
+            return  # a dumping training may end early and without a metric on purpose
         failed_to_start = finished["kind"] in ("crash", "no_metric") and (finished.get("duration") or 0.0) < (
             START_FAILURE_SECONDS
         )

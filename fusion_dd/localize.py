@@ -241,8 +241,8 @@ def attach(
     finished (the budget ran out, the search was interrupted).
     """
     culprits = report.get("culprits") or []
-    if not culprits or (not configured and not state.localized):
-        return report
+    if not culprits or report.get("status") != "found" or (not configured and not state.localized):
+        return report  # localization follows a found answer only
     done = failed = 0
     for entry in culprits:
         key = tuple(sorted(rule["name"] for rule in entry["rules"]))
