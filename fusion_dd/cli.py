@@ -167,6 +167,8 @@ def _dry_run(config: SearchConfig) -> None:
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
+    if config.localize is not None:
+        _dry_run_localize(config)
     echo("")
     parallel = len(config.train.devices)
     references = config.score.baseline_repeats * (config.score.baseline_metric is None) + (
@@ -191,6 +193,21 @@ def _dry_run(config: SearchConfig) -> None:
     echo("nothing was launched (dry run)")
     if checked.errors:
         _fail(f"{checked.errors[0]}; a search would stop with status {TRAINING_BROKEN} before any training")
+
+
+def _dry_run_localize(config: SearchConfig) -> None:
+    """The command line of a dumping training (localize:), as the first one would run."""
+    from .trial import DUMP_PLACEHOLDERS
+
+    assert config.localize is not None
+    values = trial_values(config)
+    values.update({name: str(Path(values["trial_dir"]) / sub) for name, sub in DUMP_PLACEHOLDERS.items()})
+    argv = list(config.localize.command or config.train.command) + list(config.localize.args)
+    argv = resolve_relative(substitute_command(argv, values), config.base_dir)
+    env = " ".join(f"{name}={shlex.quote(substitute(value, values))}" for name, value in config.localize.env.items())
+    typer.echo("after the culprits are found, localization trains with tensor dumps (the fix, and the fix with")
+    typer.echo("each culprit set back on), e.g.:")
+    typer.echo(f"  {env + ' ' if env else ''}{shlex.join(argv)}")
 
 
 @app.command()

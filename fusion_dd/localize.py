@@ -188,7 +188,7 @@ class Localizer:
         return record
 
     def _comparison(self, on: TrialState, off: TrialState) -> Any:
-        from .compare import compare_dumps, load_graph_dumps
+        from .compare import compare_dumps
 
         dirs = []
         for trial in (on, off):
@@ -201,7 +201,8 @@ class Localizer:
                 )
             dirs.append(dump)
         graphs = [self._graphs(trial, dump) for trial, dump in zip((on, off), dirs)]
-        return compare_dumps(dirs[0], dirs[1], graphs[0], graphs[1], self.config.step, jobs=1)
+        # jobs: compare_dumps decides (one process for small dumps, workers for big ones).
+        return compare_dumps(dirs[0], dirs[1], graphs[0], graphs[1], self.config.step)
 
     def _graphs(self, trial: TrialState, dump: Path) -> Any:
         from .ascend import graph_paths

@@ -145,6 +145,10 @@ def test_localize_without_a_finished_search_is_one_line(tmp_path: Path) -> None:
     missing = fusion_dd("localize", "--state-dir", "nothing", "-c", str(write(tmp_path)), cwd=tmp_path)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
     assert "no search here" in missing.stderr
+    shown = fusion_dd("search", "--dry-run", "-c", str(write(tmp_path)), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    dump_dir = tmp_path / "state" / "trials" / "0001" / "dump"
+    assert f"FUSION_DD_DUMP_DIR={dump_dir} " in shown.stdout and "localization trains with tensor dumps" in shown.stdout
 
 
 def test_bad_localize_keys_are_one_line_errors_naming_the_key(tmp_path: Path) -> None:
