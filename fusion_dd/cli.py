@@ -177,6 +177,8 @@ def _dry_run(config: SearchConfig) -> None:
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
+    if config.localize is not None:
+        _dry_run_localize(config)
     echo("")
     parallel = len(config.train.devices)
     references = config.score.baseline_repeats * (config.score.baseline_metric is None) + (
@@ -201,6 +203,21 @@ def _dry_run(config: SearchConfig) -> None:
     echo("nothing was launched (dry run)")
     if checked.errors:
         _fail(f"{checked.errors[0]}; a search would stop with status {TRAINING_BROKEN} before any training")
+
+
+def _dry_run_localize(config: SearchConfig) -> None:
+    """The command line of a dumping training (localize:), as the first one would run."""
+    from .trial import DUMP_PLACEHOLDERS
+
+    assert config.localize is not None
+    values = trial_values(config)
+    values.update({name: str(Path(values["trial_dir"]) / sub) for name, sub in DUMP_PLACEHOLDERS.items()})
+    argv = list(config.localize.command or config.train.command) + list(config.localize.args)
+    argv = resolve_relative(substitute_command(argv, values), config.base_dir)
+    env = " ".join(f"{name}={shlex.quote(substitute(value, values))}" for name, value in config.localize.env.items())
+    typer.echo("after the culprits are found, localization trains with tensor dumps (the fix, and the fix with")
+    typer.echo("each culprit set back on), e.g.:")
+    typer.echo(f"  {env + ' ' if env else ''}{shlex.join(argv)}")
 
 
 @app.command()
@@ -266,6 +283,36 @@ def _default_state_dir(config_path: Path | None) -> Path:
     if path.is_file():
         return load_config(path).state_dir
     return Path(".fusion-dd")
+
+
+@app.command()
+def localize(
+    state_dir: Optional[Path] = StateDirOption,
+    budget: Optional[int] = BudgetOption,
+    devices: Optional[str] = DevicesOption,
+    jobs: Optional[int] = JobsOption,
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Name the op and layer each culprit of a finished search broke (dumped trainings, see localize: in the config)."""
+    directory = (state_dir or _default_state_dir(config)).resolve()
+    loaded = _resume_config(directory, config).with_overrides(
+        budget=budget, devices=_devices_override(devices, jobs), state_dir=directory
+    )
+    _warn(loaded)
+    events = ConsoleEvents(total_rules=len(loaded.rules), budget=loaded.search.budget)
+    events.start(launched_before=_launched_before(loaded.state_dir))
+    _install_sigterm()
+    from .engine import EXIT_BUDGET, Engine
+
+    try:
+        result = Engine(loaded, events).localize()
+    finally:
+        events.close()
+    typer.echo("")
+    for line in summary_lines(result.report, loaded.state_dir):
+        typer.echo(line)
+    missing = (result.report.get("localization") or {}).get("status") == "incomplete"
+    raise typer.Exit(result.exit_code or (EXIT_BUDGET if missing else 0))
 
 
 @app.command()
@@ -391,6 +438,9 @@ def demo(
     steps: Optional[int] = typer.Option(None, "--steps", help="Training steps per demo training."),
     noise: float = typer.Option(0.0, "--noise", help="Run-to-run jitter of the demo training (0 = deterministic)."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="Search strategy (default: the default one)."),
+    no_localize: bool = typer.Option(
+        False, "--no-localize", help="Skip the dumped trainings that name the op and layer each culprit broke."
+    ),
 ) -> None:
     """Run a whole search against the built-in simulated-NPU training and compare it with what was planted."""
     from .demo import DEFAULT_SCENARIO, SCENARIOS
@@ -412,7 +462,7 @@ def demo(
         raise UsageError("--noise: must be zero or positive")
     directory = (state_dir or Path(".fusion-dd-demo")).resolve()
     config_path = write_demo_config(
-        directory, name, steps=steps, noise=noise, strategy=strategy, budget=budget
+        directory, name, steps=steps, noise=noise, strategy=strategy, budget=budget, localize=not no_localize
     )
     typer.echo(f"demo scenario {name!r}: {SCENARIOS[name].description}", err=True)
     typer.echo(f"config: {display_path(config_path)} (a normal fusion-dd.yaml; the trainings are real subprocesses)", err=True)
@@ -420,13 +470,13 @@ def demo(
     config = load_config(config_path).with_overrides(devices=overrides)
     result = run_engine(config)
     typer.echo("")
-    for line in demo_comparison(result.report, SCENARIOS[name].planted):
+    for line in demo_comparison(result.report, SCENARIOS[name].planted, SCENARIOS[name].damaged):
         typer.echo(line)
     raise typer.Exit(result.exit_code)
 
 
-def demo_comparison(report: dict[str, Any], planted: Any) -> list[str]:
-    """What the search found next to what the demo planted."""
+def demo_comparison(report: dict[str, Any], planted: Any, damaged: Any = ()) -> list[str]:
+    """What the search found next to what the demo planted (and, localized, the layers next to the damaged ones)."""
     found = [frozenset(rule["name"] for rule in culprit["rules"]) for culprit in report.get("culprits", [])]
     expected = [frozenset(culprit) for culprit in planted]
     lines = ["planted vs found:"]
@@ -438,6 +488,40 @@ def demo_comparison(report: dict[str, Any], planted: Any) -> list[str]:
             lines.append(f"  {' + '.join(sorted(culprit)):<60} found, but not planted")
     verdict = "all planted culprit sets found" if set(found) == set(expected) else "the search and the plant differ"
     lines.append(f"{verdict}; fix verified: {'yes' if report.get('fix_verified') else 'no'}")
+    if any("localization" in culprit for culprit in report.get("culprits", [])):
+        lines += _demo_localization(report, expected, list(damaged))
+    return lines
+
+
+def _demo_localization(report: dict[str, Any], expected: list[frozenset[str]], damaged: list[Any]) -> list[str]:
+    """The layer each planted culprit was localized to, next to the layers the scenario damaged."""
+    from .localize import layer_scopes
+
+    by_set = {
+        frozenset(rule["name"] for rule in culprit["rules"]): culprit.get("localization") or {}
+        for culprit in report.get("culprits", [])
+    }
+    lines = ["planted damage vs localized:"]
+    right = 0
+    for culprit, layers in zip(expected, damaged):
+        found = by_set.get(culprit)
+        planted_text = ", ".join(layers)
+        if not found or found.get("op") is None:
+            reason = (found or {}).get("reason") or "not found by the search"
+            lines.append(f"  {' + '.join(sorted(culprit)):<60} damaged {planted_text}; not localized ({reason})")
+            continue
+        scopes = layer_scopes(found)
+        ok = bool(scopes) and set(scopes) <= set(layers)
+        right += ok
+        mark = "matches" if ok else "DIFFERS"
+        lines.append(
+            f"  {' + '.join(sorted(culprit)):<60} damaged {planted_text}; localized to {', '.join(scopes)} "
+            f"(op {found['op']}): {mark}"
+        )
+    verdict = "every planted culprit localized to the layer it damaged" if right == len(expected) else (
+        f"{right} of {len(expected)} planted culprits localized to the layer they damaged"
+    )
+    lines.append(verdict)
     return lines
 
 

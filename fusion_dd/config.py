@@ -73,6 +73,7 @@ _SCHEMA: dict[str, Any] = {
     },
     "search": {"strategy": None, "budget": None, "confirm": None, "max_trainings": None},
     "early_stop": None,  # validated by EarlyStopRule.from_config
+    "localize": {"env": None, "args": None, "command": None, "step": None, "graphs": None},
     "state_dir": None,
 }
 
@@ -87,6 +88,26 @@ class TrainConfig:
     device_env: str = "ASCEND_DEVICE_ID"
     kill_grace: float = 10.0
     retries: int = 1
+
+
+@dataclass(frozen=True)
+class LocalizeConfig:
+    """``localize:``: how a training is made to dump tensors, for localization after a search.
+
+    A localization training is the training command plus ``args`` (or the
+    separate ``command`` plus ``args``), with ``env`` on top of ``train.env``;
+    all may use ``{dump_dir}`` (the trial's ``dump/`` directory). ``step``
+    chooses the dumped step to compare (default: the first one in the dump);
+    ``graphs`` are the GE graph dumps of each run, relative to the trial
+    directory, placeholders allowed (default: any ``ge_proto_*_Build.txt`` in the
+    dump directory; none is fine, tensors then pair by name).
+    """
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    command: tuple[str, ...] | None = None
+    step: int | None = None
+    graphs: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +172,9 @@ class SearchConfig:
     early_stop: Any = None  # EarlyStopRule; like timeouts it may change on resume
     warnings: tuple[str, ...] = ()  # name problems worth telling the user before hours of training
     graphs: tuple[str, ...] = ()  # graph dumps of the all-on run, to name each culprit's layers
+    # How trainings dump tensors for localization after a search; None: no localization.
+    # Not part of the definition: changing it never invalidates finished trainings.
+    localize: LocalizeConfig | None = None
 
     def definition(self) -> dict[str, Any]:
         """What makes two searches the same search, for the journal and resume.
@@ -335,6 +359,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         early_stop = EarlyStopRule.from_config(document.get("early_stop"))
     except UsageError as exc:
         raise UsageError(f"{reader.source}: {exc}") from None
+    localize = _read_localize(reader, document.get("localize"))
     state_dir_raw = document.get("state_dir", ".fusion-dd")
     state_dir = (base_dir / reader.string(state_dir_raw, "state_dir")).resolve()
     check_state_dir(state_dir, f"{reader.source}: state_dir", source)
@@ -353,6 +378,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         warnings=warnings,
         graphs=graphs,
         early_stop=early_stop,
+        localize=localize,
     )
 
 
@@ -394,18 +420,24 @@ def check_state_dir(path: Path, key: str, config_source: Path | None = None) -> 
         )
 
 
-def _check_placeholders(reader: _Reader, text: str, key: str) -> None:
-    """An unknown ``{name}`` is a typo (``{swich_file}``) that would reach the training literally."""
-    from .trial import PLACEHOLDERS, unknown_placeholders
+def _check_placeholders(reader: _Reader, text: str, key: str, dumps: bool = False) -> None:
+    """An unknown ``{name}`` is a typo (``{swich_file}``) that would reach the training literally.
+
+    ``dumps``: a ``localize.*`` value, where ``{dump_dir}`` is known too.
+    """
+    from .trial import DUMP_PLACEHOLDERS, PLACEHOLDERS, unknown_placeholders
 
     if "\x00" in text:
         raise reader.error(key, "contains a NUL character, which no command line or environment can carry")
-    unknown = unknown_placeholders(text)
+    names = list(PLACEHOLDERS) + (list(DUMP_PLACEHOLDERS) if dumps else [])
+    unknown = unknown_placeholders(text, names)
     if unknown:
         name = unknown[0]
-        close = difflib.get_close_matches(name, list(PLACEHOLDERS), n=1)
+        close = difflib.get_close_matches(name, names, n=1)
         hint = f"did you mean {{{close[0]}}}? " if close else ""
-        known = ", ".join(f"{{{known}}}" for known in PLACEHOLDERS)
+        if name in DUMP_PLACEHOLDERS:
+            hint = "it exists only in the localize: section (localization trainings dump, others must not); "
+        known = ", ".join(f"{{{known}}}" for known in names)
         raise reader.error(
             key,
             f"unknown placeholder {{{name}}}; {hint}(known: {known}; write {{{{{name}}}}} for a literal {{{name}}})",
@@ -759,3 +791,65 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
     max_trainings = reader.integer(section.get("max_trainings", 5), "search.max_trainings", minimum=1)
     return SearchSettings(strategy=strategy, budget=budget, confirm=confirm, max_trainings=max_trainings)
 
+
+
+def _read_localize(reader: _Reader, raw: Any) -> LocalizeConfig | None:
+    """``localize:``: absent, null or false means no localization after the search."""
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        raw = {}
+    section = reader.mapping(raw, "localize")
+    reader.check_keys(section, _SCHEMA["localize"], "localize.")
+    env_raw = reader.mapping(section.get("env"), "localize.env")
+    env: dict[str, str] = {}
+    for name, value in env_raw.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise reader.error("localize.env", f"invalid environment variable name {name!r}")
+        if value is None or isinstance(value, (dict, list)):
+            raise reader.error(f"localize.env.{name}", "must be a string or number")
+        env[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        _check_placeholders(reader, env[name], f"localize.env.{name}", dumps=True)
+    args = _argv_list(reader, section.get("args", []), "localize.args", allow_empty=True)
+    command = None
+    if section.get("command") is not None:
+        command = _argv_list(reader, section["command"], "localize.command", allow_empty=False)
+    for key, argv in (("localize.args", args), ("localize.command", command or ())):
+        for index, argument in enumerate(argv):
+            _check_placeholders(reader, argument, f"{key}[{index}]", dumps=True)
+    step = section.get("step")
+    if step is not None:
+        step = reader.integer(step, "localize.step", minimum=0)
+    graphs = None
+    if section.get("graphs") is not None:
+        raw_graphs = section["graphs"]
+        if isinstance(raw_graphs, str):
+            raw_graphs = [raw_graphs]
+        if not isinstance(raw_graphs, list) or not all(isinstance(p, str) and p for p in raw_graphs):
+            raise reader.error("localize.graphs", "must be a list of graph dump paths or glob patterns")
+        for index, pattern in enumerate(raw_graphs):
+            _check_placeholders(reader, pattern, f"localize.graphs[{index}]", dumps=True)
+        graphs = tuple(raw_graphs)
+    if not env and not args and command is None:
+        raise reader.error(
+            "localize",
+            "says nothing about how a training dumps its tensors; give localize.env (e.g. "
+            "FUSION_DD_DUMP_DIR: \"{dump_dir}\"), localize.args or localize.command",
+        )
+    return LocalizeConfig(env=env, args=args, command=command, step=step, graphs=graphs)
+
+
+def _argv_list(reader: _Reader, raw: Any, key: str, *, allow_empty: bool) -> tuple[str, ...]:
+    """An argv list (a string is split with shlex, never run through a shell)."""
+    if isinstance(raw, str):
+        try:
+            argv = shlex.split(raw)
+        except ValueError as exc:
+            raise reader.error(key, f"cannot split {raw!r} ({exc})") from None
+    elif isinstance(raw, list) and all(isinstance(arg, (str, int, float)) and not isinstance(arg, bool) for arg in raw):
+        argv = [str(arg) for arg in raw]
+    else:
+        raise reader.error(key, "must be an argv list of strings (or one string)")
+    if not argv and not allow_empty:
+        raise reader.error(key, "is empty: give the command that runs one dumping training")
+    return tuple(argv)

@@ -26,6 +26,7 @@ def write_demo_config(
     noise: float = 0.0,
     strategy: str | None = None,
     budget: int | None = None,
+    localize: bool = True,
 ) -> Path:
     """Write the demo's config into ``state_dir`` and return its path."""
     rules = candidate_rules(scenario)
@@ -51,6 +52,10 @@ def write_demo_config(
         # The user's own AUTOFUSE_FLAGS: AutoFuse on, as the scenario's training was run.
         # Each trial's value is rendered from it (the candidate points set per trial).
         document["train"]["env"][FLAGS_ENV] = f"{ENABLE}=true"
+    if localize:
+        # The demo training dumps like CANN into FUSION_DD_DUMP_DIR (its scenario's dump
+        # step), so the search ends by naming the op and layer each culprit broke.
+        document["localize"] = {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
     if strategy is not None:
         document["search"]["strategy"] = strategy
     if noise > 0:

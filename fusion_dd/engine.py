@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +27,7 @@ from .early_stop import LossCurveHook, envelope, read_curve
 from .executor import Device, DevicePool, run_batch
 from .journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .metrics import MetricSpec
-from .report import build_report, write_outputs
+from .report import build_report, display_path, write_outputs
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES
@@ -45,6 +45,8 @@ from .broken import BrokenTraining, TrainingBroken, diagnose_references, is_star
 from .broken import report_details
 from .preflight import preflight
 from .training_oracle import TrainingOracle
+from . import localize as localization
+from .state import LOCALIZE_ROLE
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -312,6 +314,7 @@ class Engine:
     def _request(self, trial: TrialState, device: Sequence[str]) -> TrialRequest:
         """Everything a launcher needs to run this trial, and nothing of the engine."""
         rendered = self.backend.render(self.rules, self._config_rules(trial.config))
+        dumps = trial.role == LOCALIZE_ROLE and self.config.localize is not None
         spec = TrialSpec(
             trial_id=trial.trial_id,
             trial_dir=self.state_dir / trial.trial_dir,
@@ -327,13 +330,15 @@ class Engine:
             env_defaults=rendered.env_defaults,
             grace=self.config.train.kill_grace,
         )
+        if dumps:
+            spec = localization.dumping_spec(spec, self.config.localize)
         return TrialRequest(
             spec=spec,
             metric=self.metric_spec,
             hooks=tuple(self._hooks),
             enabled=trial.config,
             role=trial.role,
-            early_stop=self.config.early_stop,
+            early_stop=None if dumps else self.config.early_stop,
             baseline_curve=tuple(self._baseline_curve),
         )
 
@@ -346,8 +351,8 @@ class Engine:
     def _watch_device(self, device: Device, trial: TrialState) -> None:
         """Set a device aside when trainings keep failing to start on it while others train fine."""
         finished = trial.finished
-        if finished is None:
-            return
+        if finished is None or trial.role == LOCALIZE_ROLE:
+            return  # a dumping training may end early and without a metric on purpose
         failed_to_start = finished["kind"] in ("crash", "no_metric") and (finished.get("duration") or 0.0) < (
             START_FAILURE_SECONDS
         )
@@ -394,7 +399,7 @@ class Engine:
                 "switch_check_reason": switch_reason if switch_check != "applied" else None,
             }
         )
-        ready = self._oracle is not None and self._oracle.threshold is not None
+        ready = self._oracle is not None and self._oracle.threshold is not None and trial.role != LOCALIZE_ROLE
         outcome = self._oracle.verdict_of(trial) if ready else None
         self.events.trial_finished(trial, outcome)
         if outcome is Outcome.FAIL:
@@ -411,11 +416,17 @@ class Engine:
             self._unreadable_result_said = True
             self.events.message(f"warning: trial #{trial.trial_id}: switch check unverified: {errors[0]}")
 
-    def _launch_batch(self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None) -> None:
-        """Train these keys over the device pool; results land in the journal."""
+    def _launch_batch(
+        self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None, role: str | None = None
+    ) -> None:
+        """Train these keys over the device pool; results land in the journal.
+
+        ``role``: what the trainings are for, when their keys cannot say (localization).
+        """
         pool = self._devices()
         jobs = [
-            (lambda device, cancel, key=key: self._train(key, self._role(key), device, cancel)) for key in keys
+            (lambda device, cancel, key=key: self._train(key, role or self._role(key), device, cancel))
+            for key in keys
         ]
         run_batch(jobs, pool, stop_after=stop_after, cleanup_timeout=self.config.train.kill_grace + 30)
 
@@ -561,7 +572,7 @@ class Engine:
         """Stop when the reference trainings show that the training itself does not run (fusion_dd.broken)."""
         wanted = {key for key, _ in keys}
         since = list(self.state.trials.values())[self.state.broken_before :]
-        trials = [trial for trial in since if trial.key in wanted]
+        trials = [trial for trial in since if trial.key in wanted and trial.role != LOCALIZE_ROLE]
         baseline = [self._settled(key) for key, role in keys if role == "baseline"]
         broken = diagnose_references(
             trials,
@@ -618,6 +629,10 @@ class Engine:
             self._open()
             self._refuse_ignored_switch()
             if self.state.finished is not None:
+                if self._localization_pending():
+                    # A localize: section and culprits not yet localized (budget, or added since).
+                    self.events.message("this search has already finished; localizing its culprits")
+                    return self._localize_finished()
                 self.events.message("this search has already finished; showing its answer")
                 return self._result_from_finished()
             self._preflight()
@@ -728,14 +743,98 @@ class Engine:
             return self._stop("budget_exhausted", EXIT_BUDGET, pre, result)
         if result.no_failure:  # asked again during the search, all candidates on did not fail
             return self._finish("no_failure", pre, result)
+        if self.config.localize is not None and result.culprit_sets:
+            switched_off = {rule.name for culprit in result.culprit_sets for rule in culprit.switched_off}
+            culprits = [[rule.name for rule in culprit.rules] for culprit in result.culprit_sets]
+            self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
         return self._finish("found", pre, result)
+
+    # -- localization (fusion_dd.localize) ------------------------------------------------
+
+    def _localize(self, targets: Sequence[localization.Target]) -> bool:
+        """Dumped trainings and comparisons for these culprit sets; False when the budget ran out."""
+        assert self.config.localize is not None
+        localizer = localization.Localizer(
+            config=self.config.localize,
+            state=lambda: self.state,
+            state_dir=self.state_dir,
+            launch=lambda keys: self._launch_batch(keys, None, LOCALIZE_ROLE),
+            append=self._append,
+            remaining_budget=self.remaining_budget,
+            message=self.events.message,
+        )
+        done = localizer.run(targets)
+        if not done:
+            self.events.message("budget exhausted: localization incomplete; the search's answer stands")
+        return done
+
+    def localize(self) -> SearchResult:
+        """``fusion-dd localize``: localize the culprits of a finished search (a session of that search)."""
+        if not (self.state_dir / JOURNAL_NAME).exists():
+            raise UsageError(f"{self.state_dir}: no search here; run 'fusion-dd search' first")
+        try:
+            self._open()
+            if self.state.finished is None:
+                raise UsageError(
+                    f"{self.state_dir}: the search has not finished; finish it with 'fusion-dd resume' "
+                    "(with a localize: section in its config it localizes by itself)"
+                )
+            report = self.state.finished["report"]
+            culprits, switched_off = localization.culprits_of(report)
+            if report.get("status") != "found" or not culprits:
+                raise UsageError(f"{self.state_dir}: the search found no culprit to localize")
+            if self.config.localize is None:
+                raise UsageError(
+                    f"{self.config.source}: has no localize: section saying how a training dumps its tensors; "
+                    "add one (README: Localization after a search) and pass the config with -c"
+                )
+            return self._localize_finished()
+        except SwitchIgnored as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            if self._journal is not None:
+                self._journal.close()
+
+    def _localization_pending(self) -> bool:
+        """A finished search with culprits that a configured localization has not journaled yet."""
+        if self.config.localize is None or self.state.finished is None:
+            return False
+        report = self.state.finished["report"]
+        culprits, _ = localization.culprits_of(report)
+        return report.get("status") == "found" and any(key not in self.state.localized for key in culprits)
+
+    def _localize_finished(self) -> SearchResult:
+        """Localization as a session of a finished search (journal open, lock held).
+
+        Interrupted, it still writes the finished search's report (with what was
+        localized so far) and exits 130: the search's answer is not "interrupted".
+        """
+        report = self.state.finished["report"] if self.state.finished is not None else {}
+        culprits, switched_off = localization.culprits_of(report)
+        self._append(
+            {
+                "type": "session_started",
+                "purpose": "localize",
+                "budget": self.config.search.budget,
+                "devices": [list(entry) for entry in self.config.train.devices],
+                "timeout": self.config.train.timeout,
+                "version": __version__,
+            }
+        )
+        try:
+            self._adopt_orphans()
+            self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
+        except KeyboardInterrupt:
+            self.events.message("interrupted: localization incomplete")
+            return replace(self._result_from_finished(), exit_code=EXIT_INTERRUPTED)
+        return self._result_from_finished()
 
     # -- endings ------------------------------------------------------------------------
 
     def _report(
         self, status: str, pre: Preconditions | None, result: CulpritSearch | None, message: str | None = None
     ) -> dict[str, Any]:
-        return build_report(
+        report = build_report(
             config=self.config,
             state=self.state,
             status=status,
@@ -744,6 +843,7 @@ class Engine:
             rounds=self._oracle.rounds if self._oracle is not None else 0,
             message=message,
         )
+        return localization.attach(report, self.state, self.config.localize is not None, display_path(self.state_dir))
 
     def _finish(self, status: str, pre: Preconditions, result: CulpritSearch | None) -> SearchResult:
         report = self._report(status, pre, result)
@@ -772,7 +872,10 @@ class Engine:
 
     def _result_from_finished(self) -> SearchResult:
         assert self.state.finished is not None
-        report = self.state.finished["report"]
+        # Localizations journaled after the search finished (fusion-dd localize) join its answer.
+        report = localization.attach(
+            dict(self.state.finished["report"]), self.state, self.config.localize is not None, display_path(self.state_dir)
+        )
         return self._write(report["status"], EXIT_OK, report)
 
 

@@ -14,7 +14,8 @@ ignores.
 
 Record types (``type`` field): ``search_started``, ``session_started``,
 ``trial_started``, ``trial_launched``, ``trial_finished``, ``trial_cancelled``,
-``device_retired``, ``search_stopped``, ``search_finished``, ``legacy_sealed``.
+``device_retired``, ``search_stopped``, ``search_finished``, ``legacy_sealed``,
+``localized`` (one comparison of a culprit set's dumps, ``fusion_dd.localize``).
 
 Integrity: every line carries ``crc``, the CRC-32 of the canonical JSON of the
 rest of the record, so a line edited into different but valid JSON is refused

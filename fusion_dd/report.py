@@ -18,7 +18,7 @@ from .rules import Rule
 from .scoring import Preconditions, Threshold, combine_runs
 from .search.culprits import CulpritSearch
 from .search.oracle import Outcome
-from .state import SearchState, TrialState
+from .state import LOCALIZE_ROLE, SearchState, TrialState
 from .atomic import write_json_atomic, write_text_atomic
 from .switch import SwitchFile, render_switch
 
@@ -88,6 +88,7 @@ def _backing(
         threshold.verdict(trial.measurement, crash_is_failure)
         for trial in state.trials.values()
         if frozenset(trial.config) == names and trial.measurement is not None and threshold is not None
+        and trial.role != LOCALIZE_ROLE  # a dumped training answers no search question
     ]
     return {"trainings": len(verdicts), "support": sum(verdict is claim for verdict in verdicts)}
 
@@ -376,6 +377,9 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
                 layers = ", ".join(found["layers"][:8]) or "no fused op in the graph dumps"
                 more = f" (+{len(found['layers']) - 8} more)" if len(found["layers"]) > 8 else ""
                 lines.append(f"  ({index}) {name} fused layers: {layers}{more}")
+        from .localize import summary_lines as localization_lines
+
+        lines.extend(localization_lines(report))
     if report["status"] == "found":
         verified = "verified: trained and passes" if report["fix_verified"] else "NOT verified"
         if report.get("fix_trainings"):

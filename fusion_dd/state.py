@@ -17,6 +17,10 @@ from .scoring import Measurement
 
 ConfigKey = tuple[frozenset[str], int]  # (names of the rules switched on, repeat)
 RESOLVED_KINDS = ("metric", "nonfinite", "diverged")
+#: The role of localization trainings (``fusion_dd.localize``): dumped trainings of a
+#: configuration are other trainings than the search's, so they are kept out of the
+#: search's cache (same key, different training) and have their own.
+LOCALIZE_ROLE = "localize"
 
 
 def encode_float(value: float | None) -> float | str | None:
@@ -108,6 +112,10 @@ class SearchState:
     # Counts kept by apply(), so that a question costs O(1) however long the search ran.
     _charged: int = field(default=0, repr=False)
     _highest: int = field(default=0, repr=False)
+    # Localization: finished dumped trainings by key, and the journaled comparisons
+    # (``localized`` records) by the culprit set's sorted rule names.
+    _localize_by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
+    localized: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
 
     @property
     def launched(self) -> int:
@@ -122,6 +130,10 @@ class SearchState:
         latest unresolved one, whose reason is then the one to report.
         """
         return MappingProxyType(self._by_key)
+
+    def localize_cache(self) -> Mapping[ConfigKey, TrialState]:
+        """Finished localization (dumped) trainings by (configuration, repeat), read-only."""
+        return MappingProxyType(self._localize_by_key)
 
     def attempts(self, key: ConfigKey) -> int:
         """How many trainings of this (configuration, repeat) finished."""
@@ -168,7 +180,10 @@ class SearchState:
                 trial.launch = record
         elif kind == "trial_finished":
             trial = self.trials.get(record["trial_id"])
-            if trial is not None and trial.finished is None:
+            if trial is not None and trial.finished is None and trial.role == LOCALIZE_ROLE:
+                trial.finished = record
+                self._localize_by_key.setdefault(trial.key, trial)
+            elif trial is not None and trial.finished is None:
                 trial.finished = record
                 self._attempts[trial.key] = self._attempts.get(trial.key, 0) + 1
                 current = self._by_key.get(trial.key)
@@ -195,6 +210,8 @@ class SearchState:
                 self.lanes.append(int(record["width"]))
         elif kind == "search_finished":
             self.finished = record
+        elif kind == "localized":
+            self.localized[tuple(sorted(record["culprit"]))] = record
 
 
 def replay(records: Iterable[dict[str, Any]]) -> SearchState:

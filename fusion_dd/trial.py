@@ -60,6 +60,10 @@ PLACEHOLDERS: Mapping[str, str | None] = {
     "trial_id": "FUSION_DD_TRIAL_ID",
 }
 REPEAT_ENV = "FUSION_DD_REPEAT"
+#: Placeholders of localization trainings only (``localize:`` in the config): the
+#: trial's tensor-dump directory. Ordinary trainings must not dump (it is slow and
+#: big), so ``train.*`` does not know it and no environment variable carries it.
+DUMP_PLACEHOLDERS: Mapping[str, str] = {"dump_dir": "dump"}
 _SUPERVISOR_MODULE = "fusion_dd.supervisor"
 # ``{{name}}`` (or ``{{name}``) is the escape for a literal ``{name}``; tried first.
 _ESCAPED_OR_TOKEN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}?|\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -98,6 +102,9 @@ class TrialSpec:
     # The compiler backend's environment defaults (CANN: ASCEND_WORK_PATH={trial_dir});
     # placeholders allowed; a value the user or the inherited environment set wins.
     env_defaults: Mapping[str, str] = field(default_factory=dict)
+    # A localization training (``fusion_dd.localize``): ``{dump_dir}`` is
+    # ``{trial_dir}/dump``, created before the training starts.
+    dumps: bool = False
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -265,13 +272,16 @@ def substitute_command(command: Sequence[str], values: Mapping[str, str]) -> lis
 def placeholder_values(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, str]:
     """The value of each placeholder for this trial (absolute paths)."""
     directory = trial_dir if trial_dir is not None else _absolute(spec.trial_dir)
-    return {
+    values = {
         "switch_file": str(directory / SWITCH_FILE),
         "trial_dir": str(directory),
         "metrics_file": str(directory / METRICS_FILE),
         "device": ",".join(str(d) for d in spec.device),
         "trial_id": spec.trial_id,
     }
+    if spec.dumps:
+        values.update({name: str(directory / sub) for name, sub in DUMP_PLACEHOLDERS.items()})
+    return values
 
 
 def resolve_launch(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, Any]:
@@ -326,6 +336,9 @@ def start_trial(spec: TrialSpec) -> "RunningTrial":
     (trial_dir / SWITCH_FILE).write_text(spec.switch_text, encoding="utf-8")
     (trial_dir / METRICS_FILE).write_bytes(b"")
     (trial_dir / LOG_FILE).write_bytes(b"")
+    if spec.dumps:
+        for sub in DUMP_PLACEHOLDERS.values():
+            (trial_dir / sub).mkdir(exist_ok=True)
     # 0600: the launch record holds the complete environment, secrets included.
     write_json_atomic(trial_dir / LAUNCH_FILE, resolve_launch(spec, trial_dir), mode=0o600)
     with open(trial_dir / SUPERVISOR_LOG_FILE, "ab") as supervisor_log:
@@ -729,6 +742,7 @@ def _kill_strays(trial_dir: Path) -> int:
 
 
 __all__ = [
+    "DUMP_PLACEHOLDERS",
     "EARLY_STOP_FILE",
     "PLACEHOLDERS",
     "RunningTrial",

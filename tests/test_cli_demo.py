@@ -73,6 +73,33 @@ def test_the_demo_compares_what_it_found_with_what_it_planted(demo) -> None:
     assert config["train"]["command"][config["train"]["command"].index("--scenario") + 1] == DEFAULT_SCENARIO
 
 
+def assert_localized_where_planted(report: dict, name: str, stdout: str) -> None:
+    """Dumping is on by default: each culprit set is localized to a layer its fault damages."""
+    scenario = SCENARIOS[name]
+    by_set = {frozenset(rule["name"] for rule in c["rules"]): c["localization"] for c in report["culprits"]}
+    for culprit, damaged in zip(scenario.planted, scenario.damaged, strict=True):
+        found = by_set[frozenset(culprit)]
+        assert {layer.split("/")[0] for layer in found["layers"]} <= set(damaged), found
+        assert set(found["rules"]) <= culprit and found["rules"], found
+        assert f"{' + '.join(found['rules'])} broke {found['op']}" in stdout
+    assert report["localization"]["status"] == "complete"
+    assert "every planted culprit localized to the layer it damaged" in stdout
+
+
+def test_the_demo_localizes_every_culprit_where_it_was_planted(report, demo) -> None:
+    result, _ = demo
+    assert_localized_where_planted(report, DEFAULT_SCENARIO, result.stdout)
+
+
+def test_no_localize_writes_a_demo_config_without_dumping(tmp_path):
+    from fusion_dd.demo_config import write_demo_config
+
+    with_dumps = yaml.safe_load(write_demo_config(tmp_path / "a", DEFAULT_SCENARIO).read_text())
+    assert with_dumps["localize"] == {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
+    without = yaml.safe_load(write_demo_config(tmp_path / "b", DEFAULT_SCENARIO, localize=False).read_text())
+    assert "localize" not in without
+
+
 def test_list_scenarios_and_bad_scenario(tmp_path):
     listed = fusion_dd("demo", "--list-scenarios", cwd=tmp_path)
     assert listed.returncode == 0
@@ -83,7 +110,9 @@ def test_list_scenarios_and_bad_scenario(tmp_path):
 
 
 def test_autofuse_scenario_finds_the_autofuse_pair_and_the_rule_and_prints_the_export_line(tmp_path):
-    result = fusion_dd("demo", "--scenario", "autofuse", "--steps", "20", "--jobs", "2", cwd=tmp_path)
+    result = fusion_dd(
+        "demo", "--scenario", "autofuse", "--steps", "20", "--jobs", "2", "--no-localize", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     state = tmp_path / ".fusion-dd-demo"
     report = json.loads((state / "report.json").read_text())

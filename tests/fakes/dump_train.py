@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""A fake training that dumps its layers' outputs as ``.npy`` files (for localization tests).
+
+Four layers ``layer_0`` .. ``layer_3`` transform a fixed input. ``--breaks RULE@K``
+(repeatable; ``A+B@K`` for rules that break layer K only together) adds an
+error to layer K's output while the rule(s) are on in ``$FUSION_DD_SWITCH_FILE``
+(a rule the file does not mention is on, as in CANN); the training then reports
+``accuracy: 0.5`` instead of ``0.9``. With ``FUSION_DD_DUMP_DIR`` set, every
+layer's output is dumped through ``fusion_dd.integrations.dump_tensors``, and
+``--dump-log FILE`` gets one line per dumping run (so tests can count them).
+Same input, same weights every run: only the switched-on rules change a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+from fusion_dd.integrations import dump_tensors
+from fusion_dd.rules import Section
+from fusion_dd.switch import load_switch_file
+
+LAYERS = 4
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--breaks", action="append", default=[], metavar="RULE[+RULE]@LAYER")
+    parser.add_argument("--dump-log")
+    args = parser.parse_args()
+    switch = load_switch_file(os.environ["FUSION_DD_SWITCH_FILE"])
+
+    def on(name: str) -> bool:
+        state = switch.state(name, Section.GRAPH)
+        return True if state is None else state
+
+    broken: dict[int, bool] = {}
+    for item in args.breaks:
+        names, _, layer = item.partition("@")
+        if all(on(name) for name in names.split("+")):
+            broken[int(layer)] = True
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    for layer in range(LAYERS):
+        weights = rng.standard_normal((16, 16)).astype(np.float32) / 4
+        x = np.tanh(x @ weights)
+        if broken.get(layer):
+            x = x + np.float32(0.5)
+        dump_tensors(f"layer_{layer}/out", x)
+    if os.environ.get("FUSION_DD_DUMP_DIR") and args.dump_log:
+        with open(args.dump_log, "a", encoding="utf-8") as log:
+            log.write(os.environ["FUSION_DD_DUMP_DIR"] + "\n")
+    print(f"accuracy: {0.5 if broken else 0.9}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
