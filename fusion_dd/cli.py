@@ -122,8 +122,11 @@ def _warn(config: SearchConfig) -> None:
     _print_warnings(config.warnings, shown=20)
 
 
-def run_engine(config: SearchConfig) -> SearchResult:
-    """Run (or resume) a search with the console display and print its summary."""
+def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResult:
+    """Run (or resume) a search with the console display and print its summary.
+
+    ``localize_only``: only the localization step of a finished search (``fusion-dd localize``).
+    """
     _warn(config)
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
     events.start(launched_before=_launched_before(config.state_dir))
@@ -131,7 +134,8 @@ def run_engine(config: SearchConfig) -> SearchResult:
     from .engine import Engine
 
     try:
-        result = Engine(config, events).run()
+        engine = Engine(config, events)
+        result = engine.localize() if localize_only else engine.run()
     finally:
         events.close()
     typer.echo("")
@@ -298,19 +302,9 @@ def localize(
     loaded = _resume_config(directory, config).with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=directory
     )
-    _warn(loaded)
-    events = ConsoleEvents(total_rules=len(loaded.rules), budget=loaded.search.budget)
-    events.start(launched_before=_launched_before(loaded.state_dir))
-    _install_sigterm()
-    from .engine import EXIT_BUDGET, Engine
+    result = run_engine(loaded, localize_only=True)
+    from .engine import EXIT_BUDGET
 
-    try:
-        result = Engine(loaded, events).localize()
-    finally:
-        events.close()
-    typer.echo("")
-    for line in summary_lines(result.report, loaded.state_dir):
-        typer.echo(line)
     missing = (result.report.get("localization") or {}).get("status") == "incomplete"
     raise typer.Exit(result.exit_code or (EXIT_BUDGET if missing else 0))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import UsageError
@@ -45,6 +45,15 @@ def _files_named(directory: Path, pattern: str) -> list[Path]:
     that its reader names it instead of the file silently missing; a dangling
     symlink is skipped.
     """
+    return walk_files(directory, lambda entry: fnmatch.fnmatchcase(entry.name, pattern) and _exists(entry))
+
+
+def walk_files(directory: Path, keep: Callable[[os.DirEntry[str]], bool]) -> list[Path]:
+    """Every non-directory below ``directory`` that ``keep`` accepts, sorted.
+
+    Iterative, symlinked directories not followed, unreadable entries skipped
+    (see ``_files_named``); shared by the artifact discovery and the tensor-dump scan.
+    """
     found: list[Path] = []
     pending = [directory]
     while pending:
@@ -56,13 +65,12 @@ def _files_named(directory: Path, pattern: str) -> list[Path]:
             continue
         for entry in listed:
             try:
-                is_dir = entry.is_dir(follow_symlinks=False)
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(current / entry.name)
+                elif keep(entry):
+                    found.append(current / entry.name)
             except OSError:
                 continue
-            if is_dir:
-                pending.append(current / entry.name)
-            elif fnmatch.fnmatchcase(entry.name, pattern) and _exists(entry):
-                found.append(current / entry.name)
     return sorted(found)
 
 

@@ -35,6 +35,7 @@ from ..ascend.dump import (
     read_dump_header,
     read_mapping,
 )
+from ..ascend import discover
 from ..errors import UsageError
 from ..safe_read import MiB
 
@@ -157,25 +158,8 @@ def scan(directory: str | Path) -> ScannedDump:
 
 
 def walk_files(root: Path) -> list[Path]:
-    """Every regular file below ``root``, iteratively, without following symlinked dirs."""
-    found: list[Path] = []
-    pending = [root]
-    while pending:
-        current = pending.pop()
-        try:
-            with os.scandir(current) as entries:
-                listed = list(entries)
-        except OSError:
-            continue
-        for entry in listed:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(current / entry.name)
-                elif entry.is_file():
-                    found.append(current / entry.name)
-            except OSError:
-                continue
-    return sorted(found)
+    """Every regular file below ``root`` (the artifact walker: iterative, symlinked dirs not followed)."""
+    return discover.walk_files(root, lambda entry: entry.is_file())
 
 
 def _apply_mappings(files: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
