@@ -270,6 +270,20 @@ def status(
 
 
 @app.command()
+def report(
+    state_dir: Optional[Path] = StateDirOption,
+    config: Optional[Path] = ConfigOption,
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the HTML report (with plots) to this file."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the report's JSON document."),
+) -> None:
+    """Rebuild report.json and the summary from the journal, at any time (read-only while a search runs)."""
+    from .report_cli import run_report
+
+    directory = (state_dir or _default_state_dir(config)).resolve()
+    raise typer.Exit(run_report(directory, html=html, as_json=as_json))
+
+
+@app.command()
 def rules(
     sources: list[Path] = typer.Argument(
         ..., help="fusion_result.json, ge_proto_*.txt / atc JSON graph dumps, fusion_switch.cfg, rule lists, or directories."
