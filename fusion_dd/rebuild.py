@@ -113,6 +113,8 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
         report = state.finished["report"]
         return Rebuilt(report, report["status"], EXIT_OK)
     config = config_of(state, state_dir)
+    stopped = _stopped_as(state)  # before the replay adds its own (in-memory) stop
+    said = bool(state.stops) and stopped == "interrupted"
     engine = _Replay(config, state)
     engine._open()
     try:
@@ -123,14 +125,14 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
         result = engine._stop("switch_ignored", 2, None, None, message=str(exc))
     if result.status in ANSWERS or result.status == "training_broken" and not running:
         return Rebuilt(result.report, result.status, result.exit_code)
-    status = RUNNING if running else _stopped_as(state)
+    status = RUNNING if running else stopped
     if status not in ("budget_exhausted", "interrupted", "switch_ignored", "training_broken", RUNNING):
         status = "interrupted"
     pre, found = engine.seen
     message = None
     if status == RUNNING:
         message = "running: the report of the search so far"
-    elif status == "interrupted" and not (state.stops and _stopped_as(state) == "interrupted"):
+    elif status == "interrupted" and not said:
         message = "interrupted: the coordinator stopped without a word (killed or crashed); rebuilt from the journal"
     report = engine._report(status, pre if pre is not None else engine._known_preconditions(), found, message)
     if result.status == "training_broken":
