@@ -127,10 +127,23 @@ def run_engine(config: SearchConfig) -> SearchResult:
     typer.echo("")
     for line in summary_lines(result.report, config.state_dir):
         typer.echo(line)
+    _write_html_report(config.state_dir, result.report)
     if result.status == TRAINING_BROKEN:
         for line in broken_lines(result.report):
             typer.echo(line, err=True)
     return result
+
+
+def _write_html_report(state_dir: Path, report: dict[str, Any]) -> None:
+    """report.html next to report.json at the end of every run; a failure here costs only the page."""
+    try:
+        from .html_report import HTML_NAME, write_html
+
+        path = write_html(state_dir / HTML_NAME, report, read_records(state_dir / JOURNAL_NAME), state_dir)
+    except Exception as exc:  # noqa: BLE001 - the search's answer is already written
+        typer.echo(f"fusion-dd: warning: could not write the HTML report: {type(exc).__name__}: {exc}", err=True)
+        return
+    typer.echo(f"  html report: {display_path(path)}")
 
 
 def _launched_before(state_dir: Path) -> int:

@@ -6,6 +6,7 @@ import json
 
 from fusion_dd.demo import DEFAULT_SCENARIO, QUICK_SCENARIO, SCENARIOS
 from test_cli import fusion_dd
+from test_html_report import check_html_report
 
 
 def planted(name: str) -> list[set[str]]:
@@ -37,6 +38,10 @@ def test_default_scenario_finds_every_culprit_set_and_verifies_the_fix(tmp_path)
     assert found(report) == planted(DEFAULT_SCENARIO)
     assert {culprit["kind"] for culprit in report["culprits"]} == {"independent", "interacting"}
     assert report["fix_verified"] is True
+    # The demo writes the HTML report too and says where.
+    assert "html report: state/report.html" in result.stdout
+    page = check_html_report(tmp_path / "state" / "report.html", tmp_path / "state")
+    assert len(page.tables["culprits"]) == 1 + len(report["culprits"])
 
 
 def test_list_scenarios_and_bad_scenario(tmp_path):
