@@ -118,7 +118,7 @@ def run_engine(config: SearchConfig) -> SearchResult:
     """Run (or resume) a search with the console display and print its summary."""
     _warn(config)
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
-    events.start(launched_before=_launched_before(config.state_dir))
+    events.start(launched_before=_launched_before(config.state_dir), state_dir=config.state_dir)
     _install_sigterm()
     try:
         result = Engine(config, events).run()
