@@ -5,10 +5,16 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-from test_cli import CULPRIT, GRAPH, UB, fusion_dd, write_config
+import pytest
+
+from test_cli import CULPRIT, GRAPH, UB, env, fusion_dd, write_config
+
+SCREENSHOT = Path(__file__).resolve().parent.parent / "scripts" / "screenshot_report.py"
 
 PLOTS = ("timeline", "metrics", "losses", "path", "budget")
 
@@ -174,3 +180,21 @@ def test_a_refused_search_still_gets_a_page(tmp_path):
     page = check_html_report(state / "report.html", state)
     assert json.loads((state / "report.json").read_text())["status"] == "no_failure"
     assert page.ids["status"]["class"] == "status bad" and "culprits" not in page.tables
+
+
+def test_screenshot_script_renders_the_page_in_headless_chromium(tmp_path):
+    """scripts/screenshot_report.py: a PNG of a report page; skipped (exit 77) without a browser."""
+    write_config(tmp_path, "--culprits", CULPRIT, budget=30)
+    assert fusion_dd("search", cwd=tmp_path).returncode == 0
+    out = tmp_path / "shot.png"
+    result = subprocess.run(
+        [sys.executable, str(SCREENSHOT), str(tmp_path / ".fusion-dd" / "report.html"), str(out), "--height", "900"],
+        env=env(), capture_output=True, text=True, timeout=240,
+    )
+    if result.returncode == 77:
+        pytest.skip("no Chromium installed")
+    assert result.returncode == 0, result.stderr
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1200, 900)
