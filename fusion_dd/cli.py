@@ -125,25 +125,33 @@ def run_engine(config: SearchConfig) -> SearchResult:
     finally:
         events.close()
     typer.echo("")
-    for line in summary_lines(result.report, config.state_dir):
+    html_line = _write_html_report(config.state_dir, result.report)
+    lines = summary_lines(result.report, config.state_dir)
+    # Next to the report.json line; "continue with" stays last, where people look for what to do.
+    at = next((index + 1 for index, line in enumerate(lines) if line.startswith("  report: ")), len(lines))
+    if html_line is not None:
+        lines.insert(at, html_line)
+    for line in lines:
         typer.echo(line)
-    _write_html_report(config.state_dir, result.report)
     if result.status == TRAINING_BROKEN:
         for line in broken_lines(result.report):
             typer.echo(line, err=True)
     return result
 
 
-def _write_html_report(state_dir: Path, report: dict[str, Any]) -> None:
-    """report.html next to report.json at the end of every run; a failure here costs only the page."""
+def _write_html_report(state_dir: Path, report: dict[str, Any]) -> str | None:
+    """report.html next to report.json at the end of every run; a failure here costs only the page.
+
+    Returns the summary line that names the page, None when it could not be written.
+    """
     try:
         from .html_report import HTML_NAME, write_html
 
         path = write_html(state_dir / HTML_NAME, report, read_records(state_dir / JOURNAL_NAME), state_dir)
     except Exception as exc:  # noqa: BLE001 - the search's answer is already written
         typer.echo(f"fusion-dd: warning: could not write the HTML report: {type(exc).__name__}: {exc}", err=True)
-        return
-    typer.echo(f"  html report: {display_path(path)}")
+        return None
+    return f"  html report: {display_path(path)}"
 
 
 def _launched_before(state_dir: Path) -> int:

@@ -115,6 +115,7 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
     config = config_of(state, state_dir)
     stopped = _stopped_as(state)  # before the replay adds its own (in-memory) stop
     said = bool(state.stops) and stopped == "interrupted"
+    detail = state.stops[-1].get("detail") if state.stops else None
     engine = _Replay(config, state)
     engine._open()
     try:
@@ -132,6 +133,8 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
     message = None
     if status == RUNNING:
         message = "running: the report of the search so far"
+    elif status == "training_broken" and detail:
+        message = f"stopped: {detail}"
     elif status == "interrupted" and not said:
         message = "interrupted: the coordinator stopped without a word (killed or crashed); rebuilt from the journal"
     report = engine._report(status, pre if pre is not None else engine._known_preconditions(), found, message)
