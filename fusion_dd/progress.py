@@ -35,6 +35,9 @@ def _config_text(names: frozenset[str], total: int) -> str:
     return f"{len(names)} of {total} on"
 
 
+ESTIMATE_INTERVAL = 3.0  # seconds between two estimates at most once per finished trial
+
+
 class ConsoleEvents:
     """SearchEvents for the CLI; thread-safe."""
 
@@ -141,6 +144,9 @@ class ConsoleEvents:
                     self.stream.flush()
                 self._estimate_said = said
                 self._refresh()
+            # Trainings take minutes to hours: one estimate per few seconds is plenty, and
+            # a burst of short trainings must not keep a core busy replaying the journal.
+            self._stop.wait(ESTIMATE_INTERVAL)
 
     def estimate(self) -> Any:
         """The latest estimate (fusion_dd.estimate.Estimate), or None before the first one."""
