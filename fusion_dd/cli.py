@@ -129,7 +129,7 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     """
     _warn(config)
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
-    events.start(launched_before=_launched_before(config.state_dir))
+    events.start(launched_before=_launched_before(config.state_dir), state_dir=config.state_dir)
     _install_sigterm()
     from .engine import Engine
 
@@ -139,12 +139,33 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     finally:
         events.close()
     typer.echo("")
-    for line in summary_lines(result.report, config.state_dir):
+    html_line = _write_html_report(config.state_dir, result.report)
+    lines = summary_lines(result.report, config.state_dir)
+    # Next to the report.json line; "continue with" stays last, where people look for what to do.
+    at = next((index + 1 for index, line in enumerate(lines) if line.startswith("  report: ")), len(lines))
+    if html_line is not None:
+        lines.insert(at, html_line)
+    for line in lines:
         typer.echo(line)
     if result.status == TRAINING_BROKEN:
         for line in broken_lines(result.report):
             typer.echo(line, err=True)
     return result
+
+
+def _write_html_report(state_dir: Path, report: dict[str, Any]) -> str | None:
+    """report.html next to report.json at the end of every run; a failure here costs only the page.
+
+    Returns the summary line that names the page, None when it could not be written.
+    """
+    try:
+        from .html_report import HTML_NAME, write_html
+
+        path = write_html(state_dir / HTML_NAME, report, read_records(state_dir / JOURNAL_NAME), state_dir)
+    except Exception as exc:  # noqa: BLE001 - the search's answer is already written
+        typer.echo(f"fusion-dd: warning: could not write the HTML report: {type(exc).__name__}: {exc}", err=True)
+        return None
+    return f"  html report: {display_path(path)}"
 
 
 def _launched_before(state_dir: Path) -> int:
@@ -318,6 +339,20 @@ def status(
     directory = (state_dir or _default_state_dir(config)).resolve()
     for line in status_lines(directory):
         typer.echo(line)
+
+
+@app.command()
+def report(
+    state_dir: Optional[Path] = StateDirOption,
+    config: Optional[Path] = ConfigOption,
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the HTML report (with plots) to this file."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the report's JSON document."),
+) -> None:
+    """Rebuild report.json and the summary from the journal, at any time (read-only while a search runs)."""
+    from .report_cli import run_report
+
+    directory = (state_dir or _default_state_dir(config)).resolve()
+    raise typer.Exit(run_report(directory, html=html, as_json=as_json))
 
 
 @app.command()

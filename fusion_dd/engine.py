@@ -27,7 +27,7 @@ from .early_stop import LossCurveHook, envelope, read_curve
 from .executor import Device, DevicePool, run_batch
 from .journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .metrics import MetricSpec
-from .report import build_report, display_path, write_outputs
+from .report import REPORT_NAME, build_report, display_path, write_outputs
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES
@@ -133,6 +133,8 @@ class Engine:
         self._journal_lock = threading.Lock()
         self._oracle: TrainingOracle | None = None
         self._unreadable_result_said = False
+        self._snapshot_lock = threading.Lock()
+        self._snapshot_failed = False
         self._pre: Preconditions | None = None  # the references' verdict, once measured
         # Re-trainings of a reference beyond its configured repeats (its trainings disagreed).
         self._reference_extra: dict[str, int] = {"baseline": 0, "all_on": 0}
@@ -404,9 +406,31 @@ class Engine:
         self.events.trial_finished(trial, outcome)
         if outcome is Outcome.FAIL:
             self.events.best_so_far(frozenset(self._config_rules(trial.config)))
+        self._snapshot_report()
         if switch_check == "ignored":
             raise SwitchIgnored(f"trial #{trial.trial_id}: {switch_reason}")
         return trial
+
+    def _snapshot_report(self) -> None:
+        """Rewrite report.json after every finished trial, so a dead search never leaves a stale one.
+
+        Rebuilt from the journal by replay (fusion_dd.rebuild), like ``fusion-dd
+        report``; a failure costs the snapshot, never the search.
+        """
+        from .rebuild import rebuild
+        from .supervisor import write_json_atomic
+
+        try:
+            assert self._journal is not None
+            with self._snapshot_lock:
+                with self._journal_lock:
+                    records = list(self._journal.records())
+                snapshot = rebuild(records, self.state_dir, running=True)
+                write_json_atomic(self.state_dir / REPORT_NAME, snapshot.report)
+        except Exception as exc:  # noqa: BLE001 - a report snapshot must never stop a search
+            if not self._snapshot_failed:
+                self._snapshot_failed = True
+                self.events.message(f"warning: could not rewrite {REPORT_NAME} during the search: {exc}")
 
     def _warn_unreadable(self, trial: TrialState, artifacts: Mapping[str, Mapping[str, Any]]) -> None:
         """A training can leave anything behind (a FIFO, a huge or deeply nested file):

@@ -1,9 +1,15 @@
 """What a person sees while a search runs.
 
-On a terminal: event lines scroll above one live status line (trainings used of
-the budget, running trials with device and elapsed time, the smallest failing
-set so far), refreshed every second by a small ticker thread. Elsewhere (CI, a
-log file): one plain line per event, nothing redrawn.
+On a terminal: event lines scroll above a live panel drawn with rich (trainings
+used of the budget and finished, per device the running trial with its configuration
+size, elapsed time and last reported step and loss, the smallest failing set so
+far, and the estimate of trainings left and of the finishing time), refreshed
+every second by a small ticker thread. Elsewhere (CI, nohup, a log file): one
+plain line per event, nothing redrawn; the estimate is a plain line too, printed
+when its number changes.
+
+The estimate (fusion_dd.estimate) replays the journal, so it is computed on its
+own thread after each finished trial, never on the engine's.
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from .rules import Rule
 from .search.oracle import Outcome
@@ -28,6 +35,9 @@ def _config_text(names: frozenset[str], total: int) -> str:
     return f"{len(names)} of {total} on"
 
 
+ESTIMATE_INTERVAL = 3.0  # seconds between two estimates at most once per finished trial
+
+
 class ConsoleEvents:
     """SearchEvents for the CLI; thread-safe."""
 
@@ -38,59 +48,168 @@ class ConsoleEvents:
         self.budget = budget
         self._lock = threading.Lock()
         self._running: dict[str, TrialState] = {}
+        self._progress: dict[str, tuple[int | None, float]] = {}  # trial -> last (step, loss)
+        self._readers: dict[str, Any] = {}
         self._launched = 0
+        self._finished = 0
         self._smallest: frozenset[Rule] | None = None
-        self._status_shown = False
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._state_dir: Path | None = None
+        self._estimate: Any = None  # fusion_dd.estimate.Estimate, once computed
+        self._estimate_said: tuple[int, str] | None = None
+        self._wanted = threading.Event()
+        self._estimator: threading.Thread | None = None
+        self._console: Any = None
+        self._live: Any = None
 
     # -- life cycle ----------------------------------------------------------
 
-    def start(self, launched_before: int = 0) -> None:
+    def start(self, launched_before: int = 0, state_dir: Path | None = None) -> None:
         self._launched = launched_before
+        self._state_dir = state_dir
         if self.live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._console = Console(file=self.stream, force_terminal=True, highlight=False)
+            self._live = Live(self._panel(), console=self._console, auto_refresh=False, transient=True)
+            self._live.start()
             self._ticker = threading.Thread(target=self._tick, name="fusion-dd-progress", daemon=True)
             self._ticker.start()
+        if state_dir is not None:
+            self._estimator = threading.Thread(target=self._estimate_loop, name="fusion-dd-estimate", daemon=True)
+            self._estimator.start()
+            self._wanted.set()
 
     def close(self) -> None:
         self._stop.set()
+        self._wanted.set()
         if self._ticker is not None:
             self._ticker.join(timeout=2)
+        if self._estimator is not None:
+            self._estimator.join(timeout=5)
         with self._lock:
-            self._clear_status()
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
+        if self._state_dir is not None:
+            self._final_estimate()
+
+    def _final_estimate(self) -> None:
+        """The estimate once the session ended (0 when the search has its answer), as a plain line."""
+        from .estimate import estimate_from_dir
+
+        try:
+            found = estimate_from_dir(self._state_dir) if self._state_dir is not None else None
+        except Exception:  # noqa: BLE001 - the search is over; its answer matters, not this line
+            return
+        if found is None:
+            return
+        with self._lock:
+            self._estimate = found
+            if (found.trainings_left, found.basis) != self._estimate_said or self.live:
+                self.stream.write(f"       {found.text()}\n")
+                self.stream.flush()
+            self._estimate_said = (found.trainings_left, found.basis)
 
     def _tick(self) -> None:
         while not self._stop.wait(1.0):
+            self._read_progress()
             with self._lock:
-                self._draw_status()
+                self._refresh()
+
+    # -- the estimate ------------------------------------------------------------
+
+    def _estimate_loop(self) -> None:
+        from .estimate import estimate_from_dir
+
+        while True:
+            self._wanted.wait()
+            if self._stop.is_set():
+                return
+            self._wanted.clear()
+            assert self._state_dir is not None
+            try:
+                found = estimate_from_dir(self._state_dir)
+            except Exception:  # noqa: BLE001 - an estimate must never disturb a search
+                found = None
+            if found is None:
+                continue
+            with self._lock:
+                self._estimate = found
+                said = (found.trainings_left, found.basis)
+                if not self.live and said != self._estimate_said:
+                    self.stream.write(f"       {found.text()}\n")
+                    self.stream.flush()
+                self._estimate_said = said
+                self._refresh()
+            # Trainings take minutes to hours: one estimate per few seconds is plenty, and
+            # a burst of short trainings must not keep a core busy replaying the journal.
+            self._stop.wait(ESTIMATE_INTERVAL)
+
+    def estimate(self) -> Any:
+        """The latest estimate (fusion_dd.estimate.Estimate), or None before the first one."""
+        with self._lock:
+            return self._estimate
 
     # -- drawing ---------------------------------------------------------------
 
-    def _clear_status(self) -> None:
-        if self.live and self._status_shown:
-            self.stream.write("\r\x1b[2K")
-            self._status_shown = False
-
-    def _draw_status(self) -> None:
-        if not self.live:
+    def _read_progress(self) -> None:
+        """The last (step, loss) each running training reported in its metrics file."""
+        if self._state_dir is None:
             return
+        from .early_stop import ReportReader
+
+        with self._lock:
+            running = list(self._running.values())
+        for trial in running:
+            reader = self._readers.get(trial.trial_id)
+            if reader is None:
+                reader = self._readers[trial.trial_id] = ReportReader(self._state_dir / trial.trial_dir)
+            try:
+                reports = reader.read_new()
+            except (OSError, ValueError):
+                continue
+            if reports:
+                with self._lock:
+                    self._progress[trial.trial_id] = reports[-1]
+
+    def _panel(self) -> Any:
+        from rich.table import Table
+
         now = time.time()
-        running = ", ".join(
-            f"#{trial.trial_id} dev {','.join(trial.device)} {int(now - trial.started_at)}s"
-            for trial in sorted(self._running.values(), key=lambda t: t.trial_id)
-        )
-        smallest = f" | smallest failing: {len(self._smallest)} rules" if self._smallest else ""
-        text = f"[{self._launched}/{self.budget} trainings] running: {running or 'none'}{smallest}"
-        self.stream.write("\r\x1b[2K" + text[:200])
-        self.stream.flush()
-        self._status_shown = True
+        table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+        for column in ("device", "trial", "rules on", "role", "elapsed", "step", "loss"):
+            table.add_column(column, justify="right" if column in ("rules on", "elapsed", "step", "loss") else "left")
+        for trial in sorted(self._running.values(), key=lambda t: t.trial_id):
+            step, loss = self._progress.get(trial.trial_id, (None, float("nan")))
+            table.add_row(
+                ",".join(trial.device), f"#{trial.trial_id}", str(len(trial.config)), trial.role,
+                _elapsed(now - trial.started_at), "-" if step is None else str(step),
+                "-" if step is None and loss != loss else f"{loss:.4g}",
+            )
+        smallest = f"{len(self._smallest)} rules" if self._smallest else "none yet"
+        head = f"fusion-dd: {self._launched}/{self.budget} trainings, {self._finished} finished; smallest failing: {smallest}"
+        estimate = self._estimate.text() if self._estimate is not None else "estimate: computing..."
+        grid = Table.grid()
+        grid.add_row(head)
+        grid.add_row(estimate)
+        grid.add_row(table if self._running else "no training running")
+        return grid
+
+    def _refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self._panel(), refresh=True)
 
     def _line(self, text: str) -> None:
         with self._lock:
-            self._clear_status()
-            self.stream.write(text + "\n")
-            self._draw_status()
-            self.stream.flush()
+            if self._live is not None:
+                self._console.print(text, markup=False, highlight=False, soft_wrap=True)
+                self._refresh()
+            else:
+                self.stream.write(text + "\n")
+                self.stream.flush()
 
     # -- SearchEvents ------------------------------------------------------------
 
@@ -109,6 +228,10 @@ class ConsoleEvents:
     def trial_finished(self, trial: TrialState, outcome: Outcome | None) -> None:
         with self._lock:
             self._running.pop(trial.trial_id, None)
+            self._progress.pop(trial.trial_id, None)
+            self._readers.pop(trial.trial_id, None)
+            self._finished += trial.finished is not None
+        self._wanted.set()
         if outcome is None and trial.finished is None:
             self._line(f"       cancel #{trial.trial_id}")
             return
@@ -128,3 +251,12 @@ class ConsoleEvents:
         with self._lock:
             if config is not None and (self._smallest is None or len(config) < len(self._smallest)):
                 self._smallest = config
+
+
+def _elapsed(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"

@@ -35,6 +35,7 @@ STATUS_TEXT = {
     "switch_ignored": "stopped: the compiler ignored the switch file",
     "too_noisy": "refused: the failure is small against the baseline's run-to-run noise",
     "training_broken": "stopped: the training does not run (no answer about fusion)",
+    "running": "running: the report of the search so far",
 }
 
 

@@ -72,6 +72,7 @@ def status_lines(state_dir: Path) -> list[str]:
     else:
         last_stop = state.stops[-1]["reason"] if state.stops else "coordinator gone"
         lines.append(f"  state: stopped ({last_stop}); continue with 'fusion-dd resume --state-dir {state_dir}'")
+    lines.append("  " + _estimate_text(state_dir))
     now = time.time()
     for trial, _, _ in running:
         lines.append(
@@ -98,6 +99,17 @@ def status_lines(state_dir: Path) -> list[str]:
                 f"    #{trial.trial_id} {trial.role:<9} {len(trial.config):>4} rules on  {measurement.kind:<10} {value}"
             )
     return lines
+
+
+def _estimate_text(state_dir: Path) -> str:
+    """The trainings probably left and the finishing time (fusion_dd.estimate), or why there is none."""
+    from .estimate import estimate_from_dir
+
+    try:
+        found = estimate_from_dir(state_dir)
+    except Exception as exc:  # noqa: BLE001 - status must show the rest even when the estimate fails
+        return f"estimate: none ({type(exc).__name__}: {exc})"
+    return found.text() if found is not None else "estimate: none (the training does not run)"
 
 
 def _how(status: dict) -> str:

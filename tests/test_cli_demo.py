@@ -17,6 +17,7 @@ import yaml
 
 from fusion_dd.demo import DEFAULT_SCENARIO, SCENARIOS
 from test_cli import fusion_dd
+from test_html_report import check_html_report
 
 
 def planted(name: str) -> list[set[str]]:
@@ -98,6 +99,13 @@ def test_no_localize_writes_a_demo_config_without_dumping(tmp_path):
     assert with_dumps["localize"] == {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
     without = yaml.safe_load(write_demo_config(tmp_path / "b", DEFAULT_SCENARIO, localize=False).read_text())
     assert "localize" not in without
+
+
+def test_the_demo_writes_its_html_report_and_says_where(report, demo) -> None:
+    result, state = demo
+    assert "html report: .fusion-dd-demo/report.html" in result.stdout
+    page = check_html_report(state / "report.html", state)
+    assert len(page.tables["culprits"]) == 1 + len(report["culprits"])
 
 
 def test_list_scenarios_and_bad_scenario(tmp_path):

@@ -1,0 +1,152 @@
+"""A search's report rebuilt from its journal alone, at any time, without training.
+
+How: the engine's decision layer runs again against the journal's cache with no
+budget left and a launcher that is never called. Resume is exact replay (the
+strategy is deterministic and asks its questions from the cache, the journaled
+``question`` widths replay the parallelism), so the replay reaches exactly the
+point the search reached and stops there with the culprit sets, the smallest
+failing configuration and the fix as the engine knows them. Nothing of this is
+journaled twice, so a report can never disagree with the journal.
+
+A replay never takes the journal's lock and writes nothing: the caller decides
+where the report goes (``fusion-dd report`` writes ``report.json`` only when no
+coordinator holds the lock; the running engine rewrites it after each trial).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .broken import TrainingBroken
+from .config import DEFAULT_CONFIG_NAME, SearchConfig, parse_config
+from .engine import EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_OK, Engine, SearchResult, SwitchIgnored
+from .errors import UsageError
+from .journal import JOURNAL_NAME, read_records
+from .report import REPORT_NAME
+from .scoring import Preconditions
+from .search.culprits import CulpritSearch
+from .state import ConfigKey, SearchState, TrialState, replay
+
+# Statuses that are an answer: the replay reached the end of the search.
+ANSWERS = ("found", "no_failure", "baseline_fails", "too_noisy")
+RUNNING = "running"
+
+
+class _Replay(Engine):
+    """An Engine that only replays: no lock, no journal writes, no launches, no files written."""
+
+    def __init__(self, config: SearchConfig, state: SearchState) -> None:
+        super().__init__(config)
+        self._given = state
+        self.seen: tuple[Preconditions | None, CulpritSearch | None] = (None, None)
+
+    def _open(self) -> None:
+        self.state = self._given
+
+    def _append(self, record: dict[str, Any]) -> None:
+        self.state.apply(record)  # in memory only: a replay must not change the search
+
+    def remaining_budget(self) -> int:
+        return 0
+
+    def _launch_batch(self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None) -> None:
+        raise AssertionError("a replay never launches a training")  # remaining_budget() is 0
+
+    def _preflight(self) -> None:
+        pass
+
+    def _report(
+        self, status: str, pre: Preconditions | None, result: CulpritSearch | None, message: str | None = None
+    ) -> dict[str, Any]:
+        self.seen = (pre, result)
+        return super()._report(status, pre, result, message)
+
+    def _write(self, status: str, exit_code: int, report: dict[str, Any]) -> SearchResult:
+        return SearchResult(status, exit_code, report, self.state_dir / REPORT_NAME, None)
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """A rebuilt report and how the search stands."""
+
+    report: dict[str, Any]
+    status: str
+    exit_code: int
+
+
+def config_of(state: SearchState, state_dir: Path) -> SearchConfig:
+    """The search's config as its journal holds it, with the last session's budget and devices."""
+    start = state.start_record
+    if start is None:
+        raise UsageError(f"{state_dir}: the journal holds no search_started record; nothing to report")
+    config = parse_config(start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)))
+    session = state.sessions[-1] if state.sessions else {}
+    devices = session.get("devices")
+    return config.with_overrides(
+        budget=session.get("budget"),
+        devices=tuple(tuple(str(part) for part in device) for device in devices) if devices else None,
+        state_dir=state_dir,
+    )
+
+
+def _stopped_as(state: SearchState) -> str:
+    """How the last session ended: its search_stopped reason, or ``interrupted`` when it died without one."""
+    if state.stops and state.sessions and state.stops[-1].get("time", 0) >= state.sessions[-1].get("time", 0):
+        return str(state.stops[-1].get("reason") or "interrupted")
+    if state.stops and not state.sessions:
+        return str(state.stops[-1].get("reason") or "interrupted")
+    return "interrupted"
+
+
+def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool) -> Rebuilt:
+    """The report the engine would write now, from journal records alone.
+
+    ``running``: a coordinator holds the lock; the status is then ``running``
+    unless the replay already reaches an answer. A finished search keeps the
+    report it journaled with ``search_finished``.
+    """
+    state = replay(records)
+    if state.finished is not None:
+        report = state.finished["report"]
+        return Rebuilt(report, report["status"], EXIT_OK)
+    config = config_of(state, state_dir)
+    stopped = _stopped_as(state)  # before the replay adds its own (in-memory) stop
+    said = bool(state.stops) and stopped == "interrupted"
+    detail = state.stops[-1].get("detail") if state.stops else None
+    engine = _Replay(config, state)
+    engine._open()
+    try:
+        result = engine._search()
+    except TrainingBroken as exc:
+        result = engine._stop_broken(exc.broken)
+    except SwitchIgnored as exc:
+        result = engine._stop("switch_ignored", 2, None, None, message=str(exc))
+    if result.status in ANSWERS or result.status == "training_broken" and not running:
+        return Rebuilt(result.report, result.status, result.exit_code)
+    status = RUNNING if running else stopped
+    if status not in ("budget_exhausted", "interrupted", "switch_ignored", "training_broken", RUNNING):
+        status = "interrupted"
+    pre, found = engine.seen
+    message = None
+    if status == RUNNING:
+        message = "running: the report of the search so far"
+    elif status == "training_broken" and detail:
+        message = f"stopped: {detail}"
+    elif status == "interrupted" and not said:
+        message = "interrupted: the coordinator stopped without a word (killed or crashed); rebuilt from the journal"
+    report = engine._report(status, pre if pre is not None else engine._known_preconditions(), found, message)
+    if result.status == "training_broken":
+        report["training_broken"] = result.report.get("training_broken")
+    code = {"budget_exhausted": EXIT_BUDGET, "interrupted": EXIT_INTERRUPTED, RUNNING: EXIT_OK}.get(status, 2)
+    return Rebuilt(report, status, code)
+
+
+def rebuild_from_dir(state_dir: Path, *, running: bool) -> Rebuilt:
+    """``rebuild`` of the journal in ``state_dir`` (a torn last line is ignored by the reader)."""
+    journal = state_dir / JOURNAL_NAME
+    if not journal.exists():
+        raise UsageError(f"{state_dir}: no search here (no {JOURNAL_NAME}); start one with 'fusion-dd search'")
+    return rebuild(read_records(journal), state_dir, running=running)

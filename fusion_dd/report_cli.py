@@ -1,0 +1,57 @@
+"""``fusion-dd report``: rebuild report.json, the summary and (optionally) the HTML report from the journal.
+
+While a coordinator holds the search's lock this writes nothing into the state
+directory (the running search rewrites ``report.json`` itself after every
+finished trial); it only prints, or writes where ``--html`` points. With no
+coordinator (stopped, finished, or crashed with a torn journal tail) it rewrites
+``report.json`` so that a dead search never leaves a stale one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from .journal import JOURNAL_NAME, read_records
+from .rebuild import config_of, rebuild
+from .report import REPORT_NAME, display_path, summary_lines, write_outputs
+from .state import replay
+from .status import coordinator_pid
+
+
+def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
+    """Rebuild and show the report; returns the exit code (0: the report was rebuilt)."""
+    from .errors import UsageError
+
+    journal = state_dir / JOURNAL_NAME
+    if not journal.exists():
+        raise UsageError(f"{state_dir}: no search here (no {JOURNAL_NAME}); start one with 'fusion-dd search'")
+    records = read_records(journal)
+    pid = coordinator_pid(state_dir)
+    rebuilt = rebuild(records, state_dir, running=pid is not None)
+    report = rebuilt.report
+    notes: list[str] = []
+    if pid is None:
+        config = config_of(replay(records), state_dir)
+        write_outputs(state_dir, report, list(config.rules), config.base_cfg)
+        notes.append(f"rewrote {display_path(state_dir / REPORT_NAME)} from the journal")
+    else:
+        notes.append(
+            f"a search is running here (coordinator pid {pid}): nothing written into {display_path(state_dir)}; "
+            "it rewrites report.json itself after every finished trial"
+        )
+    if html is not None:
+        from .html_report import write_html
+
+        write_html(html, report, records, state_dir)
+        notes.append(f"HTML report: {display_path(html)}")
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, sort_keys=False))
+    else:
+        for line in summary_lines(report, state_dir):
+            typer.echo(line)
+    for note in notes:
+        typer.echo(f"fusion-dd: {note}", err=True)
+    return 0

@@ -1,0 +1,105 @@
+"""The estimate of trainings left, the live view and the plain lines, and `fusion-dd status`."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from fusion_dd.estimate import estimate
+from fusion_dd.journal import read_records
+from fusion_dd.progress import ConsoleEvents
+from fusion_dd.state import replay
+from test_cli import CULPRIT, GRAPH, UB, fusion_dd, write_config
+
+ESTIMATE = re.compile(r"estimate: (about (\d+) training\(s\) left \((expected|typical for one culprit); at most (\d+) by the budget\)|0 trainings left \(the search has its answer\))")
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory) -> tuple[Path, str]:
+    """A finished search (plain output, as under nohup) of a culprit and an interacting pair."""
+    folder = tmp_path_factory.mktemp("searched")
+    write_config(folder, "--culprits", CULPRIT, "--pair", f"{GRAPH[3]}+{UB[2]}", budget=60)
+    result = fusion_dd("search", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return folder, result.stderr
+
+
+def test_estimate_never_exceeds_the_budget_left_and_is_zero_at_the_end(searched):
+    folder, _ = searched
+    state_dir = folder / ".fusion-dd"
+    records = read_records(state_dir / "journal.jsonl")
+    budget = 60
+    cuts = [index + 1 for index, record in enumerate(records) if record["type"] in ("trial_started", "trial_finished")]
+    bases = set()
+    for cut in cuts:
+        prefix = records[:cut]
+        found = estimate(prefix, state_dir)
+        assert found is not None
+        left = budget - replay(prefix).launched
+        assert 0 <= found.trainings_left <= found.budget_left == left
+        assert found.basis in ("typical", "expectation", "done")
+        bases.add(found.basis)
+        assert ESTIMATE.search(found.text()), found.text()
+    assert {"typical", "expectation"} <= bases
+    final = estimate(records, state_dir)
+    assert final is not None and final.trainings_left == 0 and final.basis == "done"
+    # Budget nearly spent: the bound wins over the expectation.
+    middle = records[: cuts[len(cuts) // 2]]
+    document = json.loads(json.dumps(middle))
+    for record in document:
+        if record["type"] == "session_started":
+            record["budget"] = replay(middle).launched + 1
+    tight = estimate(document, state_dir)
+    assert tight is not None and tight.trainings_left <= 1 == tight.budget_left
+
+
+def test_plain_output_is_line_based_and_says_the_basis(searched):
+    _, stderr = searched
+    assert "\x1b" not in stderr and "\r" not in stderr
+    said = [line.strip() for line in stderr.splitlines() if "estimate:" in line]
+    assert said and all(ESTIMATE.fullmatch(line.split(", finishing")[0]) for line in said), said
+    assert said[-1] == "estimate: 0 trainings left (the search has its answer)"
+
+
+def test_live_view_shows_running_trials_and_the_estimate(searched, tmp_path):
+    folder, _ = searched
+    state_dir = tmp_path / "state"
+    shutil.copytree(folder / ".fusion-dd", state_dir)
+    # Cut the journal mid-search so that there is something left to estimate.
+    lines = (state_dir / "journal.jsonl").read_text().splitlines()
+    (state_dir / "journal.jsonl").write_text("\n".join(lines[: len(lines) // 2]) + "\n")
+    stream = io.StringIO()
+    events = ConsoleEvents(total_rules=30, budget=60, stream=stream, live=True)
+    events.start(launched_before=5, state_dir=state_dir)
+    state = replay(read_records(state_dir / "journal.jsonl"))
+    trial = next(iter(state.trials.values()))
+    events.trial_started(trial)
+    deadline = time.monotonic() + 60
+    while events.estimate() is None:
+        assert time.monotonic() < deadline, "no estimate"
+        time.sleep(0.05)
+    time.sleep(1.2)  # one tick of the live panel
+    events.close()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+    assert "6/60 trainings" in text
+    assert f"#{trial.trial_id}" in text and "elapsed" in text and "loss" in text
+    assert ESTIMATE.search(text)
+    found = events.estimate()
+    assert found.trainings_left <= 60 - state.launched
+
+
+def test_status_shows_the_estimate(searched, tmp_path):
+    folder, _ = searched
+    shutil.copytree(folder / ".fusion-dd", tmp_path / ".fusion-dd")
+    journal = tmp_path / ".fusion-dd" / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join(lines[: len(lines) // 2]) + "\n")
+    result = fusion_dd("status", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert ESTIMATE.search(result.stdout), result.stdout
