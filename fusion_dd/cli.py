@@ -129,15 +129,22 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     """
     _warn(config)
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
-    events.start(launched_before=_launched_before(config.state_dir), state_dir=config.state_dir)
+    # The estimate is of search trainings: a localize-only session has none to estimate.
+    events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
     _install_sigterm()
     from .engine import Engine
 
     try:
         engine = Engine(config, events)
         result = engine.localize() if localize_only else engine.run()
-    finally:
+    except UsageError:
+        # A refused session (one error line follows) shows no estimate before its error.
+        events.close(final_estimate=False)
+        raise
+    except BaseException:
         events.close()
+        raise
+    events.close()
     typer.echo("")
     html_line = _write_html_report(config.state_dir, result.report)
     lines = summary_lines(result.report, config.state_dir)

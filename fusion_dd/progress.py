@@ -82,7 +82,8 @@ class ConsoleEvents:
             self._estimator.start()
             self._wanted.set()
 
-    def close(self) -> None:
+    def close(self, final_estimate: bool = True) -> None:
+        """Stop the live panel and the estimator; ``final_estimate`` is False when the session was refused."""
         self._stop.set()
         self._wanted.set()
         if self._ticker is not None:
@@ -93,7 +94,7 @@ class ConsoleEvents:
             if self._live is not None:
                 self._live.stop()
                 self._live = None
-        if self._state_dir is not None:
+        if self._state_dir is not None and final_estimate:
             self._final_estimate()
 
     def _final_estimate(self) -> None:
