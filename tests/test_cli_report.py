@@ -6,14 +6,12 @@ import fcntl
 import json
 import os
 import shutil
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from test_cli import CULPRIT, GRAPH, UB, fusion_dd, start_search, write_config
+from fake_training import sigkill_search_when
+from test_cli import CULPRIT, GRAPH, UB, fusion_dd, write_config
 
 SAME = ("culprits", "trainings", "smallest_failing", "switched_off", "fix_verified", "baseline", "all_on", "threshold")
 
@@ -146,20 +144,7 @@ def test_a_killed_search_leaves_a_report_of_its_finished_trials(tmp_path):
     """report.json is rewritten after every finished trial: SIGKILL leaves a current one."""
     write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.3")
     state = tmp_path / ".fusion-dd"
-    coordinator = start_search(tmp_path, subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert time.monotonic() < deadline, "the search never got going"
-            text = (state / "journal.jsonl").read_text() if (state / "journal.jsonl").exists() else ""
-            if text.count('"trial_finished"') >= 4:
-                break
-            time.sleep(0.05)
-        coordinator.send_signal(signal.SIGKILL)
-        coordinator.wait(timeout=30)
-    finally:
-        if coordinator.poll() is None:
-            coordinator.kill()
+    sigkill_search_when(tmp_path, state / "journal.jsonl", lambda text: text.count('"trial_finished"') >= 4)
     records = [json.loads(line) for line in journal_lines(state) if line.endswith("}")]
     finished_ids = {record["trial_id"] for record in records if record["type"] == "trial_finished"}
     snapshot = report_json(state)
