@@ -189,10 +189,20 @@ def _dry_run(config: SearchConfig) -> None:
         echo(f"  {rule.section.value:<12} {rule.name}")
     echo("")
     echo("first switch files (each trial gets a fresh one):")
-    echo("baseline, all candidates off:")
-    echo(render_switch(rules, [], config.base_cfg).rstrip())
-    echo("all candidates on:")
-    echo(render_switch(rules, rules, config.base_cfg).rstrip())
+    if config.compiler == "cann":
+        echo("baseline, all candidates off:")
+        echo(render_switch(rules, [], config.base_cfg).rstrip())
+        echo("all candidates on:")
+        echo(render_switch(rules, rules, config.base_cfg).rstrip())
+    else:
+        from .backends import backend_for
+
+        backend = backend_for(config)
+        for title, enabled in (("baseline, all candidates off", []), ("all candidates on", rules)):
+            rendered = backend.render(rules, enabled)
+            echo(f"{title}:")
+            for name, value in rendered.env.items():
+                echo(f"  {name}={shlex.quote(value)}")
     echo("")
     echo("command lines (trial 0001 shown; each trial has its own directory):")
     for device in config.train.devices:

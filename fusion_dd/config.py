@@ -40,6 +40,8 @@ _STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "tr
 # The schema: every allowed key, so that a typo is reported with a suggestion.
 _SCHEMA: dict[str, Any] = {
     "rules": {
+        "compiler": None,
+        "names": None,
         "GraphFusion": None,
         "UBFusion": None,
         "AutoFuse": None,
@@ -175,6 +177,7 @@ class SearchConfig:
     # How trainings dump tensors for localization after a search; None: no localization.
     # Not part of the definition: changing it never invalidates finished trainings.
     localize: LocalizeConfig | None = None
+    compiler: str = "cann"  # rules.compiler: which compiler backend renders and checks the switches
 
     def definition(self) -> dict[str, Any]:
         """What makes two searches the same search, for the journal and resume.
@@ -188,7 +191,7 @@ class SearchConfig:
                 section.value: dict(entries)
                 for section, entries in self.base_cfg.entries.items()
             }
-        return {
+        definition: dict[str, Any] = {
             "rules": [rule.to_json() for rule in self.rules],
             "base_cfg": base,
             "command": list(self.train.command),
@@ -214,6 +217,9 @@ class SearchConfig:
             "strategy": self.search.strategy,
             "noise": {"confirm": self.search.confirm, "max_trainings": self.search.max_trainings},
         }
+        if self.compiler != "cann":  # CANN's definitions (and so its journals) stay as they were
+            definition["compiler"] = self.compiler
+        return definition
 
     def with_overrides(
         self,
@@ -347,10 +353,17 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         reader.check_keys(reader.mapping(document.get(section), section), _SCHEMA[section], f"{section}.")
     base_dir = source.parent
 
-    base_cfg_path, base_cfg = _read_base_cfg(reader, document.get("rules") or {}, base_dir)
     rules_section = reader.mapping(document.get("rules"), "rules")
-    rules, warnings = _read_rules(reader, rules_section, base_dir)
-    graphs = _read_graphs(reader, rules_section, base_dir)
+    compiler = _read_compiler(reader, rules_section)
+    if compiler == "cann":
+        base_cfg_path, base_cfg = _read_base_cfg(reader, rules_section, base_dir)
+        rules, warnings = _read_rules(reader, rules_section, base_dir)
+        graphs = _read_graphs(reader, rules_section, base_dir)
+    else:
+        from .compiler_rules import read_compiler_rules
+
+        base_cfg_path, base_cfg, graphs = None, None, ()
+        rules, warnings = read_compiler_rules(reader, rules_section, base_dir, compiler)
     train = _read_train(reader, reader.mapping(document.get("train"), "train"))
     metric = _read_metric(reader, reader.mapping(document.get("metric"), "metric"))
     score = _read_score(reader, reader.mapping(document.get("score"), "score"))
@@ -379,7 +392,26 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         graphs=graphs,
         early_stop=early_stop,
         localize=localize,
+        compiler=compiler,
     )
+
+
+def _read_compiler(reader: _Reader, section: Mapping[str, Any]) -> str:
+    """``rules.compiler``: cann (default), onnxruntime or xla; ``rules.names`` belongs to the last two."""
+    from .backends import COMPILERS
+
+    compiler = section.get("compiler", "cann")
+    if compiler not in COMPILERS:
+        close = difflib.get_close_matches(str(compiler), COMPILERS, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise reader.error("rules.compiler", f"unknown compiler {compiler!r}; {hint}choose one of {', '.join(COMPILERS)}")
+    if compiler == "cann" and section.get("names") is not None:
+        raise reader.error(
+            "rules.names",
+            "is the candidate list of rules.compiler: onnxruntime or xla; CANN's rules go under "
+            "rules.GraphFusion / rules.UBFusion (or set rules.compiler)",
+        )
+    return str(compiler)
 
 
 def check_state_dir(path: Path, key: str, config_source: Path | None = None) -> None:

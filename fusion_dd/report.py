@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from .search.oracle import Outcome
 from .state import LOCALIZE_ROLE, SearchState, TrialState
 from .atomic import write_json_atomic, write_text_atomic
 from .switch import SwitchFile, render_switch
+from .hooks import fired_although_off_of
 
 REPORT_NAME = "report.json"
 FIX_NAME = "fusion_switch.cfg"
@@ -281,11 +282,34 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
             status = trial.finished.get("switch_check", "unverified")
             counts[status] = counts.get(status, 0) + 1
     warnings: list[str] = []
-    if counts and not counts.get("applied"):
+    fired_off = sorted(
+        {
+            name
+            for trial in state.trials.values()
+            if trial.finished is not None
+            for name in fired_although_off_of(trial.finished.get("artifacts"))
+        }
+    )
+    if fired_off:
         warnings.append(
-            "no training left a fusion_result.json that fusion-dd could check, so it could not verify that the "
-            "switch files were applied (see the README: wiring the switch file, compile caches)"
+            f"{', '.join(fired_off)} fired although switched off: the compiler runs "
+            f"{'it' if len(fired_off) == 1 else 'them'} whatever the switches say, so the baseline (all candidates "
+            "off) was not free of these rules; a name that is no candidate yet can be added to the candidates"
         )
+    reasons = [
+        str(trial.finished.get("switch_check_reason"))
+        for trial in state.trials.values()
+        if trial.finished is not None and trial.finished.get("switch_check_reason")
+    ]
+    generic = reasons and not any("fusion_result.json" in reason for reason in reasons)
+    if counts and not counts.get("applied"):
+        if generic:  # a compiler without fusion_result.json: its hook said why it could not verify
+            warnings.append(f"no training proved that its switches were applied: {reasons[0]}")
+        else:
+            warnings.append(
+                "no training left a fusion_result.json that fusion-dd could check, so it could not verify that the "
+                "switch files were applied (see the README: wiring the switch file, compile caches)"
+            )
         baseline, all_on = report.get("baseline"), report.get("all_on")
         if baseline is not None and baseline == all_on:
             warnings.append(
@@ -317,9 +341,17 @@ def _add_layers(report: dict[str, Any], graphs: Sequence[str]) -> None:
 
 
 def write_outputs(
-    state_dir: Path, report: dict[str, Any], rules: list[Rule], base: SwitchFile | None
+    state_dir: Path,
+    report: dict[str, Any],
+    rules: list[Rule],
+    base: SwitchFile | None,
+    render: Callable[[list[Rule], list[Rule]], str] | None = None,
 ) -> tuple[Path, Path | None]:
-    """Write report.json and, when the search found its answer, the fix cfg (both atomically)."""
+    """Write report.json and, when the search found its answer, the fix cfg (both atomically).
+
+    ``render``: the compiler backend's switch text for (candidates, enabled);
+    CANN's switch file by default.
+    """
     report_path = state_dir / REPORT_NAME
     write_json_atomic(report_path, report)
     fix_path = None
@@ -327,7 +359,8 @@ def write_outputs(
         off = set(report["switched_off"])
         enabled = [rule for rule in rules if rule.name not in off]
         fix_path = state_dir / FIX_NAME
-        write_text_atomic(fix_path, render_switch(rules, enabled, base))
+        text = render(rules, enabled) if render is not None else render_switch(rules, enabled, base)
+        write_text_atomic(fix_path, text)
         flags = (report.get("fix_env") or {}).get("AUTOFUSE_FLAGS")
         if flags is not None:
             write_text_atomic(state_dir / AUTOFUSE_FLAGS_NAME, flags + "\n")
