@@ -785,6 +785,13 @@ def _read_score(reader: _Reader, section: Mapping[str, Any]) -> ScoreConfig:
         value = section.get(key)
         return None if value is None else reader.number(value, f"score.{key}")
 
+    for key in ("baseline_metric", "reference"):
+        if tolerance.mode == "relative" and section.get(key) == 0:
+            raise reader.error(
+                "score.tolerance",
+                f"{tolerance.describe()} of a zero baseline (score.{key}: 0) is nothing; give an absolute "
+                "tolerance instead (e.g. score.tolerance: 1e-6, in the metric's units, or 0 for bitwise)",
+            )
     return ScoreConfig(
         tolerance=tolerance,
         crash_is_failure=reader.boolean(section.get("crash_is_failure", False), "score.crash_is_failure"),

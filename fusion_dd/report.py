@@ -187,6 +187,8 @@ def build_report(
             "limit": _number(threshold.limit),
             "tolerance_setting": config.score.tolerance.describe(),
         }
+        if threshold.bitwise:
+            report["threshold"]["bitwise"] = True
     if result is not None:
         report["culprits"] = [
             {
@@ -375,6 +377,17 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+def _tolerance_text(threshold: dict[str, Any]) -> str:
+    """The tolerance once, with its unit: how it was set says which."""
+    setting = str(threshold.get("tolerance_setting"))
+    value = f"{threshold['tolerance']:.6g}"
+    if setting == "auto":
+        return f"{value}, auto"
+    if setting.endswith("%"):
+        return f"{setting} of the baseline = {value}"
+    return f"{value} in the metric's units"
+
+
 def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list[str]:
     """The human-readable end of a search."""
     lines = [f"fusion-dd: {report['message']}"]
@@ -383,11 +396,16 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         lines.append(f"  baseline (all candidates off): {report['baseline']}")
     if report.get("all_on") is not None:
         lines.append(f"  all candidates on:             {report['all_on']}")
-    if threshold:
+    if threshold and threshold.get("bitwise"):
+        lines.append(
+            f"  a configuration fails when its metric differs from the baseline's {threshold['baseline']!r} at all "
+            "(score.tolerance: 0, bitwise)"
+        )
+    elif threshold:
         comparison = "<" if threshold["goal"] == "max" else ">"
         lines.append(
             f"  a configuration fails when its metric {comparison} {threshold['limit']:.6g} "
-            f"(tolerance {threshold['tolerance']:.6g}, {threshold['tolerance_setting']})"
+            f"(tolerance {_tolerance_text(threshold)})"
         )
     rounds = report.get("rounds")
     lines.append(
