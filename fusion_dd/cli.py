@@ -128,6 +128,10 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     ``localize_only``: only the localization step of a finished search (``fusion-dd localize``).
     """
     _warn(config)
+    if config.closure:  # before the journal: the closed candidates are the search's (closure.json keeps them)
+        from .closure import closed_config
+
+        config = closed_config(config, lambda line: typer.echo(f"fusion-dd: {line}", err=True))
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
     events.start(launched_before=_launched_before(config.state_dir), state_dir=config.state_dir)
     _install_sigterm()
@@ -367,18 +371,34 @@ def report(
 
 @app.command()
 def rules(
-    sources: list[Path] = typer.Argument(
-        ..., help="fusion_result.json, ge_proto_*.txt / atc JSON graph dumps, fusion_switch.cfg, rule lists, or directories."
+    sources: Optional[list[Path]] = typer.Argument(
+        None,
+        help="fusion_result.json, ge_proto_*.txt / atc JSON graph dumps, fusion_switch.cfg, rule lists, or directories "
+        "(--compiler onnxruntime: logs; xla: --xla_dump_to directories).",
     ),
+    compiler: str = typer.Option("cann", "--compiler", help="Whose artifacts these are: cann, onnxruntime or xla."),
+    closure: bool = typer.Option(
+        False, "--closure", help="Train the all-off baseline of the config (-c) until no new rule fires; print the closed candidates."
+    ),
+    config: Optional[Path] = ConfigOption,
     output_format: str = typer.Option("yaml", "--format", help="yaml (pastes into fusion-dd.yaml), txt or json."),
     where: Optional[str] = typer.Option(None, "--where", help="Show where this rule acted in the given graph dumps."),
     keep_unfired: bool = typer.Option(
         False, "--keep-unfired", help="Keep listed rules that the artifacts show never fired."
     ),
 ) -> None:
-    """Print the candidate rules found in CANN artifacts, or where a rule acted in a graph."""
+    """Print the candidate rules found in a compiler's artifacts, or where a rule acted in a graph; or close a config's candidates."""
     from .ascend import collect_candidates, format_locations, format_rules, graph_paths, load_graphs
     from .ascend import where as where_rule
+
+    if closure:
+        _rules_closure(config)
+        return
+    if not sources:
+        raise UsageError("give the artifacts to read candidates from (or --closure with a config)")
+    if compiler != "cann":
+        _compiler_rules(compiler, sources)
+        return
 
     if where is not None:
         graphs = load_graphs(graph_paths(sources))
@@ -396,6 +416,46 @@ def rules(
         names = ", ".join(rule.name for rule in candidates.dropped)
         typer.echo(f"fusion-dd: left out because they never fired (keep them with --keep-unfired): {names}", err=True)
     typer.echo(format_rules(candidates, output_format, autofuse=_autofuse_enabled()), nl=False)
+
+
+def _rules_closure(config_path: Path | None) -> None:
+    """``fusion-dd rules --closure``: the config's candidates plus what fires in their all-off baseline."""
+    from .closure import run_closure
+
+    loaded = _load(config_path, budget=None, devices=None, jobs=None, state_dir=None)
+    closure = run_closure(loaded, lambda line: typer.echo(f"fusion-dd: {line}", err=True))
+    names = [rule.name for rule in loaded.rules] + [rule.name for rule in closure.added]
+    typer.echo(f"# closed candidates ({len(closure.added)} added by {len(closure.rounds)} baseline training(s)):")
+    if loaded.compiler == "cann":
+        for rule in closure.added:
+            typer.echo(f"#   {rule.section.value}: {rule.name}")
+    else:
+        typer.echo(f"rules:\n  compiler: {loaded.compiler}\n  names: [{', '.join(names)}]")
+
+
+def _compiler_rules(compiler: str, sources: list[Path]) -> None:
+    """``fusion-dd rules --compiler onnxruntime|xla``: the rules that fired in these logs or dumps, as config."""
+    from .backends import COMPILERS
+    from .compiler_rules import _from_artifacts
+
+    if compiler not in COMPILERS:
+        raise UsageError(f"--compiler: {compiler!r} is not one of {', '.join(COMPILERS)}")
+
+    class _Reader:
+        source = "fusion-dd rules"
+
+        def error(self, key: str, problem: str) -> UsageError:
+            return UsageError(f"{problem}")
+
+    fired, _ = _from_artifacts(_Reader(), [str(Path(source).resolve()) for source in sources], Path.cwd(), compiler)
+    if compiler == "onnxruntime":
+        from .backends.ort import UNSWITCHABLE
+
+        stuck = [name for name in fired if name in UNSWITCHABLE]
+        if stuck:
+            typer.echo(f"fusion-dd: left out, ONNX Runtime runs them whatever the switches say: {', '.join(stuck)}", err=True)
+        fired = [name for name in fired if name not in UNSWITCHABLE]
+    typer.echo(f"rules:\n  compiler: {compiler}\n  names: [{', '.join(fired)}]")
 
 
 def _autofuse_enabled() -> bool:

@@ -35,13 +35,14 @@ UNKNOWN_SHOWN = 10
 # Device ids end up in environment variables and command lines: numbers, names,
 # GPU/MIG UUIDs ("MIG-GPU-.../1/0"); never white space, separators or NUL.
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_.:/-]+")
-_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials"}
+_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json"}
 
 # The schema: every allowed key, so that a typo is reported with a suggestion.
 _SCHEMA: dict[str, Any] = {
     "rules": {
         "compiler": None,
         "names": None,
+        "closure": None,
         "GraphFusion": None,
         "UBFusion": None,
         "AutoFuse": None,
@@ -178,6 +179,7 @@ class SearchConfig:
     # Not part of the definition: changing it never invalidates finished trainings.
     localize: LocalizeConfig | None = None
     compiler: str = "cann"  # rules.compiler: which compiler backend renders and checks the switches
+    closure: bool = False  # rules.closure: add what fires in the all-off baseline before searching
 
     def definition(self) -> dict[str, Any]:
         """What makes two searches the same search, for the journal and resume.
@@ -393,6 +395,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         early_stop=early_stop,
         localize=localize,
         compiler=compiler,
+        closure=reader.boolean(rules_section.get("closure", False), "rules.closure"),
     )
 
 

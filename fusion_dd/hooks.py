@@ -105,3 +105,12 @@ def fired_although_off_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> 
         if isinstance(facts, Mapping):
             names |= {str(name) for name in facts.get("fired_although_off") or ()}
     return sorted(names)
+
+
+def fired_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> set[str]:
+    """Every rule name a hook saw change something (``fired``), candidates or not: what closure adds from."""
+    names: set[str] = set()
+    for facts in (artifacts or {}).values():
+        if isinstance(facts, Mapping):
+            names |= {str(name) for name in facts.get("fired") or ()}
+    return names

@@ -115,7 +115,7 @@ class OrtLogHook:
 
     def collect(self, files: TrialFiles) -> dict[str, Any]:
         ran, fired, found = read_log(trial_logs(files.trial_dir))
-        return check(self.names, files.enabled, ran, fired, found)
+        return with_fired(check(self.names, files.enabled, ran, fired, found), fired)
 
 
 def check(
@@ -157,6 +157,13 @@ def check(
             effects=effects,
         )
     return switch_facts(applied=True, fired_off=fired_off, unverified="", ignored="", effects=effects)
+
+
+def with_fired(facts: dict[str, Any], fired: Mapping[str, int]) -> dict[str, Any]:
+    """Add every transformer that modified the graph, candidate or not (closure adds from these)."""
+    if fired:
+        facts["fired"] = sorted(fired)
+    return facts
 
 
 def _transformers() -> frozenset[str]:
@@ -206,3 +213,7 @@ class OrtBackend:
 
     def fix_env(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> dict[str, str]:
         return dict(self.render(candidates, enabled).env)
+
+    def closure_group(self, name: str) -> Section | None:
+        """The group of a rule closure may add; None for what the session runs whatever the switches say."""
+        return None if name in UNSWITCHABLE else Section.ONNXRUNTIME

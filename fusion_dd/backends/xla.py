@@ -217,7 +217,11 @@ class XlaDumpHook:
 
     def collect(self, files: TrialFiles) -> dict[str, Any]:
         names, options = read_dump(files.trial_dir / DUMP_DIR)
-        return check(self.candidates, files.enabled, names, options)
+        facts = check(self.candidates, files.enabled, names, options)
+        fired = parse_dump(names or [])
+        if fired:
+            facts["fired"] = sorted(fired)  # every pass that changed a module, candidate or not
+        return facts
 
 
 class XlaBackend:
