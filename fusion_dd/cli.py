@@ -488,17 +488,35 @@ def compare(
 def init(
     sources: list[Path] = typer.Option([], "--from", help="Artifacts to take the candidate rules from (repeatable)."),
     command: Optional[str] = typer.Option(None, "--command", help="The command that runs one training."),
-    framework: str = typer.Option("generic", "--framework", help="tf1, tf2, torchair, mindspore or generic."),
+    framework: str = typer.Option(
+        "generic", "--framework", help="tf1, tf2, torchair, mindspore, generic (CANN); onnxruntime, jax, tensorflow-xla."
+    ),
     output: Path = typer.Option(Path(DEFAULT_CONFIG_NAME), "-o", "--output", help="Where to write the config."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented fusion-dd.yaml for your training."""
-    from .init_config import FRAMEWORKS, render_init_config
+    from .init_config import COMPILER_FRAMEWORKS, FRAMEWORKS, render_compiler_init_config, render_init_config, training_line
 
-    if framework not in FRAMEWORKS:
-        raise UsageError(f"--framework: {framework!r} is not one of {', '.join(FRAMEWORKS)}")
+    if framework not in FRAMEWORKS and framework not in COMPILER_FRAMEWORKS:
+        known = ", ".join([*FRAMEWORKS, *COMPILER_FRAMEWORKS])
+        raise UsageError(f"--framework: {framework!r} is not one of {known}")
     if output.exists() and not force:
         raise UsageError(f"{output}: already exists; pass --force to overwrite it")
+    if framework in COMPILER_FRAMEWORKS:
+        argv = shlex.split(command) if command is not None else None
+        names: list[str] = []
+        if sources:
+            from .compiler_rules import _from_artifacts
+
+            class _Reader:
+                def error(self, key: str, problem: str) -> UsageError:
+                    return UsageError(f"--from: {problem}")
+
+            names, _ = _from_artifacts(_Reader(), [str(path) for path in sources], Path.cwd(), COMPILER_FRAMEWORKS[framework][0])
+        output.write_text(render_compiler_init_config(framework=framework, command=argv, names=names), encoding="utf-8")
+        typer.echo(f"wrote {output}; check it with: fusion-dd search --dry-run -c {output}")
+        typer.echo(f"what the training needs ({framework}): {training_line(framework)}")
+        return
     found: list = []
     if sources:
         from .ascend import collect_candidates
