@@ -128,10 +128,15 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     ``localize_only``: only the localization step of a finished search (``fusion-dd localize``).
     """
     _warn(config)
+    say = lambda line: typer.echo(f"fusion-dd: {line}", err=True)  # noqa: E731
+    if config.from_all_on:  # before the journal: the all-on run's rules are the search's (from_all_on.json keeps them)
+        from .closure import candidates_from_all_on
+
+        config = candidates_from_all_on(config, say)
     if config.closure:  # before the journal: the closed candidates are the search's (closure.json keeps them)
         from .closure import closed_config
 
-        config = closed_config(config, lambda line: typer.echo(f"fusion-dd: {line}", err=True))
+        config = closed_config(config, say)
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
     events.start(launched_before=_launched_before(config.state_dir), state_dir=config.state_dir)
     _install_sigterm()
@@ -188,7 +193,11 @@ def _dry_run(config: SearchConfig) -> None:
     rules = list(config.rules)
     echo = typer.echo
     echo(f"config: {config.source}")
-    echo(f"{len(rules)} candidate rules:")
+    if config.from_all_on:
+        echo("candidate rules: the ones that fire in one training with every rule on (rules.from: all_on)"
+             + (f", besides these {len(rules)}:" if rules else ""))
+    else:
+        echo(f"{len(rules)} candidate rules:")
     for rule in rules:
         echo(f"  {rule.section.value:<12} {rule.name}")
     echo("")

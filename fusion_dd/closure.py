@@ -95,47 +95,93 @@ def _closure_group(backend: Any) -> Callable[[str], Any]:
     return group  # type: ignore[no-any-return]
 
 
-def run_closure(config: Any, say: Callable[[str], None], max_rounds: int = MAX_ROUNDS) -> Closure:
-    """Train the all-off baseline round by round (in ``<state_dir>/closure/``) and close the candidates."""
+def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_dir: Path, what: str) -> dict[str, Any]:
+    """One training outside the search's journal (closure rounds, the all-on run of ``rules.from: all_on``):
+    its artifact facts. Its files stay in ``trial_dir`` for the user to read."""
     from .backends import backend_for
-    from .hooks import fired_although_off_of, fired_of
+    from .hooks import fired_of
     from .launcher import LocalLauncher, TrialRequest
     from .metrics import MetricSpec
     from .trial import TrialSpec
 
     backend = backend_for(config)
-    group_of = _closure_group(backend)
-    launcher = LocalLauncher()
+    rendered = backend.render(candidates, enabled)
+    spec = TrialSpec(
+        trial_id=trial_dir.name,
+        trial_dir=trial_dir,
+        command=config.train.command,
+        workdir=config.train.workdir,
+        base_dir=config.base_dir,
+        env={**config.train.env, **rendered.env},
+        device=tuple(config.train.devices[0]),
+        device_env=config.train.device_env,
+        timeout=config.train.timeout,
+        repeat=0,
+        switch_text=rendered.switch_text,
+        env_defaults=rendered.env_defaults,
+        grace=config.train.kill_grace,
+    )
     metric = MetricSpec.from_text(config.metric.pattern, config.metric.key, config.metric.goal, config.metric.loss_pattern)
+    request = TrialRequest(spec=spec, metric=metric, hooks=tuple(backend.hooks(candidates)), role="baseline")
+    result = LocalLauncher().start(request).wait()
+    if result.kind != "metric" and not fired_of(result.artifacts):
+        raise UsageError(f"{what}: the training ended without a metric ({result.reason}); see {trial_dir / result.log}")
+    return {name: dict(facts) for name, facts in result.artifacts.items()}
+
+
+FROM_ALL_ON_FILE = "from_all_on.json"
+
+
+def candidates_from_all_on(config: Any, say: Callable[[str], None]) -> Any:
+    """``rules.from: all_on``: the rules that fired in one training with every rule on become the candidates.
+
+    Recorded in ``from_all_on.json`` of the state directory before the search
+    starts, so a resumed search has the same candidates without training again.
+    """
+    from .atomic import write_json_atomic
+    from .backends import backend_for
+    from .hooks import fired_of
+
+    path = Path(config.state_dir) / FROM_ALL_ON_FILE
+    backend = backend_for(config)
+    group_of = getattr(backend, "candidate_group", None)
+    if group_of is None:
+        raise UsageError(f"rules.from: all_on works with rules.compiler: onnxruntime or xla, not {backend.name}")
+    if path.exists():
+        try:
+            names = [str(name) for name in json.loads(path.read_text(encoding="utf-8"))["fired"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"{path}: unreadable record ({exc}); move the state directory aside (--restart)") from None
+    else:
+        trial_dir = Path(config.state_dir) / CLOSURE_DIR / "all-on"
+        say(f"rules.from: all_on: training once with every rule on to see which fire ({trial_dir})")
+        Path(config.state_dir).mkdir(parents=True, exist_ok=True)
+        names = sorted(fired_of(train_once(config, list(config.rules), list(config.rules), trial_dir, "rules.from: all_on")))
+        write_json_atomic(path, {"fired": names})
+    known = {rule.name for rule in config.rules}
+    stuck = [name for name in names if group_of(name) is None]
+    added = [Rule(name, group_of(name)) for name in names if name not in known and group_of(name) is not None]
+    if stuck:
+        say(f"warning: {', '.join(stuck)} fired and cannot be switched off: no candidate")
+    if not config.rules and not added:
+        raise UsageError(f"rules.from: all_on: no rule that can be switched off fired in {path.parent / CLOSURE_DIR / 'all-on'}")
+    say(f"rules.from: all_on: {len(added)} candidate(s): {', '.join(rule.name for rule in added) or 'none new'}")
+    return replace(config, rules=tuple(config.rules) + tuple(added))
+
+
+def run_closure(config: Any, say: Callable[[str], None], max_rounds: int = MAX_ROUNDS) -> Closure:
+    """Train the all-off baseline round by round (in ``<state_dir>/closure/``) and close the candidates."""
+    from .backends import backend_for
+    from .hooks import fired_although_off_of, fired_of
+
+    backend = backend_for(config)
+    group_of = _closure_group(backend)
 
     def train_baseline(candidates: list[Rule], number: int) -> tuple[list[str], list[str]]:
-        rendered = backend.render(candidates, [])
         trial_dir = config.state_dir / CLOSURE_DIR / f"round-{number:02d}"
-        spec = TrialSpec(
-            trial_id=f"closure-{number:02d}",
-            trial_dir=trial_dir,
-            command=config.train.command,
-            workdir=config.train.workdir,
-            base_dir=config.base_dir,
-            env={**config.train.env, **rendered.env},
-            device=tuple(config.train.devices[0]),
-            device_env=config.train.device_env,
-            timeout=config.train.timeout,
-            repeat=0,
-            switch_text=rendered.switch_text,
-            env_defaults=rendered.env_defaults,
-            grace=config.train.kill_grace,
-        )
         say(f"closure round {number}: training the baseline with {len(candidates)} candidates off ({trial_dir})")
-        request = TrialRequest(spec=spec, metric=metric, hooks=tuple(backend.hooks(candidates)), role="baseline")
-        result = launcher.start(request).wait()
-        fired = fired_of(result.artifacts)
-        if result.kind != "metric" and not fired:
-            raise UsageError(
-                f"closure round {number}: the baseline training ended without a metric ({result.reason}); "
-                f"see {trial_dir / result.log}"
-            )
-        return sorted(fired), fired_although_off_of(result.artifacts)
+        artifacts = train_once(config, candidates, [], trial_dir, f"closure round {number}")
+        return sorted(fired_of(artifacts)), fired_although_off_of(artifacts)
 
     config.state_dir.mkdir(parents=True, exist_ok=True)
     closure = close(list(config.rules), train_baseline, group_of, max_rounds)

@@ -123,7 +123,8 @@ def read_compiler_rules(
     names: list[str] = []
     keys: dict[str, str] = {}
     artifact_names: set[str] | None = None
-    if section.get("from") is not None:
+    from_all_on = section.get("from") == "all_on"
+    if section.get("from") is not None and not from_all_on:
         fired, artifact_names = _from_artifacts(reader, section["from"], base_dir, compiler)
         for name in fired:
             if name_problem(name, compiler) is None:
@@ -143,7 +144,7 @@ def read_compiler_rules(
             if name not in keys:
                 names.append(name)
             keys[name] = key
-    if not names:
+    if not names and not from_all_on:
         raise reader.error("rules", f"no candidate rules: {_where(compiler)}")
     known = set(_known(compiler)) | (artifact_names or set())
     unknown: list[tuple[str, str]] = []
@@ -169,7 +170,7 @@ def read_compiler_rules(
                 f"{'it is' if len(stuck) == 1 else 'they are'} no candidate"
             )
             rules = [rule for rule in rules if rule.name not in UNSWITCHABLE]
-            if not rules:
+            if not rules and not from_all_on:
                 raise reader.error("rules", f"no candidate rules that can be switched off: {_where(compiler)}")
     return tuple(rules), tuple(warnings)
 

@@ -35,7 +35,7 @@ UNKNOWN_SHOWN = 10
 # Device ids end up in environment variables and command lines: numbers, names,
 # GPU/MIG UUIDs ("MIG-GPU-.../1/0"); never white space, separators or NUL.
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_.:/-]+")
-_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json"}
+_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json", "from_all_on.json"}
 
 # The schema: every allowed key, so that a typo is reported with a suggestion.
 _SCHEMA: dict[str, Any] = {
@@ -180,6 +180,7 @@ class SearchConfig:
     localize: LocalizeConfig | None = None
     compiler: str = "cann"  # rules.compiler: which compiler backend renders and checks the switches
     closure: bool = False  # rules.closure: add what fires in the all-off baseline before searching
+    from_all_on: bool = False  # rules.from: all_on: the candidates are what fires in one all-on training
 
     def definition(self) -> dict[str, Any]:
         """What makes two searches the same search, for the journal and resume.
@@ -396,6 +397,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         localize=localize,
         compiler=compiler,
         closure=reader.boolean(rules_section.get("closure", False), "rules.closure"),
+        from_all_on=compiler != "cann" and rules_section.get("from") == "all_on",
     )
 
 

@@ -62,10 +62,11 @@ def test_closure_stops_after_its_rounds() -> None:
     assert not closure.closed and [rule.name for rule in closure.added] == ["B"]
 
 
-def write(tmp_path: Path, closure: bool) -> None:
+def write(tmp_path: Path, closure: bool, from_all_on: bool = False) -> None:
     (tmp_path / "train.py").write_text(FAKE)
+    rules = {"from": "all_on"} if from_all_on else {"names": ["A"]}
     document = {
-        "rules": {"compiler": "onnxruntime", "names": ["A"], "closure": closure, "unknown": "ignore"},
+        "rules": {"compiler": "onnxruntime", **rules, "closure": closure, "unknown": "ignore"},
         "train": {"command": [sys.executable, "train.py"], "devices": [0, 1], "timeout": 60},
         "metric": {"pattern": r"maxdiff (\S+)", "goal": "min"},
         "score": {"tolerance": 0},
@@ -95,3 +96,15 @@ def test_without_closure_the_baseline_names_what_fired_and_rules_closure_says_wh
     assert result.returncode == 0, result.stderr
     assert "names: [A, B, C]" in result.stdout
     assert "CastFloat16Transformer fired in the all-off baseline and cannot be switched off" in result.stderr
+
+
+def test_candidates_from_the_all_on_training_then_closed(tmp_path: Path) -> None:
+    write(tmp_path, closure=True, from_all_on=True)
+    dry = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0 and "rules.from: all_on" in dry.stdout
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rules.from: all_on: 1 candidate(s): A" in result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert {frozenset(r["name"] for r in c["rules"]) for c in report["culprits"]} == {frozenset({n}) for n in "ABC"}
+    assert json.loads((tmp_path / ".fusion-dd" / "from_all_on.json").read_text())["fired"] == ["A", "CastFloat16Transformer"]

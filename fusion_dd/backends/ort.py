@@ -217,3 +217,5 @@ class OrtBackend:
     def closure_group(self, name: str) -> Section | None:
         """The group of a rule closure may add; None for what the session runs whatever the switches say."""
         return None if name in UNSWITCHABLE else Section.ONNXRUNTIME
+
+    candidate_group = closure_group  # rules.from: all_on

@@ -252,6 +252,14 @@ class XlaBackend:
     def chooser(self, effects: Mapping[Rule, int]) -> Chooser:
         return choose_off_by_effect(effects) if effects else default_choose_off
 
+    def candidate_group(self, name: str) -> Section:
+        """``rules.from: all_on``: a pass that changed a module in the all-on run is a candidate.
+
+        No ``closure_group``: the all-off baseline always runs structural passes
+        (layout-assignment, copy-insertion) whose switch-off is no fix.
+        """
+        return Section.XLA_PASS
+
     def fix_env(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> dict[str, str]:
         """What the user exports for the fix: the same XLA_FLAGS without the trials' dump flags."""
         return {FLAGS_ENV: merge_flags(self.user_flags, candidates, list(enabled), dumps=False)}
