@@ -404,7 +404,7 @@ def rules(
         _rules_closure(config)
         return
     if not sources:
-        raise UsageError("give the artifacts to read candidates from (or --closure with a config)")
+        raise UsageError("missing argument SOURCES: the artifacts to read the candidates from (or --closure with a config)")
     if compiler != "cann":
         _compiler_rules(compiler, sources)
         return

@@ -367,7 +367,9 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
 
         base_cfg_path, base_cfg, graphs = None, None, ()
         rules, warnings = read_compiler_rules(reader, rules_section, base_dir, compiler)
-    train = _read_train(reader, reader.mapping(document.get("train"), "train"))
+    # ONNX Runtime and XLA run mostly on GPUs (or CPUs, where the variable is harmless).
+    device_env = "ASCEND_DEVICE_ID" if compiler == "cann" else "CUDA_VISIBLE_DEVICES"
+    train = _read_train(reader, reader.mapping(document.get("train"), "train"), device_env)
     metric = _read_metric(reader, reader.mapping(document.get("metric"), "metric"))
     score = _read_score(reader, reader.mapping(document.get("score"), "score"))
     search = _read_search(reader, reader.mapping(document.get("search"), "search"))
@@ -699,7 +701,7 @@ def parse_devices(raw: Any, key: str = "train.devices", reader: _Reader | None =
     return tuple(entries)
 
 
-def _read_train(reader: _Reader, section: Mapping[str, Any]) -> TrainConfig:
+def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env: str = "ASCEND_DEVICE_ID") -> TrainConfig:
     if section.get("command") is None:
         raise reader.error("train.command", "missing: the command that runs one training")
     command = _parse_command(reader, section["command"])
@@ -719,7 +721,7 @@ def _read_train(reader: _Reader, section: Mapping[str, Any]) -> TrainConfig:
     timeout_raw = section.get("timeout", 14400)
     timeout = None if timeout_raw is None else reader.number(timeout_raw, "train.timeout", positive=True)
     devices = parse_devices(section.get("devices", [0]), "train.devices", reader)
-    device_env = reader.string(section.get("device_env", "ASCEND_DEVICE_ID"), "train.device_env")
+    device_env = reader.string(section.get("device_env", default_device_env), "train.device_env")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", device_env):
         raise reader.error("train.device_env", f"invalid environment variable name {device_env!r}")
     grace = reader.number(section.get("kill_grace", 10), "train.kill_grace", positive=True)

@@ -128,6 +128,7 @@ class Engine:
         self._start_failures: dict[Device, int] = {}
         self._retired: list[Device] = []
         self._some_device_works = False
+        self._fired_off_said: set[str] = set()  # rules named once per session as firing although off
         self._pool: DevicePool | None = None
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
@@ -443,10 +444,9 @@ class Engine:
 
     def _warn_fired_although_off(self, trial: TrialState, artifacts: Mapping[str, Mapping[str, Any]]) -> None:
         """Rules that fired although switched off: a warning naming each once per session, never a stop."""
-        said = self.__dict__.setdefault("_fired_off_said", set())
-        new = [name for name in fired_although_off_of(artifacts) if name not in said]
+        new = [name for name in fired_although_off_of(artifacts) if name not in self._fired_off_said]
         if new:
-            said.update(new)
+            self._fired_off_said.update(new)
             self.events.message(
                 f"warning: trial #{trial.trial_id}: {', '.join(new)} fired although switched off (cannot be switched "
                 "off: the compiler runs it whatever the switches say, so 'all off' is not fusion-free for it)"

@@ -135,7 +135,8 @@ def check(
             effects=None,
         )
     # Rewrite rules run inside Level<n>_RuleBasedTransformer and never appear by name.
-    checkable = [name for name in off if name not in UNSWITCHABLE and name in ran | _transformers()]
+    visible = ran | _transformers()
+    checkable = [name for name in off if name not in UNSWITCHABLE and name in visible]
     fired_off = [name for name in off if name in fired]
     if off and not checkable:
         return switch_facts(
