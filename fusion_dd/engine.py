@@ -39,7 +39,7 @@ from .state import ConfigKey, SearchState, TrialState, definition_changes, repla
 from .trial import TrialSpec
 from .launcher import Launcher, LocalLauncher, TrialRequest, TrialResult
 from .backends import CompilerBackend, backend_for, fix_env_of
-from .hooks import effects_of, fired_although_off_of, switch_check_of
+from .hooks import effects_of, fired_although_off_of, switch_check_of, unknown_to_compiler_of
 from .broken import STATUS as TRAINING_BROKEN
 from .broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
 from .broken import report_details
@@ -450,6 +450,13 @@ class Engine:
             self.events.message(
                 f"warning: trial #{trial.trial_id}: {', '.join(new)} fired although switched off (cannot be switched "
                 "off: the compiler runs it whatever the switches say, so 'all off' is not fusion-free for it)"
+            )
+        unknown = [f"?{name}" for name in unknown_to_compiler_of(artifacts) if f"?{name}" not in self._fired_off_said]
+        if unknown:
+            self._fired_off_said.update(unknown)
+            self.events.message(
+                f"warning: trial #{trial.trial_id}: the compiler's own log does not list {', '.join(n[1:] for n in unknown)} "
+                "although switched on: it ignores unknown names silently, so switching them proves nothing"
             )
 
     def _launch_batch(

@@ -114,3 +114,12 @@ def fired_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> set[str]:
         if isinstance(facts, Mapping):
             names |= {str(name) for name in facts.get("fired") or ()}
     return names
+
+
+def unknown_to_compiler_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Candidate names a hook saw the compiler not know (``unknown_to_compiler``): they switch nothing."""
+    names: set[str] = set()
+    for facts in (artifacts or {}).values():
+        if isinstance(facts, Mapping):
+            names |= {str(name) for name in facts.get("unknown_to_compiler") or ()}
+    return sorted(names)

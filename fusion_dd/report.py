@@ -21,7 +21,7 @@ from .search.oracle import Outcome
 from .state import LOCALIZE_ROLE, SearchState, TrialState
 from .atomic import write_json_atomic, write_text_atomic
 from .switch import SwitchFile, render_switch
-from .hooks import fired_although_off_of
+from .hooks import fired_although_off_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
 FIX_NAME = "fusion_switch.cfg"
@@ -297,6 +297,19 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
             f"{', '.join(fired_off)} fired although switched off: the compiler runs "
             f"{'it' if len(fired_off) == 1 else 'them'} whatever the switches say, so the baseline (all candidates "
             "off) was not free of these rules; a name that is no candidate yet can be added to the candidates"
+        )
+    unknown = sorted(
+        {
+            name
+            for trial in state.trials.values()
+            if trial.finished is not None
+            for name in unknown_to_compiler_of(trial.finished.get("artifacts"))
+        }
+    )
+    if unknown:
+        warnings.append(
+            f"{', '.join(unknown)}: switched on but absent from the compiler's own log, so unknown to this compiler "
+            "(it ignores unknown names silently): the search says nothing about them"
         )
     reasons = [
         str(trial.finished.get("switch_check_reason"))

@@ -115,7 +115,11 @@ class OrtLogHook:
 
     def collect(self, files: TrialFiles) -> dict[str, Any]:
         ran, fired, found = read_log(trial_logs(files.trial_dir))
-        return with_fired(check(self.names, files.enabled, ran, fired, found), fired)
+        facts = with_fired(check(self.names, files.enabled, ran, fired, found), fired)
+        unknown = not_run(self.names, files.enabled, ran, found)
+        if unknown:
+            facts["unknown_to_compiler"] = unknown
+        return facts
 
 
 def check(
@@ -158,6 +162,19 @@ def check(
             effects=effects,
         )
     return switch_facts(applied=True, fired_off=fired_off, unverified="", ignored="", effects=effects)
+
+
+def not_run(candidates: Sequence[str], enabled: Iterable[str], ran: set[str], found: bool) -> list[str]:
+    """Transformer candidates switched on that the log does not list: this build never runs them.
+
+    ONNX Runtime ignores an unknown name silently, and a transformer of another
+    execution provider or build never runs here: searching it proves nothing.
+    Rewrite rules never appear by name, so they are not judged.
+    """
+    if not found:
+        return []
+    enabled_set = set(enabled)
+    return [name for name in candidates if name in enabled_set and name not in ran and name not in _REWRITE_RULES]
 
 
 def with_fired(facts: dict[str, Any], fired: Mapping[str, int]) -> dict[str, Any]:

@@ -165,3 +165,14 @@ def test_the_session_helpers_hand_over_the_list_inside_fusion_dd(monkeypatch: py
     assert options.log_severity_level == 1  # info: the GraphTransformer lines are the proof
     monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)  # kwargs work without onnxruntime's log
     assert ort_session_kwargs() == {"disabled_optimizers": ["GeluFusionL2", "LayerNormFusionL1"]}
+
+
+def test_a_candidate_the_log_never_lists_is_unknown_to_this_onnxruntime(tmp_path: Path) -> None:
+    (tmp_path / "output.log").write_text(LOG.read_text())
+    rules = [GELU, Rule("NchwcTransformerX", Section.ONNXRUNTIME), Rule("EliminateIdentity", Section.ONNXRUNTIME)]
+    hook = OrtBackend().hooks(rules)[0]
+    facts = hook.collect(TrialFiles(tmp_path, frozenset(rule.name for rule in rules), "all_on"))
+    # Rewrite rules never show by name: only the transformer that never ran is named.
+    assert facts["unknown_to_compiler"] == ["NchwcTransformerX"]
+    off = hook.collect(TrialFiles(tmp_path, frozenset(), "baseline"))
+    assert "unknown_to_compiler" not in off  # switched off, its absence proves nothing
