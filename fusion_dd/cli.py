@@ -128,6 +128,15 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     ``localize_only``: only the localization step of a finished search (``fusion-dd localize``).
     """
     _warn(config)
+    say = lambda line: typer.echo(f"fusion-dd: {line}", err=True)  # noqa: E731
+    if config.from_all_on:  # before the journal: the all-on run's rules are the search's (from_all_on.json keeps them)
+        from .closure import candidates_from_all_on
+
+        config = candidates_from_all_on(config, say)
+    if config.closure:  # before the journal: the closed candidates are the search's (closure.json keeps them)
+        from .closure import closed_config
+
+        config = closed_config(config, say)
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
     # The estimate is of search trainings: a localize-only session has none to estimate.
     events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
@@ -191,15 +200,29 @@ def _dry_run(config: SearchConfig) -> None:
     rules = list(config.rules)
     echo = typer.echo
     echo(f"config: {config.source}")
-    echo(f"{len(rules)} candidate rules:")
+    if config.from_all_on:
+        echo("candidate rules: the ones that fire in one training with every rule on (rules.from: all_on)"
+             + (f", besides these {len(rules)}:" if rules else ""))
+    else:
+        echo(f"{len(rules)} candidate rules:")
     for rule in rules:
         echo(f"  {rule.section.value:<12} {rule.name}")
     echo("")
     echo("first switch files (each trial gets a fresh one):")
-    echo("baseline, all candidates off:")
-    echo(render_switch(rules, [], config.base_cfg).rstrip())
-    echo("all candidates on:")
-    echo(render_switch(rules, rules, config.base_cfg).rstrip())
+    if config.compiler == "cann":
+        echo("baseline, all candidates off:")
+        echo(render_switch(rules, [], config.base_cfg).rstrip())
+        echo("all candidates on:")
+        echo(render_switch(rules, rules, config.base_cfg).rstrip())
+    else:
+        from .backends import backend_for
+
+        backend = backend_for(config)
+        for title, enabled in (("baseline, all candidates off", []), ("all candidates on", rules)):
+            rendered = backend.render(rules, enabled)
+            echo(f"{title}:")
+            for name, value in rendered.env.items():
+                echo(f"  {name}={shlex.quote(value)}")
     echo("")
     echo("command lines (trial 0001 shown; each trial has its own directory):")
     for device in config.train.devices:
@@ -364,18 +387,34 @@ def report(
 
 @app.command()
 def rules(
-    sources: list[Path] = typer.Argument(
-        ..., help="fusion_result.json, ge_proto_*.txt / atc JSON graph dumps, fusion_switch.cfg, rule lists, or directories."
+    sources: Optional[list[Path]] = typer.Argument(
+        None,
+        help="fusion_result.json, ge_proto_*.txt / atc JSON graph dumps, fusion_switch.cfg, rule lists, or directories "
+        "(--compiler onnxruntime: logs; xla: --xla_dump_to directories).",
     ),
+    compiler: str = typer.Option("cann", "--compiler", help="Whose artifacts these are: cann, onnxruntime or xla."),
+    closure: bool = typer.Option(
+        False, "--closure", help="Train the all-off baseline of the config (-c) until no new rule fires; print the closed candidates."
+    ),
+    config: Optional[Path] = ConfigOption,
     output_format: str = typer.Option("yaml", "--format", help="yaml (pastes into fusion-dd.yaml), txt or json."),
     where: Optional[str] = typer.Option(None, "--where", help="Show where this rule acted in the given graph dumps."),
     keep_unfired: bool = typer.Option(
         False, "--keep-unfired", help="Keep listed rules that the artifacts show never fired."
     ),
 ) -> None:
-    """Print the candidate rules found in CANN artifacts, or where a rule acted in a graph."""
+    """Print the candidate rules found in a compiler's artifacts, or where a rule acted in a graph; or close a config's candidates."""
     from .ascend import collect_candidates, format_locations, format_rules, graph_paths, load_graphs
     from .ascend import where as where_rule
+
+    if closure:
+        _rules_closure(config)
+        return
+    if not sources:
+        raise UsageError("missing argument SOURCES: the artifacts to read the candidates from (or --closure with a config)")
+    if compiler != "cann":
+        _compiler_rules(compiler, sources)
+        return
 
     if where is not None:
         graphs = load_graphs(graph_paths(sources))
@@ -393,6 +432,46 @@ def rules(
         names = ", ".join(rule.name for rule in candidates.dropped)
         typer.echo(f"fusion-dd: left out because they never fired (keep them with --keep-unfired): {names}", err=True)
     typer.echo(format_rules(candidates, output_format, autofuse=_autofuse_enabled()), nl=False)
+
+
+def _rules_closure(config_path: Path | None) -> None:
+    """``fusion-dd rules --closure``: the config's candidates plus what fires in their all-off baseline."""
+    from .closure import run_closure
+
+    loaded = _load(config_path, budget=None, devices=None, jobs=None, state_dir=None)
+    closure = run_closure(loaded, lambda line: typer.echo(f"fusion-dd: {line}", err=True))
+    names = [rule.name for rule in loaded.rules] + [rule.name for rule in closure.added]
+    typer.echo(f"# closed candidates ({len(closure.added)} added by {len(closure.rounds)} baseline training(s)):")
+    if loaded.compiler == "cann":
+        for rule in closure.added:
+            typer.echo(f"#   {rule.section.value}: {rule.name}")
+    else:
+        typer.echo(f"rules:\n  compiler: {loaded.compiler}\n  names: [{', '.join(names)}]")
+
+
+def _compiler_rules(compiler: str, sources: list[Path]) -> None:
+    """``fusion-dd rules --compiler onnxruntime|xla``: the rules that fired in these logs or dumps, as config."""
+    from .backends import COMPILERS
+    from .compiler_rules import _from_artifacts
+
+    if compiler not in COMPILERS:
+        raise UsageError(f"--compiler: {compiler!r} is not one of {', '.join(COMPILERS)}")
+
+    class _Reader:
+        source = "fusion-dd rules"
+
+        def error(self, key: str, problem: str) -> UsageError:
+            return UsageError(f"{problem}")
+
+    fired, _ = _from_artifacts(_Reader(), [str(Path(source).resolve()) for source in sources], Path.cwd(), compiler)
+    if compiler == "onnxruntime":
+        from .backends.ort import UNSWITCHABLE
+
+        stuck = [name for name in fired if name in UNSWITCHABLE]
+        if stuck:
+            typer.echo(f"fusion-dd: left out, ONNX Runtime runs them whatever the switches say: {', '.join(stuck)}", err=True)
+        fired = [name for name in fired if name not in UNSWITCHABLE]
+    typer.echo(f"rules:\n  compiler: {compiler}\n  names: [{', '.join(fired)}]")
 
 
 def _autofuse_enabled() -> bool:
@@ -425,17 +504,35 @@ def compare(
 def init(
     sources: list[Path] = typer.Option([], "--from", help="Artifacts to take the candidate rules from (repeatable)."),
     command: Optional[str] = typer.Option(None, "--command", help="The command that runs one training."),
-    framework: str = typer.Option("generic", "--framework", help="tf1, tf2, torchair, mindspore or generic."),
+    framework: str = typer.Option(
+        "generic", "--framework", help="tf1, tf2, torchair, mindspore, generic (CANN); onnxruntime, jax, tensorflow-xla."
+    ),
     output: Path = typer.Option(Path(DEFAULT_CONFIG_NAME), "-o", "--output", help="Where to write the config."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented fusion-dd.yaml for your training."""
-    from .init_config import FRAMEWORKS, render_init_config
+    from .init_config import COMPILER_FRAMEWORKS, FRAMEWORKS, render_compiler_init_config, render_init_config, training_line
 
-    if framework not in FRAMEWORKS:
-        raise UsageError(f"--framework: {framework!r} is not one of {', '.join(FRAMEWORKS)}")
+    if framework not in FRAMEWORKS and framework not in COMPILER_FRAMEWORKS:
+        known = ", ".join([*FRAMEWORKS, *COMPILER_FRAMEWORKS])
+        raise UsageError(f"--framework: {framework!r} is not one of {known}")
     if output.exists() and not force:
         raise UsageError(f"{output}: already exists; pass --force to overwrite it")
+    if framework in COMPILER_FRAMEWORKS:
+        argv = shlex.split(command) if command is not None else None
+        names: list[str] = []
+        if sources:
+            from .compiler_rules import _from_artifacts
+
+            class _Reader:
+                def error(self, key: str, problem: str) -> UsageError:
+                    return UsageError(f"--from: {problem}")
+
+            names, _ = _from_artifacts(_Reader(), [str(path) for path in sources], Path.cwd(), COMPILER_FRAMEWORKS[framework][0])
+        output.write_text(render_compiler_init_config(framework=framework, command=argv, names=names), encoding="utf-8")
+        typer.echo(f"wrote {output}; check it with: fusion-dd search --dry-run -c {output}")
+        typer.echo(f"what the training needs ({framework}): {training_line(framework)}")
+        return
     found: list = []
     if sources:
         from .ascend import collect_candidates

@@ -35,11 +35,14 @@ UNKNOWN_SHOWN = 10
 # Device ids end up in environment variables and command lines: numbers, names,
 # GPU/MIG UUIDs ("MIG-GPU-.../1/0"); never white space, separators or NUL.
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_.:/-]+")
-_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials"}
+_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json", "from_all_on.json"}
 
 # The schema: every allowed key, so that a typo is reported with a suggestion.
 _SCHEMA: dict[str, Any] = {
     "rules": {
+        "compiler": None,
+        "names": None,
+        "closure": None,
         "GraphFusion": None,
         "UBFusion": None,
         "AutoFuse": None,
@@ -175,6 +178,9 @@ class SearchConfig:
     # How trainings dump tensors for localization after a search; None: no localization.
     # Not part of the definition: changing it never invalidates finished trainings.
     localize: LocalizeConfig | None = None
+    compiler: str = "cann"  # rules.compiler: which compiler backend renders and checks the switches
+    closure: bool = False  # rules.closure: add what fires in the all-off baseline before searching
+    from_all_on: bool = False  # rules.from: all_on: the candidates are what fires in one all-on training
 
     def definition(self) -> dict[str, Any]:
         """What makes two searches the same search, for the journal and resume.
@@ -188,7 +194,7 @@ class SearchConfig:
                 section.value: dict(entries)
                 for section, entries in self.base_cfg.entries.items()
             }
-        return {
+        definition: dict[str, Any] = {
             "rules": [rule.to_json() for rule in self.rules],
             "base_cfg": base,
             "command": list(self.train.command),
@@ -214,6 +220,9 @@ class SearchConfig:
             "strategy": self.search.strategy,
             "noise": {"confirm": self.search.confirm, "max_trainings": self.search.max_trainings},
         }
+        if self.compiler != "cann":  # CANN's definitions (and so its journals) stay as they were
+            definition["compiler"] = self.compiler
+        return definition
 
     def with_overrides(
         self,
@@ -347,11 +356,20 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         reader.check_keys(reader.mapping(document.get(section), section), _SCHEMA[section], f"{section}.")
     base_dir = source.parent
 
-    base_cfg_path, base_cfg = _read_base_cfg(reader, document.get("rules") or {}, base_dir)
     rules_section = reader.mapping(document.get("rules"), "rules")
-    rules, warnings = _read_rules(reader, rules_section, base_dir)
-    graphs = _read_graphs(reader, rules_section, base_dir)
-    train = _read_train(reader, reader.mapping(document.get("train"), "train"))
+    compiler = _read_compiler(reader, rules_section)
+    if compiler == "cann":
+        base_cfg_path, base_cfg = _read_base_cfg(reader, rules_section, base_dir)
+        rules, warnings = _read_rules(reader, rules_section, base_dir)
+        graphs = _read_graphs(reader, rules_section, base_dir)
+    else:
+        from .compiler_rules import read_compiler_rules
+
+        base_cfg_path, base_cfg, graphs = None, None, ()
+        rules, warnings = read_compiler_rules(reader, rules_section, base_dir, compiler)
+    # ONNX Runtime and XLA run mostly on GPUs (or CPUs, where the variable is harmless).
+    device_env = "ASCEND_DEVICE_ID" if compiler == "cann" else "CUDA_VISIBLE_DEVICES"
+    train = _read_train(reader, reader.mapping(document.get("train"), "train"), device_env)
     metric = _read_metric(reader, reader.mapping(document.get("metric"), "metric"))
     score = _read_score(reader, reader.mapping(document.get("score"), "score"))
     search = _read_search(reader, reader.mapping(document.get("search"), "search"))
@@ -379,7 +397,28 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         graphs=graphs,
         early_stop=early_stop,
         localize=localize,
+        compiler=compiler,
+        closure=reader.boolean(rules_section.get("closure", False), "rules.closure"),
+        from_all_on=compiler != "cann" and rules_section.get("from") == "all_on",
     )
+
+
+def _read_compiler(reader: _Reader, section: Mapping[str, Any]) -> str:
+    """``rules.compiler``: cann (default), onnxruntime or xla; ``rules.names`` belongs to the last two."""
+    from .backends import COMPILERS
+
+    compiler = section.get("compiler", "cann")
+    if compiler not in COMPILERS:
+        close = difflib.get_close_matches(str(compiler), COMPILERS, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise reader.error("rules.compiler", f"unknown compiler {compiler!r}; {hint}choose one of {', '.join(COMPILERS)}")
+    if compiler == "cann" and section.get("names") is not None:
+        raise reader.error(
+            "rules.names",
+            "is the candidate list of rules.compiler: onnxruntime or xla; CANN's rules go under "
+            "rules.GraphFusion / rules.UBFusion (or set rules.compiler)",
+        )
+    return str(compiler)
 
 
 def check_state_dir(path: Path, key: str, config_source: Path | None = None) -> None:
@@ -662,7 +701,7 @@ def parse_devices(raw: Any, key: str = "train.devices", reader: _Reader | None =
     return tuple(entries)
 
 
-def _read_train(reader: _Reader, section: Mapping[str, Any]) -> TrainConfig:
+def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env: str = "ASCEND_DEVICE_ID") -> TrainConfig:
     if section.get("command") is None:
         raise reader.error("train.command", "missing: the command that runs one training")
     command = _parse_command(reader, section["command"])
@@ -682,7 +721,7 @@ def _read_train(reader: _Reader, section: Mapping[str, Any]) -> TrainConfig:
     timeout_raw = section.get("timeout", 14400)
     timeout = None if timeout_raw is None else reader.number(timeout_raw, "train.timeout", positive=True)
     devices = parse_devices(section.get("devices", [0]), "train.devices", reader)
-    device_env = reader.string(section.get("device_env", "ASCEND_DEVICE_ID"), "train.device_env")
+    device_env = reader.string(section.get("device_env", default_device_env), "train.device_env")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", device_env):
         raise reader.error("train.device_env", f"invalid environment variable name {device_env!r}")
     grace = reader.number(section.get("kill_grace", 10), "train.kill_grace", positive=True)
@@ -753,6 +792,13 @@ def _read_score(reader: _Reader, section: Mapping[str, Any]) -> ScoreConfig:
         value = section.get(key)
         return None if value is None else reader.number(value, f"score.{key}")
 
+    for key in ("baseline_metric", "reference"):
+        if tolerance.mode == "relative" and section.get(key) == 0:
+            raise reader.error(
+                "score.tolerance",
+                f"{tolerance.describe()} of a zero baseline (score.{key}: 0) is nothing; give an absolute "
+                "tolerance instead (e.g. score.tolerance: 1e-6, in the metric's units, or 0 for bitwise)",
+            )
     return ScoreConfig(
         tolerance=tolerance,
         crash_is_failure=reader.boolean(section.get("crash_is_failure", False), "score.crash_is_failure"),

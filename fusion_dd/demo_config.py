@@ -33,7 +33,7 @@ def write_demo_config(
     document = {
         "rules": {
             section.value: [rule.name for rule in rules if rule.section is section]
-            for section in Section
+            for section in (Section.GRAPH, Section.UB, Section.AUTOFUSE)
             if section is not Section.AUTOFUSE or any(rule.section is section for rule in rules)
         },
         "train": {

@@ -38,8 +38,8 @@ from .search.oracle import Outcome
 from .state import ConfigKey, SearchState, TrialState, definition_changes, replay
 from .trial import TrialSpec
 from .launcher import Launcher, LocalLauncher, TrialRequest, TrialResult
-from .backends import CompilerBackend, backend_for
-from .hooks import effects_of, switch_check_of
+from .backends import CompilerBackend, backend_for, fix_env_of
+from .hooks import effects_of, fired_although_off_of, switch_check_of, unknown_to_compiler_of
 from .broken import STATUS as TRAINING_BROKEN
 from .broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
 from .broken import report_details
@@ -128,6 +128,7 @@ class Engine:
         self._start_failures: dict[Device, int] = {}
         self._retired: list[Device] = []
         self._some_device_works = False
+        self._fired_off_said: set[str] = set()  # rules named once per session as firing although off
         self._pool: DevicePool | None = None
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
@@ -391,6 +392,7 @@ class Engine:
             return None
         switch_check, switch_reason = switch_check_of(result.artifacts)
         self._warn_unreadable(trial, result.artifacts)
+        self._warn_fired_although_off(trial, result.artifacts)
         self._append(
             {
                 "type": "trial_finished",
@@ -439,6 +441,23 @@ class Engine:
         if errors and not self._unreadable_result_said:
             self._unreadable_result_said = True
             self.events.message(f"warning: trial #{trial.trial_id}: switch check unverified: {errors[0]}")
+
+    def _warn_fired_although_off(self, trial: TrialState, artifacts: Mapping[str, Mapping[str, Any]]) -> None:
+        """Rules that fired although switched off: a warning naming each once per session, never a stop."""
+        new = [name for name in fired_although_off_of(artifacts) if name not in self._fired_off_said]
+        if new:
+            self._fired_off_said.update(new)
+            self.events.message(
+                f"warning: trial #{trial.trial_id}: {', '.join(new)} fired although switched off (cannot be switched "
+                "off: the compiler runs it whatever the switches say, so 'all off' is not fusion-free for it)"
+            )
+        unknown = [f"?{name}" for name in unknown_to_compiler_of(artifacts) if f"?{name}" not in self._fired_off_said]
+        if unknown:
+            self._fired_off_said.update(unknown)
+            self.events.message(
+                f"warning: trial #{trial.trial_id}: the compiler's own log does not list {', '.join(n[1:] for n in unknown)} "
+                "although switched on: it ignores unknown names silently, so switching them proves nothing"
+            )
 
     def _launch_batch(
         self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None, role: str | None = None
@@ -873,7 +892,7 @@ class Engine:
         report = self._report(status, pre, result)
         if status == "found" and result is not None:
             # What the user exports beside the fix cfg (CANN: AUTOFUSE_FLAGS when AutoFuse points are candidates).
-            fix_env = self.backend.render(self.rules, sorted(result.fix)).env
+            fix_env = fix_env_of(self.backend, self.rules, sorted(result.fix))
             if fix_env:
                 report["fix_env"] = dict(fix_env)
         self._append({"type": "search_finished", "status": status, "report": report})
@@ -890,8 +909,13 @@ class Engine:
         report = self._report(status, pre, result, message)
         return self._write(status, exit_code, report)
 
+    def _switch_text(self, candidates: list[Rule], enabled: list[Rule]) -> str:
+        return self.backend.render(candidates, enabled).switch_text
+
     def _write(self, status: str, exit_code: int, report: dict[str, Any]) -> SearchResult:
-        report_path, fix_path = write_outputs(self.state_dir, report, self.rules, self.config.base_cfg)
+        report_path, fix_path = write_outputs(
+            self.state_dir, report, self.rules, self.config.base_cfg, self._switch_text
+        )
         return SearchResult(status, exit_code, report, report_path, fix_path)
 
     def _result_from_finished(self) -> SearchResult:

@@ -91,3 +91,35 @@ def effects_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> dict[str, i
         for name, count in (facts.get("effects") or {}).items():
             total[str(name)] = total.get(str(name), 0) + int(count)
     return total
+
+
+def fired_although_off_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Rule names a hook saw fire although the configuration switched them off (``fired_although_off``).
+
+    Not a stop: compilers run some passes whatever their switch says (ONNX
+    Runtime's cast transformers), or a pass fires only once others are off. The
+    user must hear their names: an "all off" baseline with them is not fusion-free.
+    """
+    names: set[str] = set()
+    for facts in (artifacts or {}).values():
+        if isinstance(facts, Mapping):
+            names |= {str(name) for name in facts.get("fired_although_off") or ()}
+    return sorted(names)
+
+
+def fired_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> set[str]:
+    """Every rule name a hook saw change something (``fired``), candidates or not: what closure adds from."""
+    names: set[str] = set()
+    for facts in (artifacts or {}).values():
+        if isinstance(facts, Mapping):
+            names |= {str(name) for name in facts.get("fired") or ()}
+    return names
+
+
+def unknown_to_compiler_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Candidate names a hook saw the compiler not know (``unknown_to_compiler``): they switch nothing."""
+    names: set[str] = set()
+    for facts in (artifacts or {}).values():
+        if isinstance(facts, Mapping):
+            names |= {str(name) for name in facts.get("unknown_to_compiler") or ()}
+    return sorted(names)

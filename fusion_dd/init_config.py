@@ -113,3 +113,81 @@ search:
   budget: 60             # maximum trainings, resumes included
 """
 
+
+
+# Frameworks on other compilers (rules.compiler): framework -> (compiler, device variable, what the training needs).
+COMPILER_FRAMEWORKS: dict[str, tuple[str, str, str]] = {
+    "onnxruntime": (
+        "onnxruntime",
+        "CUDA_VISIBLE_DEVICES",
+        "session = ort.InferenceSession(path, so, providers=providers, **ort_session_kwargs())\n"
+        "#   (from fusion_dd.integrations import ort_session_kwargs; an empty dict outside fusion-dd)",
+    ),
+    "jax": (
+        "xla",
+        "CUDA_VISIBLE_DEVICES",
+        "nothing: XLA reads XLA_FLAGS, which fusion-dd sets per trial (append to XLA_FLAGS, never replace it)",
+    ),
+    "tensorflow-xla": (
+        "xla",
+        "CUDA_VISIBLE_DEVICES",
+        "nothing: XLA reads XLA_FLAGS, which fusion-dd sets per trial (append to XLA_FLAGS, never replace it;\n"
+        "#   only what XLA compiles is searched: jit_compile=True or TF_XLA_FLAGS=--tf_xla_auto_jit=2)",
+    ),
+}
+
+_EXAMPLE_NAMES = {
+    "onnxruntime": "[GeluFusionL2, LayerNormFusionL1, MatMulAddFusion]",
+    "xla": "[algsimp, float-normalization-bf16, xla_allow_excess_precision]",
+}
+
+
+def training_line(framework: str) -> str:
+    """The one line (or none) a training on this framework needs, for ``fusion-dd init`` to show."""
+    if framework in COMPILER_FRAMEWORKS:
+        return COMPILER_FRAMEWORKS[framework][2]
+    return FRAMEWORKS[framework][1]
+
+
+def render_compiler_init_config(*, framework: str, command: Sequence[str] | None = None, names: Sequence[str] = ()) -> str:
+    """The text of a new ``fusion-dd.yaml`` for ONNX Runtime or an XLA framework."""
+    compiler, device_env, wiring = COMPILER_FRAMEWORKS[framework]
+    argv = list(command) if command else ["python", "train.py"]
+    listed = f"[{', '.join(names)}]" if names else f"{_EXAMPLE_NAMES[compiler]}   # e.g.; replace with yours"
+    source = (
+        "a log of one run with ONNX Runtime's info log on: `fusion-dd rules --compiler onnxruntime run.log`"
+        if compiler == "onnxruntime"
+        else "a dump of one run (XLA_FLAGS='--xla_dump_to=DIR --xla_dump_hlo_pass_re=.*'): "
+        "`fusion-dd rules --compiler xla DIR`"
+    )
+    return f"""\
+# fusion-dd.yaml: which {compiler} passes change my model's numbers?
+# Written by `fusion-dd init --framework {framework}`. Check it with `fusion-dd search --dry-run`.
+#
+# What your training needs for {framework}:
+#   {wiring}
+
+rules:
+  compiler: {compiler}
+  # The candidates: the passes that fired in your model, from {source}
+  names: {listed}
+  closure: false         # true: first add what fires once the candidates are off (ONNX Runtime)
+
+train:
+  command: {json.dumps(argv)}
+  workdir: "{{trial_dir}}"     # each trial runs in its own directory
+  timeout: 14400             # seconds per training
+  devices: [0]               # one concurrent training per entry
+  device_env: {device_env}
+  env: {{}}
+
+metric:
+  pattern: 'accuracy[=:]\\s*(\\S+)'   # last match in the output; group 1 is the value
+  goal: max                          # max for accuracy, min for a loss or a difference
+
+score:
+  tolerance: auto        # auto | an absolute number | "2%" of the baseline | 0 = bitwise, any difference fails
+
+search:
+  budget: 60             # maximum trainings, resumes included
+"""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from .search.oracle import Outcome
 from .state import LOCALIZE_ROLE, SearchState, TrialState
 from .atomic import write_json_atomic, write_text_atomic
 from .switch import SwitchFile, render_switch
+from .hooks import fired_although_off_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
 FIX_NAME = "fusion_switch.cfg"
@@ -186,6 +187,8 @@ def build_report(
             "limit": _number(threshold.limit),
             "tolerance_setting": config.score.tolerance.describe(),
         }
+        if threshold.bitwise:
+            report["threshold"]["bitwise"] = True
     if result is not None:
         report["culprits"] = [
             {
@@ -281,11 +284,47 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
             status = trial.finished.get("switch_check", "unverified")
             counts[status] = counts.get(status, 0) + 1
     warnings: list[str] = []
-    if counts and not counts.get("applied"):
+    fired_off = sorted(
+        {
+            name
+            for trial in state.trials.values()
+            if trial.finished is not None
+            for name in fired_although_off_of(trial.finished.get("artifacts"))
+        }
+    )
+    if fired_off:
         warnings.append(
-            "no training left a fusion_result.json that fusion-dd could check, so it could not verify that the "
-            "switch files were applied (see the README: wiring the switch file, compile caches)"
+            f"{', '.join(fired_off)} fired although switched off: the compiler runs "
+            f"{'it' if len(fired_off) == 1 else 'them'} whatever the switches say, so the baseline (all candidates "
+            "off) was not free of these rules; a name that is no candidate yet can be added to the candidates"
         )
+    unknown = sorted(
+        {
+            name
+            for trial in state.trials.values()
+            if trial.finished is not None
+            for name in unknown_to_compiler_of(trial.finished.get("artifacts"))
+        }
+    )
+    if unknown:
+        warnings.append(
+            f"{', '.join(unknown)}: switched on but absent from the compiler's own log, so unknown to this compiler "
+            "(it ignores unknown names silently): the search says nothing about them"
+        )
+    reasons = [
+        str(trial.finished.get("switch_check_reason"))
+        for trial in state.trials.values()
+        if trial.finished is not None and trial.finished.get("switch_check_reason")
+    ]
+    generic = reasons and not any("fusion_result.json" in reason for reason in reasons)
+    if counts and not counts.get("applied"):
+        if generic:  # a compiler without fusion_result.json: its hook said why it could not verify
+            warnings.append(f"no training proved that its switches were applied: {reasons[0]}")
+        else:
+            warnings.append(
+                "no training left a fusion_result.json that fusion-dd could check, so it could not verify that the "
+                "switch files were applied (see the README: wiring the switch file, compile caches)"
+            )
         baseline, all_on = report.get("baseline"), report.get("all_on")
         if baseline is not None and baseline == all_on:
             warnings.append(
@@ -317,9 +356,17 @@ def _add_layers(report: dict[str, Any], graphs: Sequence[str]) -> None:
 
 
 def write_outputs(
-    state_dir: Path, report: dict[str, Any], rules: list[Rule], base: SwitchFile | None
+    state_dir: Path,
+    report: dict[str, Any],
+    rules: list[Rule],
+    base: SwitchFile | None,
+    render: Callable[[list[Rule], list[Rule]], str] | None = None,
 ) -> tuple[Path, Path | None]:
-    """Write report.json and, when the search found its answer, the fix cfg (both atomically)."""
+    """Write report.json and, when the search found its answer, the fix cfg (both atomically).
+
+    ``render``: the compiler backend's switch text for (candidates, enabled);
+    CANN's switch file by default.
+    """
     report_path = state_dir / REPORT_NAME
     write_json_atomic(report_path, report)
     fix_path = None
@@ -327,7 +374,8 @@ def write_outputs(
         off = set(report["switched_off"])
         enabled = [rule for rule in rules if rule.name not in off]
         fix_path = state_dir / FIX_NAME
-        write_text_atomic(fix_path, render_switch(rules, enabled, base))
+        text = render(rules, enabled) if render is not None else render_switch(rules, enabled, base)
+        write_text_atomic(fix_path, text)
         flags = (report.get("fix_env") or {}).get("AUTOFUSE_FLAGS")
         if flags is not None:
             write_text_atomic(state_dir / AUTOFUSE_FLAGS_NAME, flags + "\n")
@@ -342,6 +390,17 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+def _tolerance_text(threshold: dict[str, Any]) -> str:
+    """The tolerance once, with its unit: how it was set says which."""
+    setting = str(threshold.get("tolerance_setting"))
+    value = f"{threshold['tolerance']:.6g}"
+    if setting == "auto":
+        return f"{value}, auto"
+    if setting.endswith("%"):
+        return f"{setting} of the baseline = {value}"
+    return f"{value} in the metric's units"
+
+
 def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list[str]:
     """The human-readable end of a search."""
     lines = [f"fusion-dd: {report['message']}"]
@@ -350,11 +409,16 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         lines.append(f"  baseline (all candidates off): {report['baseline']}")
     if report.get("all_on") is not None:
         lines.append(f"  all candidates on:             {report['all_on']}")
-    if threshold:
+    if threshold and threshold.get("bitwise"):
+        lines.append(
+            f"  a configuration fails when its metric differs from the baseline's {threshold['baseline']!r} at all "
+            "(score.tolerance: 0, bitwise)"
+        )
+    elif threshold:
         comparison = "<" if threshold["goal"] == "max" else ">"
         lines.append(
             f"  a configuration fails when its metric {comparison} {threshold['limit']:.6g} "
-            f"(tolerance {threshold['tolerance']:.6g}, {threshold['tolerance_setting']})"
+            f"(tolerance {_tolerance_text(threshold)})"
         )
     rounds = report.get("rounds")
     lines.append(

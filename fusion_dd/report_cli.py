@@ -35,7 +35,16 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
     notes: list[str] = []
     if pid is None:
         config = config_of(replay(records), state_dir)
-        write_outputs(state_dir, report, list(config.rules), config.base_cfg)
+        from .backends import backend_for
+
+        backend = backend_for(config)
+        write_outputs(
+            state_dir,
+            report,
+            list(config.rules),
+            config.base_cfg,
+            lambda candidates, enabled: backend.render(candidates, enabled).switch_text,
+        )
         notes.append(f"rewrote {display_path(state_dir / REPORT_NAME)} from the journal")
     else:
         notes.append(

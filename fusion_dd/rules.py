@@ -24,6 +24,12 @@ class Section(str, enum.Enum):
     GRAPH = "GraphFusion"
     UB = "UBFusion"
     AUTOFUSE = "AutoFuse"
+    # Other compilers' groups (``rules.compiler``): ONNX Runtime's graph
+    # transformers and rewrite rules are one group; XLA has HLO passes
+    # (``--xla_disable_hlo_passes``) and boolean debug flags (``--xla_<flag>=false``).
+    ONNXRUNTIME = "onnxruntime"
+    XLA_PASS = "xla_pass"
+    XLA_FLAG = "xla_flag"
 
     def __str__(self) -> str:
         return self.value
@@ -37,6 +43,9 @@ class Section(str, enum.Enum):
             "UBFusion": cls.UB,
             "ub_fusion": cls.UB,
             "AutoFuse": cls.AUTOFUSE,
+            "onnxruntime": cls.ONNXRUNTIME,
+            "xla_pass": cls.XLA_PASS,
+            "xla_flag": cls.XLA_FLAG,
         }
         try:
             return aliases[text]

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .config import Tolerance
+from .errors import UsageError
 from .search.oracle import Outcome
 
 # Kinds of measurement, as classified from a finished trial.
@@ -49,6 +50,9 @@ class Threshold:
     goal: str  # "max" or "min"
     all_on: float | None = None
     baseline_spread: float | None = None
+    # ``score.tolerance: 0``: any difference from the baseline fails, better or worse
+    # (users comparing against an unoptimized reference want bit-exactness).
+    bitwise: bool = False
 
     @property
     def limit(self) -> float:
@@ -60,6 +64,8 @@ class Threshold:
         """True when ``value`` is worse than the baseline by more than the tolerance."""
         if not math.isfinite(value):
             return True
+        if self.bitwise:
+            return value != self.baseline
         if self.goal == "max":
             return value < self.limit
         return value > self.limit
@@ -73,6 +79,8 @@ class Threshold:
         return Outcome.FAIL if crash_is_failure else Outcome.UNRESOLVED
 
     def describe(self) -> str:
+        if self.bitwise:
+            return f"fail when metric != {self.baseline:.9g} (bitwise: any difference from the baseline, score.tolerance: 0)"
         comparison = "<" if self.goal == "max" else ">"
         return (
             f"fail when metric {comparison} {self.limit:.6g} "
@@ -191,6 +199,11 @@ def resolve_tolerance(
     return max(spread, gap_part)
 
 
+def is_bitwise(tolerance: Tolerance) -> bool:
+    """``score.tolerance: 0``: any difference from the baseline fails."""
+    return tolerance.mode == "absolute" and tolerance.value == 0
+
+
 def _worse(value: float, than: float, goal: str) -> bool:
     return value < than if goal == "max" else value > than
 
@@ -293,9 +306,14 @@ def check_preconditions(
         )
         return Preconditions(False, "baseline_fails", f"{why}: {not_the_cause}", None)
     all_on_votes = [True] * len(all_on_runs)
+    if values and tolerance.mode == "relative" and statistics.fmean(values) == 0:
+        raise UsageError(
+            f"score.tolerance: {tolerance.describe()} of the baseline is nothing, because the baseline measured 0; "
+            "give an absolute tolerance instead (score.tolerance: 1e-6, in the metric's units, or 0 for bitwise)"
+        )
     if values:
         judge_tolerance = resolve_tolerance(tolerance, values, combine_runs(all_on_runs))
-        judge = Threshold(statistics.fmean(values), judge_tolerance, goal)
+        judge = Threshold(statistics.fmean(values), judge_tolerance, goal, bitwise=is_bitwise(tolerance))
         all_on_votes = [judge.verdict(run, crash_is_failure) is Outcome.FAIL for run in all_on_runs]
     all_on_decision = reference_decision(all_on_votes, all_on_limit)
     retrain: list[str] = []
@@ -324,6 +342,7 @@ def check_preconditions(
         goal=goal,
         all_on=all_on.value if all_on.has_value else None,
         baseline_spread=spread,
+        bitwise=is_bitwise(tolerance),
     )
     verdict = threshold.verdict(all_on, crash_is_failure)
     if all_on_decision == REFUSE or verdict is not Outcome.FAIL:

@@ -181,8 +181,8 @@ def render_switch(
                 if (name, section) not in candidate_keys:
                     sections[section.value][name] = "on" if on else "off"
     for rule in sorted(candidate_list):
-        if rule.section is Section.AUTOFUSE:
-            continue  # AutoFuse is switched by AUTOFUSE_FLAGS, never by this file
+        if rule.section not in (Section.GRAPH, Section.UB):
+            continue  # AutoFuse (AUTOFUSE_FLAGS) and other compilers' rules are never in this file
         sections[rule.section.value][rule.name] = (
             "on" if rule in enabled_set else "off"
         )

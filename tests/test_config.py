@@ -158,3 +158,17 @@ def test_cli_overrides_are_validated(tmp_path, capsys):
         main(["search", "-c", str(path), "--jobs", "2", "--devices", "0"])
     assert info.value.code == 2
     assert "--devices and --jobs" in capsys.readouterr().err
+
+
+def test_a_percentage_tolerance_of_a_zero_baseline_is_refused(tmp_path):
+    path = write(tmp_path, "train: {command: [python, t.py]}\nscore: {tolerance: '2%', baseline_metric: 0}\nrules: {GraphFusion: [ConvToFullyConnectionFusionPass], unknown: ignore}\n")
+    with pytest.raises(UsageError, match=r"score.tolerance: 2% of a zero baseline .*absolute"):
+        load_config(path)
+
+
+def test_the_summary_prints_the_tolerance_once_with_its_unit():
+    from fusion_dd.report import _tolerance_text
+
+    assert _tolerance_text({"tolerance": 0.018, "tolerance_setting": "2%"}) == "2% of the baseline = 0.018"
+    assert _tolerance_text({"tolerance": 0.5, "tolerance_setting": "0.5"}) == "0.5 in the metric's units"
+    assert _tolerance_text({"tolerance": 0.1, "tolerance_setting": "auto"}) == "0.1, auto"

@@ -87,3 +87,23 @@ def test_small_gap_against_baseline_spread_warns_and_strict_refuses():
     assert not strict.ok and strict.status == "too_noisy"
     clear = check_preconditions(baseline, [metric(0.40)], tolerance=Tolerance("auto"), goal="max", strict=True)
     assert clear.ok and not clear.warnings
+
+
+def test_tolerance_zero_is_bitwise_both_ways():
+    # A max-abs-diff metric against an unoptimized reference: any difference fails, even a "better" one.
+    pre = check_preconditions([Measurement("metric", 0.5)], [Measurement("metric", 0.75)], tolerance=Tolerance("absolute", 0.0), goal="max")
+    assert pre.ok and pre.threshold.bitwise
+    assert pre.threshold.verdict(Measurement("metric", 0.5)) is Outcome.PASS
+    assert pre.threshold.verdict(Measurement("metric", 0.5000001)) is Outcome.FAIL
+    assert pre.threshold.verdict(Measurement("metric", 0.4999999)) is Outcome.FAIL
+    assert "bitwise" in pre.threshold.describe()
+    # A small absolute tolerance stays one-sided.
+    pre = check_preconditions([Measurement("metric", 0.5)], [Measurement("metric", 0.25)], tolerance=Tolerance("absolute", 1e-9), goal="max")
+    assert not pre.threshold.bitwise and pre.threshold.verdict(Measurement("metric", 0.75)) is Outcome.PASS
+
+
+def test_a_percentage_of_a_zero_baseline_is_a_usage_error():
+    from fusion_dd.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"score.tolerance: 2% of the baseline is nothing.*absolute tolerance"):
+        check_preconditions([Measurement("metric", 0.0)], [Measurement("metric", 1e-6)], tolerance=Tolerance("relative", 0.02), goal="min")

@@ -16,8 +16,9 @@ off". A backend turns that into what its compiler reads and back:
   run's journaled fusion counts (CANN: the rule that fused the fewest places,
   else a UBFusion rule, else the first by name).
 
-CANN is the only backend so far (``fusion_dd.backends.cann``); ONNX Runtime and
-XLA are the next ones (their issue). ``backend_for`` names the one a search uses.
+Backends: CANN (``fusion_dd.backends.cann``, the default), ONNX Runtime
+(``fusion_dd.backends.ort``) and XLA (``fusion_dd.backends.xla``), chosen by
+``rules.compiler``; ``backend_for`` names the one a search uses.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from typing import Protocol
 from ..hooks import ArtifactHook
 from ..rules import Rule
 from ..search.culprits import Chooser
+
+
+#: The values of ``rules.compiler``.
+COMPILERS = ("cann", "onnxruntime", "xla")
 
 
 @dataclass(frozen=True)
@@ -66,11 +71,34 @@ class CompilerBackend(Protocol):
 
 
 def backend_for(config: object) -> CompilerBackend:
-    """The backend of a search: CANN, the only one so far (base cfg and the user's env are its inputs)."""
+    """The backend of a search, by ``rules.compiler`` (``config.compiler``; CANN when absent).
+
+    The user's environment settings are inputs of the backends that merge into
+    a variable the user may set too (CANN: ``AUTOFUSE_FLAGS``, XLA: ``XLA_FLAGS``).
+    """
+    train = getattr(config, "train", None)
+    user_env = getattr(train, "env", None)
+    compiler = getattr(config, "compiler", "cann")
+    if compiler == "onnxruntime":
+        from .ort import OrtBackend
+
+        return OrtBackend()
+    if compiler == "xla":
+        from .xla import XlaBackend
+
+        return XlaBackend(user_env=user_env)
     from .cann import CannBackend
 
-    train = getattr(config, "train", None)
-    return CannBackend(base_cfg=getattr(config, "base_cfg", None), user_env=getattr(train, "env", None))
+    return CannBackend(base_cfg=getattr(config, "base_cfg", None), user_env=user_env)
 
 
-__all__ = ["CompilerBackend", "Rendered", "backend_for"]
+def fix_env_of(backend: CompilerBackend, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> dict[str, str]:
+    """What the user exports beside the fix: the backend's ``fix_env`` when it has one
+    (XLA leaves out the trials' dump flags), else the environment of its rendering."""
+    fix_env = getattr(backend, "fix_env", None)
+    if fix_env is not None:
+        return dict(fix_env(candidates, enabled))
+    return dict(backend.render(candidates, enabled).env)
+
+
+__all__ = ["COMPILERS", "CompilerBackend", "Rendered", "backend_for", "fix_env_of"]

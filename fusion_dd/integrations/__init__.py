@@ -28,6 +28,11 @@ PyTorch graph mode (torchair)::
     config = apply_to_torchair(CompilerConfig())
     backend = torchair.get_npu_backend(compiler_config=config)
 
+ONNX Runtime (one changed line; nothing to do for XLA, it reads XLA_FLAGS)::
+
+    from fusion_dd.integrations import ort_session_kwargs
+    session = ort.InferenceSession(path, so, providers=providers, **ort_session_kwargs())
+
 Metrics, from any framework::
 
     from fusion_dd.integrations import report_metric
@@ -55,9 +60,11 @@ from .frameworks import (
     switch_file,
 )
 from .dump import DUMP_ENV, dump_tensors
+from .ort import DISABLED_ENV, ort_session_kwargs, ort_session_options
 from .metrics import METRICS_ENV, report_metric
 
 __all__ = [
+    "DISABLED_ENV",
     "DUMP_ENV",
     "GE_OPTION",
     "METRICS_ENV",
@@ -68,6 +75,8 @@ __all__ = [
     "apply_to_tf2_npu_device",
     "apply_to_torchair",
     "dump_tensors",
+    "ort_session_kwargs",
+    "ort_session_options",
     "report_metric",
     "switch_file",
 ]
