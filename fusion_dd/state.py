@@ -116,6 +116,8 @@ class SearchState:
     # (``localized`` records) by the culprit set's sorted rule names.
     _localize_by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
     localized: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
+    # The prior of a guided search (``guide`` record, fusion_dd.guide): journaled once, replayed on resume.
+    guide: dict[str, Any] | None = None
 
     @property
     def launched(self) -> int:
@@ -212,6 +214,9 @@ class SearchState:
             self.finished = record
         elif kind == "localized":
             self.localized[tuple(sorted(record["culprit"]))] = record
+        elif kind == "guide":
+            if self.guide is None:  # the first one decided the questions; a duplicate changes nothing
+                self.guide = record
 
 
 def replay(records: Iterable[dict[str, Any]]) -> SearchState:
