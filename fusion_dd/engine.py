@@ -280,6 +280,8 @@ class Engine:
                 "role": role,
                 "time": time.time(),
             }
+            if role in ("baseline", "all_on") and repeat == 0 and self._references_dump():
+                record["dumps"] = True  # also a dumped training of its configuration (fusion_dd.guide)
             assert self._journal is not None
             self._journal.append(record)
             self.state.apply(record)
@@ -319,7 +321,7 @@ class Engine:
         rendered = self.backend.render(self.rules, self._config_rules(trial.config))
         dumps = trial.role == LOCALIZE_ROLE and self.config.localize is not None
         # search.guide: dumps: the references' first training dumps one step too (fusion_dd.guide).
-        guide_dumps = trial.role in ("baseline", "all_on") and trial.repeat == 0 and self._references_dump()
+        guide_dumps = self.state.dumped(trial.trial_id)
         spec = TrialSpec(
             trial_id=trial.trial_id,
             trial_dir=self.state_dir / trial.trial_dir,

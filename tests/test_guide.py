@@ -13,6 +13,7 @@ import yaml
 from fusion_dd.config import parse_config
 from fusion_dd.errors import UsageError
 from fusion_dd.guide import rank, record, summary_lines
+from fusion_dd.journal import read_records
 from test_cli import CULPRIT, GRAPH, fusion_dd, launches, write_config
 
 LOCALIZE = {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
@@ -182,7 +183,7 @@ def test_a_resumed_guided_search_replays_its_ranking_and_trains_nothing_twice(tm
     found = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
     assert found["guide"]["ranking"] == suspects
     assert [sorted(r["name"] for r in c["rules"]) for c in found["culprits"]] == [[CULPRIT]]
-    journal = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
+    journal = read_records(tmp_path / ".fusion-dd" / "journal.jsonl")
     assert sum(1 for r in journal if r.get("type") == "guide") == 1
     launched = launches(tmp_path)
     assert not [key for key, count in Counter(launched).items() if count > 1]
