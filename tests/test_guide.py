@@ -188,3 +188,23 @@ def test_a_resumed_guided_search_replays_its_ranking_and_trains_nothing_twice(tm
     launched = launches(tmp_path)
     assert not [key for key, count in Counter(launched).items() if count > 1]
     assert sorted(launched[2:4]) == sorted([((GRAPH[4],), 0), ((GRAPH[7],), 0)])
+
+
+def test_a_separate_dumping_command_trains_two_extra_dumped_references(tmp_path: Path) -> None:
+    from test_cli_localize import DUMP_TRAIN, started, write
+
+    path = write(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    command = document["train"]["command"]
+    document["localize"] = {"command": command, "env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
+    path.write_text(yaml.safe_dump(document))
+    assert str(DUMP_TRAIN) in command
+    done = fusion_dd("search", "-c", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = json.loads((tmp_path / "state" / "report.json").read_text())
+    trials = started(tmp_path)
+    everything = tuple(sorted(GRAPH[:12]))
+    # After the two references: the same two configurations again, dumped by localize.command.
+    assert [(entry[0], entry[1]) for entry in trials[2:4]] == [((), "localize"), (everything, "localize")]
+    assert found["guide"]["dumps"]["trials"] == ["0003", "0004"]
+    assert found["trainings"] == len(trials)  # the dumped references count
