@@ -8,10 +8,11 @@ points at the fused ops whose numbers go wrong first. The graph dump names the
 rules that made those ops, so the candidate rules can be ranked by suspicion:
 
 1. the candidate rules of the first divergence (the op to blame for the first
-   bad tensor), in candidate order;
+   bad tensor); among them, a rule whose other fused ops stay good comes after
+   one whose every op goes bad (it fuses correctly elsewhere), then candidate order;
 2. the candidate rules of the other bad ops, by how early their first bad op
    comes (topological order of the fusion-on run), then by how badly it
-   diverges (lowest cosine);
+   diverges (lowest cosine), then by the same share of good ops;
 3. everything else is no suspect: the search keeps it in candidate order.
 
 That ranking is a *prior*: ``fusion_dd.search.guided`` asks the suspects alone
@@ -47,11 +48,23 @@ def rank(comparison: Any, candidates: Sequence[str]) -> tuple[list[str], list[di
     against the all-off dump. Pure: the same comparison gives the same ranking.
     """
     order = {name: index for index, name in enumerate(dict.fromkeys(candidates))}
+    # A rule whose other fused ops stay good is less suspicious than one whose every op goes bad.
+    ops: dict[str, list[int]] = {}
+    for pair in comparison.pairs:
+        for rule in pair.rules:
+            ops.setdefault(rule, [0, 0])[bool(pair.bad)] += 1
+
+    def exonerated(rule: str) -> float:
+        good, bad = ops.get(rule, (0, 0))
+        return good / (good + bad) if good + bad else 0.0
+
     evidence: dict[str, dict[str, Any]] = {}
     first = comparison.first_divergence
     leading: list[str] = []
     if first is not None:
-        leading = sorted({rule for rule in first.rules if rule in order}, key=order.__getitem__)
+        leading = sorted(
+            {rule for rule in first.rules if rule in order}, key=lambda rule: (exonerated(rule), order[rule])
+        )
         for rule in leading:
             evidence[rule] = {
                 "rule": rule,
@@ -72,7 +85,7 @@ def rank(comparison: Any, candidates: Sequence[str]) -> tuple[list[str], list[di
             key = (pair.position, _cosine(pair.metrics.cosine))
             if rule not in later or key < later[rule][:2]:
                 later[rule] = (key[0], key[1], pair)
-    following = sorted(later, key=lambda rule: (later[rule][0], later[rule][1], order[rule]))
+    following = sorted(later, key=lambda rule: (later[rule][0], later[rule][1], exonerated(rule), order[rule]))
     for rule in following:
         pair = later[rule][2]
         metrics = pair.metrics.to_json()
@@ -86,6 +99,8 @@ def rank(comparison: Any, candidates: Sequence[str]) -> tuple[list[str], list[di
             "cosine": metrics.get("cosine"),
             "max_abs": metrics.get("max_abs"),
         }
+    for rule, entry in evidence.items():
+        entry["good_ops"], entry["bad_ops"] = ops.get(rule, (0, 0))
     ranking = leading + following
     return ranking, [evidence[rule] for rule in ranking]
 

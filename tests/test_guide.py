@@ -131,6 +131,16 @@ def test_rules_of_the_first_bad_op_lead_then_earlier_and_worse_ops() -> None:
     assert evidence[2]["op"] == "x" and evidence[3]["cosine"] == 0.1
 
 
+def test_a_rule_that_also_fuses_good_ops_comes_after_one_whose_ops_all_go_bad() -> None:
+    comparison = Comparison(
+        pairs=[Pair(0, "fine", ("A",), 1.0, bad=False), Pair(1, "fused", ("A", "B"), 0.3)],
+        first_divergence=Divergence("fused", ("A", "B")),
+    )
+    ranking, evidence = rank(comparison, ["A", "B"])
+    assert ranking == ["B", "A"]
+    assert (evidence[1]["good_ops"], evidence[1]["bad_ops"]) == (1, 1)
+
+
 def test_no_divergence_means_no_suspect() -> None:
     assert rank(Comparison([Pair(0, "ok", ("A",), 1.0, bad=False)], None), ["A"]) == ([], [])
 
