@@ -139,6 +139,9 @@ class Engine:
         self._pre: Preconditions | None = None  # the references' verdict, once measured
         # Re-trainings of a reference beyond its configured repeats (its trainings disagreed).
         self._reference_extra: dict[str, int] = {"baseline": 0, "all_on": 0}
+        # Fix candidates the search announced (find_culprits' on_fix): trained with dumps when the
+        # references are, so that localization needs no training of the fix of its own.
+        self._fix_candidates: set[frozenset[str]] = set()
 
     # -- journal ----------------------------------------------------------------
 
@@ -280,8 +283,12 @@ class Engine:
                 "role": role,
                 "time": time.time(),
             }
-            if role in ("baseline", "all_on") and repeat == 0 and self._references_dump():
-                record["dumps"] = True  # also a dumped training of its configuration (fusion_dd.guide)
+            if repeat == 0 and self._references_dump() and (
+                role in ("baseline", "all_on") or (role == "search" and names in self._fix_candidates)
+            ):
+                # Also a dumped training of its configuration (fusion_dd.guide): the references for
+                # the guide's ranking, a fix candidate for localization (the same training, dumped).
+                record["dumps"] = True
             assert self._journal is not None
             self._journal.append(record)
             self.state.apply(record)
@@ -767,6 +774,7 @@ class Engine:
             parallelism=lanes,
             noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
             choose_off=self._switch_off_chooser(),
+            on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
         )
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})

@@ -187,3 +187,15 @@ def test_an_interrupted_guided_search_resumes_by_exact_replay(devices: int) -> N
         assert second.questions == whole.questions  # the same questions, in the same order
         assert answer(result) == answer(expected)
         assert len(first.trained) + len(second.trained) == total  # nothing trained twice
+
+
+def test_on_fix_is_told_every_fix_candidate_and_changes_no_question() -> None:
+    universe = list(range(64))
+    sets = [F({5}), F({20, 40})]
+    plain, expected = search(universe, sets, bisect, 2)
+    told: list[frozenset[int]] = []
+    oracle = SimulatedOracle(sets_model(sets), parallelism=2)
+    oracle.outcomes([F(), F(universe)])
+    result = find_culprits(universe, oracle, bisect, parallelism=2, on_fix=told.append)
+    assert oracle.calls == plain.calls and answer(result) == answer(expected)
+    assert told and told[-1] == result.fix and all(c in oracle.calls for c in told)
