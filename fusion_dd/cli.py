@@ -257,8 +257,8 @@ def _dry_run_guide(config: SearchConfig) -> None:
     if settings.guide == "dumps":
         assert config.localize is not None
         how = (
-            "two extra dumped trainings of the references (localize.command)"
-            if config.localize.command is not None
+            "two extra dumped trainings of the references (localize.command/args may cut them short)"
+            if config.localize.command is not None or config.localize.args
             else "the two references dump one step as they train"
         )
         echo(f"guide: search.guide dumps: {how}; their comparison ranks the rules, suspects asked alone first")

@@ -790,9 +790,18 @@ class Engine:
     # -- the guide (fusion_dd.guide) ----------------------------------------------------------
 
     def _references_dump(self) -> bool:
-        """Whether the references themselves dump: guide on dumps, and the training's own command dumps."""
+        """Whether the references themselves dump: guide on dumps, and dumping changes only the environment.
+
+        ``localize.args`` or ``localize.command`` may cut a training short after the
+        dumped step, so then the dumped runs are separate trainings (see ``_dump_ranking``).
+        """
         localize = self.config.localize
-        return self.config.search.guide == "dumps" and localize is not None and localize.command is None
+        return (
+            self.config.search.guide == "dumps"
+            and localize is not None
+            and localize.command is None
+            and not localize.args
+        )
 
     def _localizer(self) -> localization.Localizer:
         assert self.config.localize is not None
@@ -839,7 +848,7 @@ class Engine:
             if len(needed) > self.remaining_budget():
                 return {"reason": "the budget leaves no room for the two dumped reference trainings"}
             if needed:
-                self.events.message("guide: training the two references with tensor dumps (localize.command)")
+                self.events.message("guide: training the two references again with tensor dumps (localize.command/args)")
                 self._launch_batch(needed, None, LOCALIZE_ROLE)
             trials = [self.state.localize_cache().get(key) for key in keys]
         off, on = trials

@@ -2,8 +2,8 @@
 
 The two reference trainings (all candidates off, all on) are trained anyway.
 With ``search.guide: dumps`` they dump the tensors of one step too (or, when
-``localize.command`` is a separate dumping command, two extra dumped trainings
-of the same configurations do), and their comparison (``fusion_dd.compare``)
+``localize.command`` or ``localize.args`` may cut a dumping training short, two
+extra dumped trainings of the same configurations do), and their comparison (``fusion_dd.compare``)
 points at the fused ops whose numbers go wrong first. The graph dump names the
 rules that made those ops, so the candidate rules can be ranked by suspicion:
 
