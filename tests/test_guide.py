@@ -218,3 +218,25 @@ def test_a_separate_dumping_command_trains_two_extra_dumped_references(tmp_path:
     assert [(entry[0], entry[1]) for entry in trials[2:4]] == [((), "localize"), (everything, "localize")]
     assert found["guide"]["dumps"]["trials"] == ["0003", "0004"]
     assert found["trainings"] == len(trials)  # the dumped references count
+
+
+def test_a_resumed_search_never_compares_the_references_again(tmp_path: Path) -> None:
+    """The journaled guide is replayed: with the references' dumps gone, resume still says the same."""
+    import shutil
+
+    from test_cli_localize import write
+
+    path = write(tmp_path, budget=3)
+    first = fusion_dd("search", "-c", str(path), cwd=tmp_path)
+    assert first.returncode == 3, first.stderr  # the budget ran out after the references
+    journal = tmp_path / "state" / "journal.jsonl"
+    guides = [r for r in read_records(journal) if r.get("type") == "guide"]
+    assert len(guides) == 1 and guides[0]["dumps"]["trials"] == ["0001", "0002"]
+    assert guides[0]["dumps"]["compared"] > 0
+    for trial in ("0001", "0002"):
+        shutil.rmtree(tmp_path / "state" / "trials" / trial / "dump")
+    resumed = fusion_dd("resume", "--state-dir", "state", "--budget", "60", "-c", str(path), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [r for r in read_records(journal) if r.get("type") == "guide"] == guides
+    found = json.loads((tmp_path / "state" / "report.json").read_text())
+    assert found["guide"]["dumps"]["trials"] == ["0001", "0002"] and found["status"] == "found"
