@@ -834,6 +834,11 @@ class Engine:
             assert recorded is not None
             for line in guidance.summary_lines(recorded):
                 self.events.message(line)
+        elif list(recorded.get("suspects") or []) != list(self.config.search.suspects):
+            self.events.message(
+                "warning: search.suspects changed since this search started; its journaled ranking is kept "
+                "(a resume replays the same questions; 'fusion-dd search --restart' starts over with the new one)"
+            )
         return [self.rule_by_name[name] for name in recorded.get("ranking") or [] if name in self.rule_by_name]
 
     def _dump_ranking(self) -> dict[str, Any]:

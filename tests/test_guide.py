@@ -188,8 +188,9 @@ def test_a_resumed_guided_search_replays_its_ranking_and_trains_nothing_twice(tm
     dry = fusion_dd("search", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert "journaled its guide" in dry.stdout and f"1. {GRAPH[4]}: named in search.suspects" in dry.stdout
-    resumed = fusion_dd("resume", "--budget", "60", cwd=tmp_path)
+    resumed = fusion_dd("resume", "--budget", "60", "-c", "fusion-dd.yaml", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
+    assert "search.suspects changed since this search started" in resumed.stderr + resumed.stdout
     found = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
     assert found["guide"]["ranking"] == suspects
     assert [sorted(r["name"] for r in c["rules"]) for c in found["culprits"]] == [[CULPRIT]]
