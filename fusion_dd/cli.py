@@ -234,6 +234,7 @@ def _dry_run(config: SearchConfig) -> None:
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
     if config.localize is not None:
         _dry_run_localize(config)
+    _dry_run_guide(config)
     echo("")
     parallel = len(config.train.devices)
     references = config.score.baseline_repeats * (config.score.baseline_metric is None) + (
@@ -273,6 +274,35 @@ def _dry_run_localize(config: SearchConfig) -> None:
     typer.echo("after the culprits are found, localization trains with tensor dumps (the fix, and the fix with")
     typer.echo("each culprit set back on), e.g.:")
     typer.echo(f"  {env + ' ' if env else ''}{shlex.join(argv)}")
+
+
+def _dry_run_guide(config: SearchConfig) -> None:
+    """What guides the search (search.guide, search.suspects), and the ranking a resumed search journaled."""
+    from .guide import summary_lines as guide_lines
+
+    echo = typer.echo
+    settings = config.search
+    if settings.suspects:
+        echo(f"guide: search.suspects asked alone first: {', '.join(settings.suspects)}")
+    if settings.guide == "dumps":
+        assert config.localize is not None
+        how = (
+            "two extra dumped trainings of the references (localize.command/args may cut them short)"
+            if config.localize.command is not None or config.localize.args
+            else "the two references dump one step as they train"
+        )
+        echo(f"guide: search.guide dumps: {how}; their comparison ranks the rules, suspects asked alone first")
+    journal = config.state_dir / JOURNAL_NAME
+    if not journal.exists():
+        return
+    try:
+        recorded = replay(read_records(journal)).guide
+    except (UsageError, OSError, KeyError, TypeError, ValueError):
+        return
+    if recorded is not None:
+        echo("the search in the state directory journaled its guide (a resume replays it):")
+        for line in guide_lines(recorded):
+            echo(f"  {line}")
 
 
 @app.command()

@@ -11,7 +11,7 @@ import difflib
 import math
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,14 @@ _SCHEMA: dict[str, Any] = {
         "all_on_metric": None,
         "margin": None,
     },
-    "search": {"strategy": None, "budget": None, "confirm": None, "max_trainings": None},
+    "search": {
+        "strategy": None,
+        "budget": None,
+        "confirm": None,
+        "max_trainings": None,
+        "guide": None,
+        "suspects": None,
+    },
     "early_stop": None,  # validated by EarlyStopRule.from_config
     "localize": {"env": None, "args": None, "command": None, "step": None, "graphs": None},
     "state_dir": None,
@@ -155,6 +162,10 @@ class SearchSettings:
     budget: int = 200
     confirm: str = "auto"  # how hard the noise layer checks verdicts: auto | strict | off
     max_trainings: int = 5  # trainings of one configuration, the first included
+    # The prior of the guided search (fusion_dd.search.guided): "dumps" ranks the rules by the
+    # references' tensor dumps (needs localize:), "none" does not; None until resolved.
+    guide: str = "none"
+    suspects: tuple[str, ...] = ()  # rule names the user suspects, asked alone first
 
 
 @dataclass(frozen=True)
@@ -378,6 +389,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
     except UsageError as exc:
         raise UsageError(f"{reader.source}: {exc}") from None
     localize = _read_localize(reader, document.get("localize"))
+    search = _read_guide(reader, reader.mapping(document.get("search"), "search"), search, rules, localize)
     state_dir_raw = document.get("state_dir", ".fusion-dd")
     state_dir = (base_dir / reader.string(state_dir_raw, "state_dir")).resolve()
     check_state_dir(state_dir, f"{reader.source}: state_dir", source)
@@ -836,6 +848,44 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
         raise reader.error("search.confirm", f"must be auto, strict or off, got {confirm!r}")
     max_trainings = reader.integer(section.get("max_trainings", 5), "search.max_trainings", minimum=1)
     return SearchSettings(strategy=strategy, budget=budget, confirm=confirm, max_trainings=max_trainings)
+
+
+def _read_guide(
+    reader: _Reader,
+    section: Mapping[str, Any],
+    search: SearchSettings,
+    rules: Sequence[Rule],
+    localize: LocalizeConfig | None,
+) -> SearchSettings:
+    """``search.guide`` (dumps | none; dumps by default when localize: says how to dump) and ``search.suspects``."""
+    raw = section.get("guide")
+    if raw is None:
+        guide = "dumps" if localize is not None else "none"
+    elif raw in ("dumps", "none"):
+        guide = raw
+    elif raw is False:
+        guide = "none"
+    else:
+        raise reader.error("search.guide", f"must be dumps or none, got {raw!r}")
+    if guide == "dumps" and localize is None:
+        raise reader.error(
+            "search.guide",
+            "dumps needs a localize: section saying how a training dumps its tensors; add one, or set "
+            "search.guide: none",
+        )
+    suspects_raw = section.get("suspects") or []
+    if isinstance(suspects_raw, str):
+        suspects_raw = [suspects_raw]
+    if not isinstance(suspects_raw, list) or not all(isinstance(name, str) and name for name in suspects_raw):
+        raise reader.error("search.suspects", "must be a list of candidate rule names, e.g. [RuleA, RuleB]")
+    names = [rule.name for rule in rules]
+    known = set(names)
+    for name in suspects_raw:
+        if name not in known:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"; did you mean {close[0]}?" if close else "; name a rule of rules.candidates"
+            raise reader.error("search.suspects", f"{name!r} is not a candidate rule{hint}")
+    return replace(search, guide=guide, suspects=tuple(dict.fromkeys(suspects_raw)))
 
 
 

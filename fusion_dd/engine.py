@@ -30,7 +30,7 @@ from .metrics import MetricSpec
 from .report import REPORT_NAME, build_report, display_path, write_outputs
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
-from .search import STRATEGIES
+from .search import STRATEGIES, guided
 from .search.culprits import CulpritSearch, find_culprits
 from .search.lanes import LanePlan
 from .search.noise import NoisePolicy
@@ -45,6 +45,7 @@ from .broken import BrokenTraining, TrainingBroken, diagnose_references, is_star
 from .broken import report_details
 from .preflight import preflight
 from .training_oracle import TrainingOracle
+from . import guide as guidance
 from . import localize as localization
 from .state import LOCALIZE_ROLE
 
@@ -139,6 +140,9 @@ class Engine:
         self._pre: Preconditions | None = None  # the references' verdict, once measured
         # Re-trainings of a reference beyond its configured repeats (its trainings disagreed).
         self._reference_extra: dict[str, int] = {"baseline": 0, "all_on": 0}
+        # Fix candidates the search announced (find_culprits' on_fix): trained with dumps when the
+        # references are, so that localization needs no training of the fix of its own.
+        self._fix_candidates: set[frozenset[str]] = set()
 
     # -- journal ----------------------------------------------------------------
 
@@ -280,6 +284,12 @@ class Engine:
                 "role": role,
                 "time": time.time(),
             }
+            if repeat == 0 and self._references_dump() and (
+                role in ("baseline", "all_on") or (role == "search" and names in self._fix_candidates)
+            ):
+                # Also a dumped training of its configuration (fusion_dd.guide): the references for
+                # the guide's ranking, a fix candidate for localization (the same training, dumped).
+                record["dumps"] = True
             assert self._journal is not None
             self._journal.append(record)
             self.state.apply(record)
@@ -318,6 +328,8 @@ class Engine:
         """Everything a launcher needs to run this trial, and nothing of the engine."""
         rendered = self.backend.render(self.rules, self._config_rules(trial.config))
         dumps = trial.role == LOCALIZE_ROLE and self.config.localize is not None
+        # search.guide: dumps: the references' first training dumps one step too (fusion_dd.guide).
+        guide_dumps = self.state.dumped(trial.trial_id)
         spec = TrialSpec(
             trial_id=trial.trial_id,
             trial_dir=self.state_dir / trial.trial_dir,
@@ -333,7 +345,7 @@ class Engine:
             env_defaults=rendered.env_defaults,
             grace=self.config.train.kill_grace,
         )
-        if dumps:
+        if dumps or guide_dumps:
             spec = localization.dumping_spec(spec, self.config.localize)
         return TrialRequest(
             spec=spec,
@@ -772,7 +784,8 @@ class Engine:
             self._oracle.note_asked(frozenset(), score.baseline_repeats + extra["baseline"])
         if score.all_on_metric is None:
             self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats + extra["all_on"])
-        strategy = STRATEGIES[self.config.search.strategy]
+        prior = self._guide()
+        strategy = guided(prior, STRATEGIES[self.config.search.strategy])
         result = find_culprits(
             self.rules,
             self._oracle,
@@ -780,6 +793,7 @@ class Engine:
             parallelism=lanes,
             noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
             choose_off=self._switch_off_chooser(),
+            on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
         )
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
@@ -792,12 +806,25 @@ class Engine:
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
         return self._finish("found", pre, result)
 
-    # -- localization (fusion_dd.localize) ------------------------------------------------
+    # -- the guide (fusion_dd.guide) ----------------------------------------------------------
 
-    def _localize(self, targets: Sequence[localization.Target]) -> bool:
-        """Dumped trainings and comparisons for these culprit sets; False when the budget ran out."""
+    def _references_dump(self) -> bool:
+        """Whether the references themselves dump: guide on dumps, and dumping changes only the environment.
+
+        ``localize.args`` or ``localize.command`` may cut a training short after the
+        dumped step, so then the dumped runs are separate trainings (see ``_dump_ranking``).
+        """
+        localize = self.config.localize
+        return (
+            self.config.search.guide == "dumps"
+            and localize is not None
+            and localize.command is None
+            and not localize.args
+        )
+
+    def _localizer(self) -> localization.Localizer:
         assert self.config.localize is not None
-        localizer = localization.Localizer(
+        return localization.Localizer(
             config=self.config.localize,
             state=lambda: self.state,
             state_dir=self.state_dir,
@@ -806,7 +833,73 @@ class Engine:
             remaining_budget=self.remaining_budget,
             message=self.events.message,
         )
-        done = localizer.run(targets)
+
+    def _guide(self) -> list[Rule]:
+        """The search's prior: the journaled ``guide`` record, made once before the first question.
+
+        A search whose questions were asked before any guide record (an older
+        version, or one started without a guide) replays them unguided.
+        """
+        recorded = self.state.guide
+        if recorded is None:
+            if self.state.lanes:
+                return []
+            settings = self.config.search
+            if not settings.suspects and settings.guide != "dumps":
+                return []
+            dumps = self._dump_ranking() if settings.guide == "dumps" else None
+            self._append(guidance.record(settings.suspects, settings.guide, dumps))
+            recorded = self.state.guide
+            assert recorded is not None
+            for line in guidance.summary_lines(recorded):
+                self.events.message(line)
+        elif list(recorded.get("suspects") or []) != list(self.config.search.suspects):
+            self.events.message(
+                "warning: search.suspects changed since this search started; its journaled ranking is kept "
+                "(a resume replays the same questions; 'fusion-dd search --restart' starts over with the new one)"
+            )
+        return [self.rule_by_name[name] for name in recorded.get("ranking") or [] if name in self.rule_by_name]
+
+    def _dump_ranking(self) -> dict[str, Any]:
+        """Compare the references' dumps and rank the candidates (trains two dumped runs if needed)."""
+        names = frozenset(rule.name for rule in self.rules)
+        keys = [(frozenset(), 0), (names, 0)]
+        if self._references_dump():
+            trials = [self.state.cache().get(key) for key in keys]
+        else:
+            cache = self.state.localize_cache()
+            needed = [key for key in keys if key not in cache]
+            if len(needed) > self.remaining_budget():
+                return {"reason": "the budget leaves no room for the two dumped reference trainings"}
+            if needed:
+                self.events.message("guide: training the two references again with tensor dumps (localize.command/args)")
+                self._launch_batch(needed, None, LOCALIZE_ROLE)
+            trials = [self.state.localize_cache().get(key) for key in keys]
+        off, on = trials
+        if off is None or on is None:
+            return {"reason": "the dumped reference trainings did not finish"}
+        evidence: dict[str, Any] = {"trials": [off.trial_id, on.trial_id]}
+        try:
+            comparison = self._localizer().compare(on, off)
+        except UsageError as exc:
+            return {**evidence, "reason": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a failed comparison costs the guide, never the search
+            return {**evidence, "reason": f"the comparison failed ({type(exc).__name__}: {exc})"}
+        ranking, why = guidance.rank(comparison, [rule.name for rule in self.rules])
+        evidence.update({"compared": len(comparison.pairs), "bad": len(comparison.bad), "ranking": ranking,
+                         "evidence": why})
+        if not ranking:
+            evidence["reason"] = (
+                f"no candidate rule made an op that differs beyond the thresholds ({len(comparison.pairs)} "
+                "tensors compared)"
+            )
+        return evidence
+
+    # -- localization (fusion_dd.localize) ------------------------------------------------
+
+    def _localize(self, targets: Sequence[localization.Target]) -> bool:
+        """Dumped trainings and comparisons for these culprit sets; False when the budget ran out."""
+        done = self._localizer().run(targets)
         if not done:
             self.events.message("budget exhausted: localization incomplete; the search's answer stands")
         return done
@@ -886,7 +979,10 @@ class Engine:
             rounds=self._oracle.rounds if self._oracle is not None else 0,
             message=message,
         )
-        return localization.attach(report, self.state, self.config.localize is not None, display_path(self.state_dir))
+        report = localization.attach(report, self.state, self.config.localize is not None, display_path(self.state_dir))
+        if self.state.guide is not None:
+            report["guide"] = guidance.report_entry(self.state.guide)
+        return report
 
     def _finish(self, status: str, pre: Preconditions, result: CulpritSearch | None) -> SearchResult:
         report = self._report(status, pre, result)

@@ -187,6 +187,10 @@ class Localizer:
         record["localization"] = found
         return record
 
+    def compare(self, on: TrialState, off: TrialState) -> Any:
+        """The comparison of two dumped trials (``UsageError`` when a dump is missing or unusable)."""
+        return self._comparison(on, off)
+
     def _comparison(self, on: TrialState, off: TrialState) -> Any:
         from .compare import compare_dumps
 

@@ -58,6 +58,12 @@ class _Replay(Engine):
     def _preflight(self) -> None:
         pass
 
+    def _guide(self) -> list[Any]:
+        """The journaled prior only: deciding one is the running engine's (it may train and compare)."""
+        if self.state.guide is None:
+            return []
+        return super()._guide()
+
     def _report(
         self, status: str, pre: Preconditions | None, result: CulpritSearch | None, message: str | None = None
     ) -> dict[str, Any]:

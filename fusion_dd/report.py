@@ -445,6 +445,11 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         from .localize import summary_lines as localization_lines
 
         lines.extend(localization_lines(report))
+    if report.get("guide"):
+        from .guide import summary_lines as guide_lines
+
+        culprit_names = [[rule["name"] for rule in culprit["rules"]] for culprit in culprits]
+        lines.extend(["", *("  " + line for line in guide_lines(report["guide"], culprit_names))])
     if report["status"] == "found":
         verified = "verified: trained and passes" if report["fix_verified"] else "NOT verified"
         if report.get("fix_trainings"):

@@ -116,6 +116,11 @@ class SearchState:
     # (``localized`` records) by the culprit set's sorted rule names.
     _localize_by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
     localized: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
+    # The prior of a guided search (``guide`` record, fusion_dd.guide): journaled once, replayed on resume.
+    guide: dict[str, Any] | None = None
+    # Reference trainings that dumped tensors for the guide (``"dumps": true`` in trial_started):
+    # the same training as the search's, so their dumps also serve localization.
+    _dumping: set[str] = field(default_factory=set, repr=False)
 
     @property
     def launched(self) -> int:
@@ -134,6 +139,10 @@ class SearchState:
     def localize_cache(self) -> Mapping[ConfigKey, TrialState]:
         """Finished localization (dumped) trainings by (configuration, repeat), read-only."""
         return MappingProxyType(self._localize_by_key)
+
+    def dumped(self, trial_id: str) -> bool:
+        """Whether this (reference) trial was started to dump tensors for the guide."""
+        return trial_id in self._dumping
 
     def attempts(self, key: ConfigKey) -> int:
         """How many trainings of this (configuration, repeat) finished."""
@@ -174,6 +183,10 @@ class SearchState:
                 role=record.get("role", "search"),
                 attempt=int(record.get("attempt", 1)),
             )
+            if record.get("dumps"):
+                self._dumping.add(trial_id)
+            else:
+                self._dumping.discard(trial_id)
         elif kind == "trial_launched":
             trial = self.trials.get(record["trial_id"])
             if trial is not None:
@@ -185,6 +198,8 @@ class SearchState:
                 self._localize_by_key.setdefault(trial.key, trial)
             elif trial is not None and trial.finished is None:
                 trial.finished = record
+                if trial.trial_id in self._dumping and record.get("kind") == "metric":
+                    self._localize_by_key.setdefault(trial.key, trial)
                 self._attempts[trial.key] = self._attempts.get(trial.key, 0) + 1
                 current = self._by_key.get(trial.key)
                 if current is None or not current.resolved:
@@ -212,6 +227,9 @@ class SearchState:
             self.finished = record
         elif kind == "localized":
             self.localized[tuple(sorted(record["culprit"]))] = record
+        elif kind == "guide":
+            if self.guide is None:  # the first one decided the questions; a duplicate changes nothing
+                self.guide = record
 
 
 def replay(records: Iterable[dict[str, Any]]) -> SearchState:

@@ -80,10 +80,18 @@ def test_a_search_localizes_every_culprit_set_in_the_report_and_the_summary(tmp_
     assert_localized(found)
     assert f"{SINGLE} broke layer_1/out" in done.stdout
     assert f"{' + '.join(sorted(PAIR))} broke layer_3/out" in done.stdout
-    # The fix, and the fix with each set back on: three dumped trainings, journaled as such.
+    # The fix, and the fix with each set back on, dumped. With search.guide: dumps (the default
+    # with a localize: section) the references and the fix candidates dump as they train, so
+    # localization trains only the comparisons' runs that no search training dumped.
     dumped = [entry for entry in started(tmp_path) if entry[1] == "localize"]
-    assert len(dumped) == 3 and len((tmp_path / "dumps.log").read_text().splitlines()) == 3
-    assert found["localization"]["trainings"] == 3 and found["trainings"] <= 60
+    dumps = sorted(Path(line).parent.name for line in (tmp_path / "dumps.log").read_text().splitlines())
+    records = [json.loads(line) for line in (tmp_path / "state" / "journal.jsonl").read_text().splitlines()]
+    dumping = sorted(r["trial_id"] for r in records if r.get("type") == "trial_started" and (
+        r.get("dumps") or r["role"] == "localize"))  # fmt: skip
+    assert dumps == dumping and dumps[:2] == ["0001", "0002"]
+    assert 1 <= len(dumped) < 3 and found["localization"]["trainings"] == len(dumped) and found["trainings"] <= 60
+    compared = {trial for culprit in found["culprits"] for trial in culprit["localization"]["trials"]}
+    assert compared <= set(dumps) and len(compared) == 3  # the fix and each set back on
     # A dumped training never stands in for a search answer: the fix is backed by search trainings only.
     assert found["fix_trainings"] == sum(1 for t in found["trials"] if t["role"] != "localize"
                                          and set(t["configuration"]) == set(GRAPH[:12]) - set(found["switched_off"]))  # fmt: skip

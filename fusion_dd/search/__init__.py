@@ -5,6 +5,7 @@ signature ``(universe, oracle, failing=None)``; a strategy that also accepts a
 ``parallelism`` keyword is told the number of devices. ``find_culprits`` wraps
 any of them to find every culprit set and a verified fix; with an oracle that
 can repeat trainings it also guards every verdict against noise (``NoisePolicy``).
+``Guided`` wraps a strategy with a prior (suspects asked alone first).
 """
 
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from fusion_dd.search.bisection import bisect
 from fusion_dd.search.culprits import CulpritSearch, CulpritSet, default_choose_off, find_culprits
 from fusion_dd.search.ddmin import ddmin
+from fusion_dd.search.guided import Guided, guided
 from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy
 from fusion_dd.search.oracle import Observation, RepeatOracle, supports_repeats
 
@@ -31,6 +33,8 @@ __all__ = [
     "RepeatOracle",
     "bisect",
     "ddmin",
+    "Guided",
+    "guided",
     "default_choose_off",
     "find_culprits",
     "supports_repeats",

@@ -433,8 +433,13 @@ def _loop(
     check: Callable[[frozenset[T], bool, bool], None] | None = None,
     witness: RepeatOracle[T] | None = None,
     masks: Masks[T] | None = None,
+    on_fix: Callable[[frozenset[T]], None] | None = None,
 ) -> None:
     """Minimize, switch off the fewest rules for all sets found, verify the fix; again inside a failing fix.
+
+    ``on_fix`` is told each fix candidate before it is asked (the engine then
+    trains it with tensor dumps, so that the fix's training also serves
+    localization); it changes no question.
 
     ``check`` sees each culprit set before the fix is changed for it, so that a
     noise guard can confirm it while the next search has not yet built on it; it
@@ -506,6 +511,8 @@ def _loop(
         if dense:
             failing = None
             continue
+        if on_fix is not None:
+            on_fix(candidate)
         progress.fix_outcome = recorder.outcomes([candidate])[0]
         if progress.fix_outcome is not Outcome.FAIL:
             break
@@ -522,10 +529,11 @@ def _attempt(
     parallelism: Lanes,
     progress: _Progress[T],
     masks: Masks[T] | None = None,
+    on_fix: Callable[[frozenset[T]], None] | None = None,
 ) -> None:
     """One pass of the loop, then the guard's checks of the answer; may raise ``Revised``."""
     if guard is None:
-        _loop(order, oracle, strategy, choose, parallelism, progress, masks=masks)
+        _loop(order, oracle, strategy, choose, parallelism, progress, masks=masks, on_fix=on_fix)
         return
     strict = policy.confirm == "strict"
 
@@ -541,7 +549,10 @@ def _attempt(
         assert guard is not None
         guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk or later)
 
-    _loop(order, guard, strategy, choose, parallelism, progress, check, witness=cast(RepeatOracle[T], oracle), masks=masks)
+    _loop(
+        order, guard, strategy, choose, parallelism, progress, check,
+        witness=cast(RepeatOracle[T], oracle), masks=masks, on_fix=on_fix,
+    )  # fmt: skip
     fix = frozenset(r for r in order if r not in progress.switched_off)
     # A lone culprit needs a second witness, except the singles of a dense chain on a
     # run without noise: there every rule alone is the question, and a witness for
@@ -568,6 +579,7 @@ def find_culprits(
     parallelism: Lanes = 1,
     choose_off: Chooser | None = None,
     noise: NoisePolicy | None = None,
+    on_fix: Callable[[frozenset[T]], None] | None = None,
 ) -> CulpritSearch[T]:
     """Find every culprit set and a verified fix configuration.
 
@@ -587,6 +599,7 @@ def find_culprits(
 
     ``noise`` (default ``NoisePolicy()``, confirm "auto") applies when the oracle
     supports repeats (``supports_repeats``); see ``fusion_dd.search.noise``.
+    ``on_fix`` is told each fix candidate just before it is asked (no effect on the questions).
     """
     order = ordered(universe)
     choose = choose_off or default_choose_off
@@ -600,7 +613,7 @@ def find_culprits(
         while True:
             progress = _Progress()
             try:
-                _attempt(order, oracle, guard, policy, strategy, choose, parallelism, progress, masks)
+                _attempt(order, oracle, guard, policy, strategy, choose, parallelism, progress, masks, on_fix)
                 break
             except Revised:
                 assert guard is not None

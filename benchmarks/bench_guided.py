@@ -1,0 +1,171 @@
+"""Benchmark the guided search (a prior over the candidates) against the unguided one.
+
+    python benchmarks/bench_guided.py [--seeds N] [--no-write]
+
+Each case plants culprits among n = 256 candidates and gives the search a prior
+(a ranking of every candidate, as the references' dumps or a user would give
+it) in which the culprits sit where the case says: first, within the top 4,
+within the top 8, at random (an uninformative prior), last (an adversarial
+one). The same planted culprits are searched unguided (``bisect``) and guided
+(``Guided(prior, bisect)``), inside the all-culprits layer against a
+``SimulatedOracle``, and both are counted as a user pays: trainings launched
+(the 2 references, every search training and the fix verification) and rounds
+of parallel trainings on P devices (the references' round included). The
+dumping of the references costs nothing extra here: the references dump as
+they train (``localize:`` without a separate command).
+
+The markdown section is printed and written into benchmarks/RESULTS.md between
+``<!-- bench_guided:begin -->`` and ``<!-- bench_guided:end -->``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+from pathlib import Path
+
+from results_file import replace_section
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from fusion_dd.search import bisect, find_culprits  # noqa: E402
+from fusion_dd.search.guided import Guided  # noqa: E402
+from fusion_dd.search.simulate import SimulatedOracle, sets_model  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+BEGIN, END = "<!-- bench_guided:begin -->", "<!-- bench_guided:end -->"
+N = 256
+
+# (label, where the culprits sit in the prior, culprits, P, metric: 0 trainings / 1 rounds, target)
+CASES = [
+    ("1 culprit, ranked 1st by the dumps", "first", 1, 1, 0, 4),
+    ("1 culprit, ranked within the top 4", "top4", 1, 1, 0, 6),
+    ("3 independent culprits, each within the top 8", "top8", 3, 1, 0, 12),
+    ("1 culprit, prior random (uninformative)", "random", 1, 1, 0, 14),
+    ("1 culprit, ranked last (adversarial)", "last", 1, 1, 0, 14),
+    ("P = 8 devices, 1 culprit ranked within the top 8 (rounds)", "top8", 1, 8, 1, 3),
+    ("interacting pair, both within the top 8", "top8-pair", 2, 1, 0, None),
+    ("interacting pair, prior random", "random-pair", 2, 1, 0, None),
+]
+
+
+def plant(where: str, count: int, seed: int) -> tuple[list[frozenset[int]], list[int]]:
+    """Culprit sets and a prior (a ranking of all N rules) with the culprits where the case says."""
+    rng = random.Random(f"{where}/{count}/{seed}")
+    prior = list(range(N))
+    rng.shuffle(prior)
+    if where == "first":
+        picks = [prior[0]]
+    elif where == "top4":
+        picks = [prior[rng.randrange(4)]]
+    elif where in ("top8", "top8-pair"):
+        picks = [prior[i] for i in rng.sample(range(8), count)]
+    elif where in ("random", "random-pair"):
+        picks = rng.sample(range(N), count)
+        rng.shuffle(prior)  # a second, independent shuffle: the prior knows nothing
+    elif where == "last":
+        picks = [prior[-1]]
+    else:
+        raise ValueError(where)
+    if where.endswith("pair"):
+        return [frozenset(picks)], prior
+    return [frozenset({pick}) for pick in picks], prior
+
+
+def run(sets: list[frozenset[int]], strategy, parallelism: int) -> tuple[int, int, bool]:
+    universe = list(range(N))
+    oracle = SimulatedOracle(sets_model(sets), parallelism=parallelism)
+    oracle.outcomes([frozenset(), frozenset(universe)])  # the two references, one round
+    result = find_culprits(universe, oracle, strategy, parallelism=parallelism)
+    found = sorted(sorted(c.rules) for c in result.culprit_sets)
+    correct = result.fix_verified and found == sorted(sorted(s) for s in sets)
+    return oracle.trainings, oracle.rounds, correct
+
+
+def bench(seeds: int) -> list[dict]:
+    rows = []
+    for label, where, count, parallelism, metric, target in CASES:
+        unguided, guided = [], []
+        for seed in range(seeds):
+            sets, prior = plant(where, count, seed)
+            unguided.append(run(sets, bisect, parallelism))
+            guided.append(run(sets, Guided(prior), parallelism))
+        rows.append(
+            {
+                "label": label,
+                "P": parallelism,
+                "metric": "rounds" if metric else "trainings",
+                "unguided": statistics.median(r[metric] for r in unguided),
+                "guided": statistics.median(r[metric] for r in guided),
+                "worst": max(r[metric] for r in guided),
+                "within": None if target is None else sum(r[metric] <= target for r in guided),
+                "target": target,
+                "correct": all(r[2] for r in unguided + guided),
+            }
+        )
+    return rows
+
+
+def fmt(value: float) -> str:
+    return f"{value:g}" if value == int(value) else f"{value:.1f}"
+
+
+def render(rows: list[dict], seeds: int) -> str:
+    lines = [
+        BEGIN,
+        "## Guided search (benchmarks/bench_guided.py)",
+        "",
+        f"Generated by `python benchmarks/bench_guided.py`: n = {N}, medians over {seeds} seeds; "
+        "trainings count the 2 references, every search training and the fix verification; rounds "
+        "count the references' round. The prior is a ranking of all candidates with the culprits "
+        "where the case says; unguided is `bisect`, guided is `Guided(prior, bisect)` (suspects asked "
+        "alone first, P per round, patience max(2, P) growing with every suspect proven guilty; then "
+        "`bisect` over the candidates in prior order). Both run inside the all-culprits layer; every "
+        "answer is checked: the planted sets exactly, and the fix trained and passing.",
+        "",
+        "| case, n = 256 | P | metric | unguided | guided (median) | guided (worst seed) | target | met | seeds within target | every answer correct |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        target = "-" if row["target"] is None else f"≤ {row['target']}"
+        met = "-" if row["target"] is None else ("yes" if row["guided"] <= row["target"] else "**no**")
+        lines.append(
+            f"| {row['label']} | {row['P']} | {row['metric']} | {fmt(row['unguided'])} | {fmt(row['guided'])} "
+            f"| {fmt(row['worst'])} | {target} | {met} | {'-' if row['within'] is None else row['within']} "
+            f"| {'yes' if row['correct'] else '**NO**'} |"
+        )
+    lines += [
+        "",
+        "A misleading prior costs the suspects asked alone before the search gives up on them: two "
+        "trainings on one device, one round on P devices (patience), plus whatever the prior order "
+        "changes in the unguided search that follows. Interacting sets are never found by a suspect "
+        "alone, so the guide helps them only through that order.",
+        "",
+        "On one device the targets pull against each other: a culprit ranked 3rd proven in 3 questions "
+        "needs 3 suspects asked alone first, and then every other rank needs 9 more questions (an answer "
+        "with its proof among m candidates needs 1 + log2 m of them), so an uninformative prior would "
+        "cost 15. Patience 2 keeps the misleading cases at 14 and makes 'within the top 4' bimodal: 4 or "
+        "5 trainings when the culprit is 1st or 2nd, 14 otherwise (the median depends on the seeds).",
+        END,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=21, help="seeds per case (default 21)")
+    parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
+    args = parser.parse_args(argv)
+    text = render(bench(args.seeds), args.seeds)
+    print(text)
+    if not args.no_write:
+        replace_section(text, BEGIN, END, RESULTS)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,179 @@
+"""The prior of a guided search: the user's suspects and the references' tensor dumps.
+
+The two reference trainings (all candidates off, all on) are trained anyway.
+With ``search.guide: dumps`` they dump the tensors of one step too (or, when
+``localize.command`` or ``localize.args`` may cut a dumping training short, two
+extra dumped trainings of the same configurations do), and their comparison (``fusion_dd.compare``)
+points at the fused ops whose numbers go wrong first. The graph dump names the
+rules that made those ops, so the candidate rules can be ranked by suspicion:
+
+1. the candidate rules of the first divergence (the op to blame for the first
+   bad tensor); among them, a rule whose other fused ops stay good comes after
+   one whose every op goes bad (it fuses correctly elsewhere), then candidate order;
+2. the candidate rules of the other bad ops, by how early their first bad op
+   comes (topological order of the fusion-on run), then by how badly it
+   diverges (lowest cosine), then by the same share of good ops;
+3. everything else is no suspect: the search keeps it in candidate order.
+
+That ranking is a *prior*: ``fusion_dd.search.guided`` asks the suspects alone
+first and proves every answer with trainings, so a wrong ranking costs a few
+trainings and never a wrong answer. The worst op at step 0 is not always the
+one that ruins accuracy after 10,000 steps.
+
+Bookkeeping: the ranking, with its evidence, is journaled once as a ``guide``
+record before the search asks its first question; resume reads that record and
+never compares again (the search must replay the same questions). Reports and
+``--dry-run`` show it from the record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: How many suspects the report and the summary show with their evidence.
+SHOWN = 8
+
+
+def _cosine(value: float) -> float:
+    """Cosine for sorting: NaN (non-finite outputs) is the worst possible."""
+    return -2.0 if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def rank(comparison: Any, candidates: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The suspects (candidate rule names, most suspicious first) and the evidence for each.
+
+    ``comparison`` is a ``fusion_dd.compare.Comparison`` of the all-on dump
+    against the all-off dump. Pure: the same comparison gives the same ranking.
+    """
+    order = {name: index for index, name in enumerate(dict.fromkeys(candidates))}
+    # A rule whose other fused ops stay good is less suspicious than one whose every op goes bad.
+    ops: dict[str, list[int]] = {}
+    for pair in comparison.pairs:
+        for rule in pair.rules:
+            ops.setdefault(rule, [0, 0])[bool(pair.bad)] += 1
+
+    def exonerated(rule: str) -> float:
+        good, bad = ops.get(rule, (0, 0))
+        return good / (good + bad) if good + bad else 0.0
+
+    evidence: dict[str, dict[str, Any]] = {}
+    first = comparison.first_divergence
+    leading: list[str] = []
+    if first is not None:
+        leading = sorted(
+            {rule for rule in first.rules if rule in order}, key=lambda rule: (exonerated(rule), order[rule])
+        )
+        for rule in leading:
+            evidence[rule] = {
+                "rule": rule,
+                "why": "first bad op",
+                "op": first.op,
+                "op_type": first.op_type,
+                "layers": list(first.layers)[:4],
+                "cosine": first.metrics.to_json().get("cosine"),
+                "max_abs": first.metrics.to_json().get("max_abs"),
+            }
+    later: dict[str, tuple[int, float, Any]] = {}
+    for pair in comparison.pairs:
+        if not pair.bad:
+            continue
+        for rule in pair.rules:
+            if rule not in order or rule in evidence:
+                continue
+            key = (pair.position, _cosine(pair.metrics.cosine))
+            if rule not in later or key < later[rule][:2]:
+                later[rule] = (key[0], key[1], pair)
+    following = sorted(later, key=lambda rule: (later[rule][0], later[rule][1], exonerated(rule), order[rule]))
+    for rule in following:
+        pair = later[rule][2]
+        metrics = pair.metrics.to_json()
+        evidence[rule] = {
+            "rule": rule,
+            "why": "bad op",
+            "op": pair.op,
+            "op_type": pair.op_type,
+            "position": pair.position,
+            "layers": list(pair.layers)[:4],
+            "cosine": metrics.get("cosine"),
+            "max_abs": metrics.get("max_abs"),
+        }
+    for rule, entry in evidence.items():
+        entry["good_ops"], entry["bad_ops"] = ops.get(rule, (0, 0))
+    ranking = leading + following
+    return ranking, [evidence[rule] for rule in ranking]
+
+
+def record(
+    suspects: Sequence[str],
+    mode: str,
+    dumps: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The ``guide`` journal record: the user's suspects first, then the dumps' ranking.
+
+    ``dumps``: None when the guide does not use dumps, else
+    ``{"ranking": [...], "evidence": [...], "trials": [off, on]}`` or
+    ``{"reason": why there is no ranking}``.
+    """
+    ranking = list(dict.fromkeys(suspects))
+    if dumps is not None:
+        ranking += [rule for rule in dumps.get("ranking") or [] if rule not in ranking]
+    return {
+        "type": "guide",
+        "mode": mode,
+        "suspects": list(suspects),
+        "dumps": dict(dumps) if dumps is not None else None,
+        "ranking": ranking,
+    }
+
+
+def report_entry(guide: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``report.json``'s ``guide``: what guided the search, as journaled."""
+    if guide is None:
+        return None
+    dumps = guide.get("dumps")
+    entry: dict[str, Any] = {
+        "mode": guide.get("mode"),
+        "suspects": list(guide.get("suspects") or []),
+        "ranking": list(guide.get("ranking") or []),
+    }
+    if dumps is not None:
+        entry["dumps"] = {
+            key: dumps[key] for key in ("trials", "reason", "compared", "bad") if dumps.get(key) is not None
+        }
+        entry["evidence"] = list(dumps.get("evidence") or [])
+    return entry
+
+
+def summary_lines(guide: Mapping[str, Any] | None, culprits: Sequence[Sequence[str]] = ()) -> list[str]:
+    """How the search was guided, for the end-of-search summary and ``--dry-run``."""
+    if guide is None:
+        return []
+    ranking = list(guide.get("ranking") or [])
+    dumps = guide.get("dumps") or {}
+    guilty = {rule for culprit in culprits for rule in culprit}
+    if not ranking:
+        reason = dumps.get("reason") or "no suspect"
+        return [f"guide: none used ({reason})"]
+    listed = guide.get("evidence") or dumps.get("evidence") or []  # a report entry, or the journal record
+    evidence = {entry["rule"]: entry for entry in listed}
+    user = set(guide.get("suspects") or [])
+    source = " and ".join(
+        part
+        for part, present in (("search.suspects", bool(user)), ("the references' tensor dumps", bool(evidence)))
+        if present
+    )
+    lines = [f"guide: suspects asked alone first, ranked by {source}:"]
+    for index, rule in enumerate(ranking[:SHOWN], start=1):
+        detail = "named in search.suspects" if rule in user else ""
+        found = evidence.get(rule)
+        if found is not None and not detail:
+            cosine = found.get("cosine")
+            shown = f"{cosine:.4g}" if isinstance(cosine, (int, float)) else str(cosine)
+            detail = f"{found['why']} {found['op']} ({found.get('op_type')}), cosine {shown}"
+        mark = "  <- culprit" if rule in guilty else ""
+        lines.append(f"  {index}. {rule}: {detail}{mark}")
+    if len(ranking) > SHOWN:
+        lines.append(f"  ... {len(ranking) - SHOWN} more suspect(s) in report.json (guide.ranking)")
+    return lines

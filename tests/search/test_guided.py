@@ -1,0 +1,201 @@
+"""The guided strategy: a prior changes what is asked, never what is answered."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from search_helpers import is_one_minimal_failing, no_repeats
+
+from fusion_dd.search import bisect, ddmin, find_culprits
+from fusion_dd.search.guided import Guided, guided, prior_order
+from fusion_dd.search.lanes import LanePlan
+from fusion_dd.search.oracle import BudgetExhausted, Outcome
+from fusion_dd.search.simulate import SimulatedOracle, sets_model
+
+F = frozenset
+
+
+@st.composite
+def planted(draw):
+    """A universe and disjoint culprit sets (independent and interacting), plus a random prior."""
+    n = draw(st.integers(2, 80))
+    universe = list(range(n))
+    sizes = draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    while sum(sizes) > n:
+        sizes.pop()
+    sizes = sizes or [1]
+    picks = iter(draw(st.permutations(universe))[: sum(sizes)])
+    sets = [F(next(picks) for _ in range(size)) for size in sizes]
+    shuffled = draw(st.permutations(universe))
+    return universe, sets, list(shuffled)
+
+
+def priors(universe: list[int], sets: list[frozenset[int]], shuffled: list[int]) -> dict[str, list[int]]:
+    culprits = [rule for s in sets for rule in sorted(s)]
+    innocent = [rule for rule in shuffled if rule not in set(culprits)]
+    return {
+        "correct": culprits + innocent,  # every culprit first
+        "misleading": innocent + culprits,  # every culprit last
+        "random": shuffled,
+        "partial": innocent[:3] + culprits[:1],  # a short suspects list, mostly wrong
+    }
+
+
+def answer(result) -> tuple:
+    return (
+        sorted(sorted(c.rules) for c in result.culprit_sets),
+        sorted(result.fix),
+        result.fix_verified,
+        sorted(sorted(c.switched_off) for c in result.culprit_sets),
+    )
+
+
+def search(universe, sets, strategy, parallelism: int):
+    oracle = SimulatedOracle(sets_model(sets), parallelism=parallelism)
+    oracle.outcomes([F(), F(universe)])  # the engine's references
+    return oracle, find_culprits(universe, oracle, strategy, parallelism=parallelism)
+
+
+@pytest.mark.parametrize("base", [bisect, ddmin], ids=["bisect", "ddmin"])
+@pytest.mark.parametrize("parallelism", [1, 4])
+@settings(deadline=None, max_examples=40)
+@given(case=planted())
+def test_any_prior_gives_the_unguided_answer(case, base, parallelism: int) -> None:
+    universe, sets, shuffled = case
+    _, unguided = search(universe, sets, base, parallelism)
+    assert unguided.fix_verified
+    for label, prior in priors(universe, sets, shuffled).items():
+        oracle, result = search(universe, sets, Guided(prior, base), parallelism)
+        assert answer(result) == answer(unguided), label
+        assert sorted(map(sorted, (c.rules for c in result.culprit_sets))) == sorted(map(sorted, sets))
+        assert no_repeats(oracle), label
+
+
+@settings(deadline=None, max_examples=40)
+@given(n=st.integers(4, 40), data=st.data())
+def test_overlapping_sets_stay_one_minimal_with_a_verified_fix(n: int, data) -> None:
+    """{a, b} and {b, c}: which one a search meets first may depend on order, but every answer is proven."""
+    a, b, c = data.draw(st.permutations(list(range(n))))[:3]
+    model = sets_model([{a, b}, {b, c}])
+    prior = data.draw(st.permutations(list(range(n))))
+    oracle = SimulatedOracle(model)
+    result = find_culprits(list(range(n)), oracle, Guided(list(prior)))
+    assert result.fix_verified and not model(result.fix)
+    assert result.culprit_sets and all(is_one_minimal_failing(model, s.rules) for s in result.culprit_sets)
+    assert F(range(n)) - result.fix == {b}
+
+
+def test_a_culprit_ranked_first_costs_one_question() -> None:
+    universe = list(range(256))
+    oracle, result = search(universe, [F({200})], Guided([200, 3, 4]), 1)
+    # references, {200} alone (found and proven), the fix verification
+    assert oracle.calls == [F(), F(universe), F({200}), F(universe) - {200}]
+    assert [sorted(c.rules) for c in result.culprit_sets] == [[200]] and result.fix_verified
+
+
+def test_a_misleading_prior_costs_at_most_patience_questions_before_the_unguided_search() -> None:
+    universe = list(range(256))
+    oracle, result = search(universe, [F({17})], Guided([1, 2, 3, 4, 5]), 1)
+    singles = [c for c in oracle.calls[2:] if len(c) == 1]
+    assert singles[:2] == [F({1}), F({2})] and F({3}) not in oracle.calls  # patience 2 on one device
+    assert result.fix_verified and [sorted(c.rules) for c in result.culprit_sets] == [[17]]
+
+
+def test_on_p_devices_one_round_asks_p_suspects_alone() -> None:
+    universe = list(range(256))
+    prior = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]
+    oracle, result = search(universe, [F({3})], Guided(prior), 8)
+    assert oracle.rounds == 3  # references, 8 suspects alone, the fix
+    assert oracle.calls[2:10] == [F({rule}) for rule in prior[:8]]
+    assert result.fix_verified
+
+
+def test_suspects_proven_guilty_extend_the_patience() -> None:
+    """Once the prior was right, later searches walk further down it."""
+    universe = list(range(64))
+    sets = [F({10}), F({20}), F({30})]
+    prior = [10, 1, 2, 3, 20, 4, 5, 30]
+    oracle, result = search(universe, sets, Guided(prior), 1)
+    assert [c for c in oracle.calls if len(c) == 1] == [F({r}) for r in prior]
+    assert sorted(map(sorted, (c.rules for c in result.culprit_sets))) == [[10], [20], [30]]
+
+
+def test_no_prior_is_the_base_strategy_itself() -> None:
+    assert guided([], bisect) is bisect and guided(None, bisect) is bisect
+    assert isinstance(guided([1], bisect), Guided)
+
+
+def test_prior_order_puts_suspects_first_and_ignores_strangers() -> None:
+    assert prior_order([1, 2, 3, 4], [3, 99, 1, 3]) == [3, 1, 2, 4]
+
+
+class Session:
+    """An oracle over a shared journal (cache + widths), cut by a budget: one coordinator session."""
+
+    def __init__(self, model, cache: dict, widths: list[int], devices: int, budget: int) -> None:
+        self.model, self.cache, self.budget = model, cache, budget
+        self.trained: list[frozenset[int]] = []
+        self.questions: list[tuple[frozenset[int], ...]] = []
+        self.lanes = LanePlan(lambda: devices, widths, on_new=lambda index, width: widths.append(width))
+
+    def _answer(self, config: frozenset[int]) -> Outcome:
+        if config not in self.cache:
+            if len(self.trained) >= self.budget:
+                raise BudgetExhausted(None)
+            self.trained.append(config)
+            self.cache[config] = Outcome.FAIL if self.model(config) else Outcome.PASS
+        return self.cache[config]
+
+    def outcomes(self, configs: Sequence[frozenset[int]]) -> list[Outcome]:
+        self.lanes.advance()
+        self.questions.append(tuple(configs))
+        return [self._answer(F(c)) for c in configs]
+
+    def first_failing(self, configs: Sequence[frozenset[int]]) -> int | None:
+        self.lanes.advance()
+        self.questions.append(tuple(configs))
+        for index, config in enumerate(configs):
+            if self._answer(F(config)) is Outcome.FAIL:
+                return index
+        return None
+
+
+@pytest.mark.parametrize("devices", [1, 3])
+def test_an_interrupted_guided_search_resumes_by_exact_replay(devices: int) -> None:
+    n = 96
+    sets = [F({40}), F({7, 70}), F({88})]
+    model = sets_model(sets)
+    prior = [5, 88, 6, 40, 70, 7]
+    strategy = Guided(prior)
+
+    def run(cache, widths, budget):
+        session = Session(model, cache, widths, devices, budget)
+        return session, find_culprits(list(range(n)), session, strategy, parallelism=session.lanes)
+
+    whole, expected = run({}, [], 10**6)
+    total = len(whole.trained)
+    for stop in sorted(random.Random(devices).sample(range(1, total), min(total - 1, 6))):
+        cache: dict = {}
+        widths: list[int] = []
+        first, partial = run(cache, widths, stop)
+        assert partial.exhausted
+        second, result = run(cache, widths, 10**6)
+        assert second.questions == whole.questions  # the same questions, in the same order
+        assert answer(result) == answer(expected)
+        assert len(first.trained) + len(second.trained) == total  # nothing trained twice
+
+
+def test_on_fix_is_told_every_fix_candidate_and_changes_no_question() -> None:
+    universe = list(range(64))
+    sets = [F({5}), F({20, 40})]
+    plain, expected = search(universe, sets, bisect, 2)
+    told: list[frozenset[int]] = []
+    oracle = SimulatedOracle(sets_model(sets), parallelism=2)
+    oracle.outcomes([F(), F(universe)])
+    result = find_culprits(universe, oracle, bisect, parallelism=2, on_fix=told.append)
+    assert oracle.calls == plain.calls and answer(result) == answer(expected)
+    assert told and told[-1] == result.fix and all(c in oracle.calls for c in told)
