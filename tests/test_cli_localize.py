@@ -25,7 +25,9 @@ PAIR = (GRAPH[2], GRAPH[9])  # break layer_3 together
 LOCALIZE = {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
 
 
-def write(tmp_path: Path, *, budget: int = 60, localize: dict | None = LOCALIZE, name: str = "fusion-dd.yaml") -> Path:
+def write(
+    tmp_path: Path, *, budget: int = 60, localize: dict | None = LOCALIZE, name: str = "fusion-dd.yaml", guide: str | None = None
+) -> Path:
     document = {
         "rules": {"GraphFusion": GRAPH[:12]},
         "train": {
@@ -37,7 +39,7 @@ def write(tmp_path: Path, *, budget: int = 60, localize: dict | None = LOCALIZE,
             "timeout": 60,
         },
         "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
-        "search": {"budget": budget},
+        "search": {"budget": budget} | ({"guide": guide} if guide else {}),
         "state_dir": "state",
     }  # fmt: skip
     if localize is not None:
@@ -123,8 +125,9 @@ def test_budget_stop_in_the_localization_phase_then_localize_repeats_no_training
     assert fusion_dd("search", "-c", str(write(plain, localize=None)), cwd=plain).returncode == 0
     search_cost = report(plain)["trainings"]
     localize_later(plain)
-    # Budget for the search and the fix's dumped training only.
-    done = fusion_dd("search", "-c", str(write(tmp_path, budget=search_cost + 1)), cwd=tmp_path)
+    # Budget for the search and the fix's dumped training only. Unguided, so that the search asks
+    # the same questions as the plain one and its trainings do not dump (localization trains all three).
+    done = fusion_dd("search", "-c", str(write(tmp_path, budget=search_cost + 1, guide="none")), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     first = report(tmp_path)
     assert first["status"] == "found" and first["localization"]["status"] == "incomplete"
