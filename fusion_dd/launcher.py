@@ -212,3 +212,18 @@ class LocalLauncher:
 
     def ever_started(self, request: TrialRequest) -> bool:
         return supervisor_started(request.trial_dir)
+
+
+def launcher_for(config: Any) -> Launcher:
+    """The launcher ``train.launcher`` names: this machine, or a dask cluster (optional extra)."""
+    train = config.train
+    if getattr(train, "launcher", "local") == "dask":
+        from .dask_launcher import DaskLauncher
+
+        return DaskLauncher(
+            train.scheduler,
+            config.state_dir,
+            train.device_env,
+            train.devices if train.devices_given else None,
+        )
+    return LocalLauncher()
