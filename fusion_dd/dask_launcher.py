@@ -326,9 +326,12 @@ def _lost(reason: str, started: float) -> TrialResult:
 class DaskHandle:
     """A trial running as a dask task; the coordinator holds its future while it waits."""
 
-    def __init__(self, launcher: "DaskLauncher", future: Any, request: TrialRequest, placement: Placement) -> None:
+    def __init__(
+        self, launcher: "DaskLauncher", future: Any, request: TrialRequest, placement: Placement, key: str = ""
+    ) -> None:
         self.launcher = launcher
         self.future = future
+        self.key = key or (future.key if future is not None else "")
         self.request = request
         self.placement = placement
         self._cancel_sent = False
@@ -342,6 +345,9 @@ class DaskHandle:
                 write_json_atomic(self.request.trial_dir / CANCEL_FILE, {"time": time.time()})
 
     def wait(self, cancel: threading.Event | None = None) -> TrialResult:
+        """Until the task ended: its future, or for a re-attached task (``future`` None: dask does
+        not tell a new client about a task another client submitted) the scheduler's state
+        of its key and the result the task keeps in the trial directory."""
         worker = getattr(self.placement, "worker", "")
         gone_since: float | None = None
         last_check = 0.0
@@ -350,13 +356,21 @@ class DaskHandle:
                 self.cancel()
             if self.future is not None and self.future.done():
                 return self._outcome()
-            kept = _loaded_result(self.request.trial_dir)
-            if kept is not None and (self.future is None or self.future.done()):
-                return kept
+            if self.future is None:
+                kept = _loaded_result(self.request.trial_dir)
+                if kept is not None:
+                    return kept
             now = time.monotonic()
-            if worker and now - last_check >= 1.0:
+            if now - last_check >= 1.0:
                 last_check = now
-                if self.launcher.worker_alive(worker):
+                if self.future is None and self.launcher.task_state(self.key) in (None, "erred", "forgotten", "released"):
+                    kept = _loaded_result(self.request.trial_dir)
+                    if kept is not None:
+                        return kept
+                    if self._cancel_sent:
+                        return TrialResult(cancelled=True)
+                    return _lost("the dask task ended without a result (see the worker's log)", self._started)
+                if not worker or self.launcher.worker_alive(worker):
                     gone_since = None
                 elif gone_since is None:
                     gone_since = now
@@ -572,19 +586,28 @@ class DaskLauncher:
             )
             self._distributed.fire_and_forget(future)
             claim = self._wait_claim(request, future)
+            assert claim is not None
         except BaseException:
             self.release(address)
             raise
         return _ReleasingHandle(self, future, request, self._placement(key, claim), address)
 
-    def _wait_claim(self, request: TrialRequest, future: Any) -> dict[str, Any]:
-        """Block until the task has claimed the trial: then it runs, and its placement is known."""
+    def _wait_claim(self, request: TrialRequest, future: Any, key: str = "") -> dict[str, Any] | None:
+        """Block until the task has claimed the trial: then it runs, and its placement is known.
+
+        Without a future (a re-attached task), None once the scheduler no longer holds ``key``.
+        """
         path = request.trial_dir / CLAIM_FILE
+        last_check = time.monotonic()
         while True:
             claim = _read_json(path)
             if claim is not None:
                 return claim
-            if future.done():
+            if future is None and time.monotonic() - last_check >= 1.0:
+                last_check = time.monotonic()
+                if self.task_state(key) in (None, "erred", "forgotten", "released"):
+                    return _read_json(path)
+            if future is not None and future.done():
                 claim = _read_json(path)
                 if claim is not None:
                     return claim
@@ -594,6 +617,13 @@ class DaskLauncher:
                     raise RuntimeError(f"trial {request.spec.trial_id}: the dask task failed before it started: {exc}") from None
                 raise RuntimeError(f"trial {request.spec.trial_id}: the dask task ended without claiming the trial")
             time.sleep(0.05)
+
+    def task_state(self, key: str) -> str | None:
+        """The scheduler's state of a task; "unknown" while the scheduler cannot be asked."""
+        try:
+            return self.client.run_on_scheduler(task_state, key)
+        except Exception:  # noqa: BLE001 - a moment without the scheduler is not a lost task
+            return "unknown"
 
     def _placement(self, key: str, claim: Mapping[str, Any]) -> DaskPlacement:
         return DaskPlacement(
@@ -614,17 +644,15 @@ class DaskLauncher:
         place = self._placement(key, claim or dict(placement or {}))
         if kept is not None:
             return _Finished(kept, place)
-        try:
-            state = self.client.run_on_scheduler(task_state, key)
-        except Exception:  # noqa: BLE001
-            state = None
+        state = self.task_state(key)
         if state is not None and state not in ("erred", "forgotten", "released"):
             # Still held: re-attach to the same task (it claims, or has claimed, the trial).
-            future = self._distributed.Future(key, self.client)
             if claim is None:
-                claim = self._wait_claim(request, future)
+                claim = self._wait_claim(request, None, key)
+                if claim is None:
+                    return None
                 place = self._placement(key, claim)
-            return DaskHandle(self, future, request, place)
+            return DaskHandle(self, None, request, place, key=key)
         if claim is None:
             return None  # never claimed and the scheduler does not hold it: it never ran
         if (request.trial_dir / STATUS_FILE).exists():
