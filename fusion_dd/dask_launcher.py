@@ -45,7 +45,6 @@ import os
 import pickle
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -708,24 +707,6 @@ class _Finished:
         pass
 
 
-def occupancy(state_dir: Path, trials: Sequence[Any]) -> list[str]:
-    """``fusion-dd status``: per host and device, the trainings of this search that run there."""
-    rows: dict[tuple[str, str], list[str]] = {}
-    for trial in trials:
-        placement = (trial.launch or {}).get("placement") or {}
-        if placement.get("launcher") != "dask" or trial.finished is not None or trial.cancelled is not None:
-            continue
-        device = ",".join(placement.get("device") or ()) or "?"
-        rows.setdefault((str(placement.get("host", "?")), device), []).append(
-            f"#{trial.trial_id} on {placement.get('worker_name') or placement.get('worker') or '?'}"
-        )
-    return [f"  {host} device {device}: {', '.join(names)}" for (host, device), names in sorted(rows.items())]
-
-
-def local_hostname() -> str:
-    return socket.gethostname()
-
-
 __all__ = [
     "CANCEL_FILE",
     "CLAIM_FILE",
@@ -735,7 +716,6 @@ __all__ = [
     "DaskPlacement",
     "RESULT_FILE",
     "adopt_on_worker",
-    "occupancy",
     "require_dask",
     "run_trial",
 ]
