@@ -97,7 +97,13 @@ class DaskPlacement(Placement):
 
 
 def worker_facts(device_env: str, dask_worker: Any = None) -> dict[str, Any]:
-    """What the coordinator needs to know about one worker (run there by ``Client.run``)."""
+    """What the coordinator needs to know about one worker (run there by ``Client.run``).
+
+    Also imports what a trial's task needs, once per worker here rather than inside the
+    first training's start-up (a few tenths of a second of CPU per worker).
+    """
+    from . import early_stop, trial  # noqa: F401 - warm-up
+
     host, boot_id = this_host()
     return {"host": host, "boot_id": boot_id, "device": os.environ.get(device_env), "pid": os.getpid()}
 
@@ -136,11 +142,17 @@ def _claim(trial_dir: Path, record: Mapping[str, Any]) -> bool:
             temporary.unlink()
 
 
-def _device_leftovers(device_env: str, device: str, own_marker: str) -> list[int]:
-    """Processes of fusion-dd trainings on this device (by their environment) other than ours."""
+#: Set in the environment of every training a dask task starts: its device id. Only such
+#: processes are ever taken for leftovers on a device (never a local search's trainings).
+DEVICE_MARK_ENV = "FUSION_DD_DASK_DEVICE"
+
+
+def _device_leftovers(device: str, own_marker: str) -> list[int]:
+    """Processes of trainings that dask tasks started on this device (by their environment),
+    other than this trial's: orphans of a worker that died on this host."""
     from . import strays
 
-    wanted = f"{device_env}={device}".encode()
+    wanted = f"{DEVICE_MARK_ENV}={device}".encode()
     found = []
     for pid in strays.live_pids():
         if pid == os.getpid():
@@ -150,18 +162,17 @@ def _device_leftovers(device_env: str, device: str, own_marker: str) -> list[int
                 environ = handle.read().split(b"\0")
         except OSError:
             continue
-        markers = [item for item in environ if item.startswith(strays.TRIAL_DIR_ENV.encode() + b"=")]
-        if wanted in environ and markers and markers[0] != own_marker.encode():
+        if wanted in environ and own_marker.encode() not in environ:
             found.append(pid)
     return found
 
 
-def _clear_device(device_env: str, device: str, own_marker: str, wait: float) -> None:
+def _clear_device(device: str, own_marker: str, wait: float) -> None:
     """Before a training starts here: leftovers of earlier ones on this device (a crashed worker's
     orphan being stopped by its watcher) get ``wait`` seconds to end, then SIGKILL."""
     deadline = time.monotonic() + wait
     while True:
-        left = _device_leftovers(device_env, device, own_marker)
+        left = _device_leftovers(device, own_marker)
         if not left:
             return
         if time.monotonic() >= deadline:
@@ -268,10 +279,10 @@ def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
             f"trial {request.spec.trial_id} was already claimed by worker {held.get('worker_name') or held.get('worker')} "
             f"on {held.get('host')} (dask re-ran the task after its worker died): not trained again"
         )
-    spec = replace(request.spec, device=(device,))
+    spec = replace(request.spec, device=(device,), env={**request.spec.env, DEVICE_MARK_ENV: device})
     request = replace(request, spec=spec)
     marker = f"FUSION_DD_TRIAL_DIR={trial_dir.resolve()}"
-    _clear_device(device_env, device, marker, LEFTOVER_WAIT)
+    _clear_device(device, marker, LEFTOVER_WAIT)
     running = start_trial(spec)
     reaper = None
     try:
@@ -424,7 +435,7 @@ class DaskLauncher:
         device_env: str,
         devices: Sequence[Sequence[str]] | None = None,
         *,
-        timeout: float = 20.0,
+        timeout: float = 10.0,
     ) -> None:
         distributed = require_dask()
         self._distributed = distributed
@@ -441,6 +452,9 @@ class DaskLauncher:
         self._slots: dict[str, str] = {}  # slot (worker name) -> worker address
         self._busy: set[str] = set()  # worker addresses running one of our trials
         self._lock = threading.Lock()
+        self._alive_lock = threading.Lock()
+        self._alive: set[str] = set()
+        self._alive_at = -1e9
         self._salt = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:10]
 
     def close(self) -> None:
@@ -453,10 +467,16 @@ class DaskLauncher:
         return dict(self.client.scheduler_info(n_workers=-1).get("workers", {}))
 
     def worker_alive(self, address: str) -> bool:
-        try:
-            return address in self._workers()
-        except Exception:  # noqa: BLE001 - the scheduler unreachable for a moment is not a dead worker
-            return True
+        """Whether the scheduler knows this worker; one question per second for all waiting trials
+        (each asking on its own would cost the scheduler a round trip per trial and second)."""
+        with self._alive_lock:
+            if time.monotonic() - self._alive_at >= 1.0:
+                try:
+                    self._alive = set(self._workers())
+                except Exception:  # noqa: BLE001 - the scheduler unreachable for a moment is not a dead worker
+                    return True
+                self._alive_at = time.monotonic()
+            return address in self._alive
 
     def describe_cluster(self, workers: Mapping[str, Mapping[str, Any]] | None = None) -> str:
         workers = self._workers() if workers is None else workers
@@ -534,11 +554,12 @@ class DaskLauncher:
         """
         empty_since: float | None = None
         while True:
-            with self._lock:
-                address = self._slots.get(slot)
-                if address is not None and address not in self._busy and self.worker_alive(address):
-                    self._busy.add(address)
-                    return address
+            address = self._slots.get(slot)
+            if address is not None and self.worker_alive(address):
+                with self._lock:
+                    if address not in self._busy:
+                        self._busy.add(address)
+                        return address
             problem = None
             try:
                 self.slots()
@@ -568,44 +589,65 @@ class DaskLauncher:
     # -- the seam ----------------------------------------------------------------------
 
     def start(self, request: TrialRequest) -> DaskHandle:
-        slot = ",".join(request.spec.device)
-        address = self._pick_worker(slot)
-        key = self.key_of(request)
-        try:
-            future = self.client.submit(
-                run_trial,
-                request,
-                key,
-                self.device_env,
-                key=key,
-                pure=False,
-                resources={"device": 1},
-                workers=[address],
-                allow_other_workers=False,
-            )
-            self._distributed.fire_and_forget(future)
-            claim = self._wait_claim(request, future)
-            assert claim is not None
-        except BaseException:
-            self.release(address)
-            raise
-        return _ReleasingHandle(self, future, request, self._placement(key, claim), address)
+        """Submit the trial's task to its slot's worker; return once the task has claimed the trial.
 
-    def _wait_claim(self, request: TrialRequest, future: Any, key: str = "") -> dict[str, Any] | None:
+        A worker that leaves before its task claimed the trial ran nothing of it: the task is
+        withdrawn and submitted again (same trial, a new key) to another device worker.
+        """
+        slot = ",".join(request.spec.device)
+        for submission in range(1, 1000):
+            address = self._pick_worker(slot)
+            key = self.key_of(request) + ("" if submission == 1 else f"-r{submission}")
+            try:
+                future = self.client.submit(
+                    run_trial,
+                    request,
+                    key,
+                    self.device_env,
+                    key=key,
+                    pure=False,
+                    resources={"device": 1},
+                    workers=[address],
+                    allow_other_workers=False,
+                )
+                self._distributed.fire_and_forget(future)
+                claim = self._wait_claim(request, future, key, worker=address)
+            except BaseException:
+                self.release(address)
+                raise
+            if claim is not None:
+                return _ReleasingHandle(self, future, request, self._placement(key, claim), address)
+            with contextlib.suppress(Exception):
+                self.client.cancel([future], force=True)
+            self.release(address)
+        raise RuntimeError(f"trial {request.spec.trial_id}: no dask worker stayed long enough to start it")
+
+    def _wait_claim(
+        self, request: TrialRequest, future: Any, key: str = "", worker: str = ""
+    ) -> dict[str, Any] | None:
         """Block until the task has claimed the trial: then it runs, and its placement is known.
 
-        Without a future (a re-attached task), None once the scheduler no longer holds ``key``.
+        None when it never will: without a future (a re-attached task) once the scheduler no
+        longer holds ``key``; with ``worker``, once that worker has been gone for a while.
         """
         path = request.trial_dir / CLAIM_FILE
         last_check = time.monotonic()
+        gone_since: float | None = None
         while True:
             claim = _read_json(path)
             if claim is not None:
                 return claim
-            if future is None and time.monotonic() - last_check >= 1.0:
-                last_check = time.monotonic()
-                if self.task_state(key) in (None, "erred", "forgotten", "released"):
+            now = time.monotonic()
+            if now - last_check >= 1.0:
+                last_check = now
+                if future is None and self.task_state(key) in (None, "erred", "forgotten", "released"):
                     return _read_json(path)
+                if worker and not self.worker_alive(worker):
+                    gone_since = gone_since or now
+                    if now - gone_since >= WORKER_GONE_SECONDS:
+                        return _read_json(path)
+                else:
+                    gone_since = None
             if future is not None and future.done():
                 claim = _read_json(path)
                 if claim is not None:

@@ -394,3 +394,31 @@ def test_without_dask_the_launcher_is_refused_in_one_line(tmp_path):
                            env={"PYTHONPATH": str(tmp_path / "blocker")})
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "fusion-dd[dask]" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("train", "message"),
+    [
+        ({"launcher": "slurm"}, "train.launcher: must be one of local, dask"),
+        ({"launcher": "dask"}, "train.launcher: dask needs the scheduler's address"),
+    ],
+)
+def test_a_launcher_the_config_cannot_use_is_refused_naming_the_key(tmp_path, train, message):
+    from fusion_dd.config import load_config
+    from fusion_dd.errors import UsageError
+
+    config = write_config(tmp_path, "--culprits", CULPRIT)
+    document = yaml.safe_load(config.read_text())
+    document["train"].update(train)
+    config.write_text(yaml.safe_dump(document))
+    with pytest.raises(UsageError, match=message):
+        load_config(config)
+
+
+def test_scheduler_on_the_command_line_means_the_dask_launcher(tmp_path):
+    from fusion_dd.config import load_config
+
+    config = load_config(write_config(tmp_path, "--culprits", CULPRIT))
+    assert config.train.launcher == "local"
+    chosen = config.with_overrides(scheduler="tcp://127.0.0.1:8786").train
+    assert (chosen.launcher, chosen.scheduler) == ("dask", "tcp://127.0.0.1:8786")
