@@ -186,9 +186,12 @@ def section(rows: list[tuple[int, dict[str, dict[str, float]]]], seconds: float)
     lines += [
         "",
         "Overhead per trial is device time not spent training, per trial: the launch (supervisor, and for dask "
-        "the submission, the claim on the shared directory and the watcher), the wait for the result, and the "
-        "machine's contention: with 32 workers and 32 trainings starting at once on 2 cores, starting Python "
-        "processes dominates both launchers. On a real cluster each worker has its host's cores.",
+        "the submission, the claim on the shared directory and the watcher process), the wait for the result, "
+        "and the machine's contention. Here the N worker processes, their heartbeats and the scheduler share "
+        f"{os.cpu_count()} cores with N trainings starting at once, so the dask figures grow with N mostly from "
+        "contention that a real cluster, where each worker has its host's cores, does not have. Against "
+        "trainings of hours, an overhead of about 1 s per trial is below 0.01 % of device time. Worker imports "
+        "are paid once, when the launcher discovers the workers, not in this table.",
         END,
     ]
     return "\n".join(lines) + "\n"
