@@ -217,6 +217,12 @@ def _dry_run(config: SearchConfig) -> None:
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
+    if config.train.launcher == "dask":
+        which = "the listed devices of " if config.train.devices_given else ""
+        echo(
+            f"  launcher: dask at {config.train.scheduler}: one task per trial on {which}the workers offering a "
+            f"device (its id from {config.train.device_env} in the worker's environment)"
+        )
     if config.localize is not None:
         _dry_run_localize(config)
     echo("")

@@ -42,7 +42,7 @@ import contextlib
 import hashlib
 import json
 import os
-import pickle
+import dataclasses
 import secrets
 import signal
 import subprocess
@@ -59,7 +59,9 @@ from .launcher import Placement, TrialRequest, TrialResult, result_of, this_host
 from .supervisor import STATUS_FILE, SUPERVISOR_FILE, write_json_atomic
 
 CLAIM_FILE = "claim.json"
-RESULT_FILE = "result.pickle"
+#: JSON, never a pickle: the training can write anything into its own directory, and a
+#: coordinator must not run what it reads there.
+RESULT_FILE = "fusion_dd_result.json"
 CANCEL_FILE = "cancel.request"
 PROOF_PREFIX = ".dask-proof-"
 #: How long a task waits for leftover trainings on its device before it kills them.
@@ -210,12 +212,7 @@ def _wait_with_watchers(request: TrialRequest, running: Any) -> TrialResult:
 
 def _keep_result(trial_dir: Path, result: TrialResult) -> None:
     """The result next to the trial, for a coordinator that re-attaches after the task was forgotten."""
-    temporary = trial_dir / f".{RESULT_FILE}.{os.getpid()}"
-    with open(temporary, "wb") as handle:
-        pickle.dump(result, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, trial_dir / RESULT_FILE)
+    write_json_atomic(trial_dir / RESULT_FILE, dataclasses.asdict(result))
 
 
 def _start_reaper(trial_dir: Path, supervisor_pid: int) -> subprocess.Popen[bytes]:
@@ -321,12 +318,20 @@ def task_state(key: str, dask_scheduler: Any = None) -> str | None:
 
 
 def _loaded_result(trial_dir: Path) -> TrialResult | None:
-    try:
-        with open(trial_dir / RESULT_FILE, "rb") as handle:
-            result = pickle.load(handle)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
+    """The result a task kept (``_keep_result``); None when absent or not one (read like any artifact)."""
+    from .trial import _read_json as read_small_json
+
+    data = read_small_json(trial_dir / RESULT_FILE)
+    if data is None:
         return None
-    return result if isinstance(result, TrialResult) else None
+    names = {f.name for f in dataclasses.fields(TrialResult)}
+    try:
+        fields = {name: value for name, value in data.items() if name in names}
+        fields["log_tail"] = tuple(str(line) for line in fields.get("log_tail") or ())
+        result = TrialResult(**fields)
+    except (TypeError, ValueError):
+        return None
+    return result if isinstance(result.cancelled, bool) and isinstance(result.kind, str) else None
 
 
 def _lost(reason: str, started: float) -> TrialResult:
@@ -679,6 +684,10 @@ class DaskLauncher:
 
     def adopt(self, request: TrialRequest, placement: Mapping[str, Any] | None) -> DaskHandle | None:
         """Re-attach to a trial of an earlier coordinator; None when it never finished and is gone."""
+        if placement and placement.get("launcher") == "local":
+            from .launcher import LocalLauncher
+
+            return LocalLauncher().adopt(request, placement)  # started here before the search moved to dask
         key = str((placement or {}).get("job_id") or self.key_of(request))
         kept = _loaded_result(request.trial_dir)
         claim = _read_json(request.trial_dir / CLAIM_FILE)

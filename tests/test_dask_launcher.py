@@ -422,3 +422,17 @@ def test_scheduler_on_the_command_line_means_the_dask_launcher(tmp_path):
     assert config.train.launcher == "local"
     chosen = config.with_overrides(scheduler="tcp://127.0.0.1:8786").train
     assert (chosen.launcher, chosen.scheduler) == ("dask", "tcp://127.0.0.1:8786")
+
+
+def test_the_local_launcher_never_gives_up_a_training_another_launcher_may_still_run(tmp_path):
+    """Resuming a dask search with the local launcher must not train again what may still run on a worker."""
+    from fusion_dd.errors import UsageError
+    from fusion_dd.launcher import LocalLauncher, TrialRequest
+    from fusion_dd.metrics import MetricSpec
+    from fusion_dd.trial import TrialSpec
+
+    spec = TrialSpec(trial_id="0001", trial_dir=tmp_path / "0001", command=("true",), workdir=".", base_dir=tmp_path,
+                     env={}, device=("npu0",), device_env="ASCEND_DEVICE_ID", timeout=None, repeat=0, switch_text="")
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    with pytest.raises(UsageError, match="--launcher dask"):
+        LocalLauncher().adopt(request, {"launcher": "dask", "host": "elsewhere", "job_id": "k"})
