@@ -449,8 +449,8 @@ class DaskLauncher:
         self.device_env = device_env
         self.allowed = None if devices is None else {",".join(device) for device in devices}
         try:
-            security = None
-            self.client = distributed.Client(address, timeout=timeout, set_as_default=False, security=security)
+            # tls:// takes its certificates from dask's own configuration (distributed.comm.tls.*).
+            self.client = distributed.Client(address, timeout=timeout, set_as_default=False)
         except (OSError, ValueError, TimeoutError) as exc:
             raise UsageError(f"--scheduler {address}: cannot connect to the dask scheduler ({exc})") from None
         self._proven: set[str] = set()
