@@ -56,6 +56,12 @@ DevicesOption = typer.Option(
 )
 JobsOption = typer.Option(None, "--jobs", help="Shorthand for --devices 0..N-1.")
 StateDirOption = typer.Option(None, "--state-dir", help="Where the journal, trials and report live.")
+LauncherOption = typer.Option(
+    None, "--launcher", help="Where trainings run: local (this machine) or dask (a dask.distributed cluster)."
+)
+SchedulerOption = typer.Option(
+    None, "--scheduler", help="The dask scheduler's address (tcp://host:8786, tls://...); implies --launcher dask."
+)
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
@@ -82,9 +88,14 @@ def _load(
     devices: str | None,
     jobs: int | None,
     state_dir: Path | None,
+    launcher: str | None = None,
+    scheduler: str | None = None,
 ) -> SearchConfig:
     config = load_config(config_path or Path(DEFAULT_CONFIG_NAME))
-    return config.with_overrides(budget=budget, devices=_devices_override(devices, jobs), state_dir=state_dir)
+    return config.with_overrides(
+        budget=budget, devices=_devices_override(devices, jobs), state_dir=state_dir, launcher=launcher,
+        scheduler=scheduler,
+    )
 
 
 def _install_sigterm() -> None:
@@ -143,17 +154,23 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     _install_sigterm()
     from .engine import Engine
 
+    engine = None
     try:
-        engine = Engine(config, events)
-        result = engine.localize() if localize_only else engine.run()
-    except UsageError:
-        # A refused session (one error line follows) shows no estimate before its error.
-        events.close(final_estimate=False)
-        raise
-    except BaseException:
+        try:
+            engine = Engine(config, events)
+            result = engine.localize() if localize_only else engine.run()
+        except UsageError:
+            # A refused session (one error line follows) shows no estimate before its error.
+            events.close(final_estimate=False)
+            raise
+        except BaseException:
+            events.close()
+            raise
         events.close()
-        raise
-    events.close()
+    finally:
+        close = getattr(getattr(engine, "launcher", None), "close", None)
+        if close is not None:
+            close()
     typer.echo("")
     html_line = _write_html_report(config.state_dir, result.report)
     lines = summary_lines(result.report, config.state_dir)
@@ -232,6 +249,12 @@ def _dry_run(config: SearchConfig) -> None:
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
+    if config.train.launcher == "dask":
+        which = "the listed devices of " if config.train.devices_given else ""
+        echo(
+            f"  launcher: dask at {config.train.scheduler}: one task per trial on {which}the workers offering a "
+            f"device (its id from {config.train.device_env} in the worker's environment)"
+        )
     if config.localize is not None:
         _dry_run_localize(config)
     _dry_run_guide(config)
@@ -312,13 +335,17 @@ def search(
     devices: Optional[str] = DevicesOption,
     jobs: Optional[int] = JobsOption,
     state_dir: Optional[Path] = StateDirOption,
+    launcher: Optional[str] = LauncherOption,
+    scheduler: Optional[str] = SchedulerOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; launch nothing."),
     restart: bool = typer.Option(
         False, "--restart", help="Move the state directory aside (to NAME.1, NAME.2, ...; nothing is deleted) and start afresh."
     ),
 ) -> None:
     """Search for the fusion rules that break accuracy (resumes an unfinished search in the state directory)."""
-    loaded = _load(config, budget=budget, devices=devices, jobs=jobs, state_dir=state_dir)
+    loaded = _load(
+        config, budget=budget, devices=devices, jobs=jobs, state_dir=state_dir, launcher=launcher, scheduler=scheduler
+    )
     if dry_run:
         _warn(loaded)
         _dry_run(loaded)
@@ -354,11 +381,14 @@ def resume(
     devices: Optional[str] = DevicesOption,
     jobs: Optional[int] = JobsOption,
     config: Optional[Path] = ConfigOption,
+    launcher: Optional[str] = LauncherOption,
+    scheduler: Optional[str] = SchedulerOption,
 ) -> None:
     """Continue an interrupted or budget-exhausted search; finished trainings are never repeated."""
     directory = (state_dir or _default_state_dir(config)).resolve()
     loaded = _resume_config(directory, config).with_overrides(
-        budget=budget, devices=_devices_override(devices, jobs), state_dir=directory
+        budget=budget, devices=_devices_override(devices, jobs), state_dir=directory, launcher=launcher,
+        scheduler=scheduler,
     )
     raise typer.Exit(run_engine(loaded).exit_code)
 
@@ -377,11 +407,14 @@ def localize(
     devices: Optional[str] = DevicesOption,
     jobs: Optional[int] = JobsOption,
     config: Optional[Path] = ConfigOption,
+    launcher: Optional[str] = LauncherOption,
+    scheduler: Optional[str] = SchedulerOption,
 ) -> None:
     """Name the op and layer each culprit of a finished search broke (dumped trainings, see localize: in the config)."""
     directory = (state_dir or _default_state_dir(config)).resolve()
     loaded = _resume_config(directory, config).with_overrides(
-        budget=budget, devices=_devices_override(devices, jobs), state_dir=directory
+        budget=budget, devices=_devices_override(devices, jobs), state_dir=directory, launcher=launcher,
+        scheduler=scheduler,
     )
     result = run_engine(loaded, localize_only=True)
     from .engine import EXIT_BUDGET

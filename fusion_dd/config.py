@@ -61,6 +61,8 @@ _SCHEMA: dict[str, Any] = {
         "device_env": None,
         "kill_grace": None,
         "retries": None,
+        "launcher": None,
+        "scheduler": None,
     },
     "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None},
     "score": {
@@ -98,6 +100,14 @@ class TrainConfig:
     device_env: str = "ASCEND_DEVICE_ID"
     kill_grace: float = 10.0
     retries: int = 1
+    # Where trainings run: "local" (supervised processes here) or "dask" (one task per
+    # trial on a dask.distributed cluster, fusion_dd.dask_launcher). Not part of the
+    # search's definition: a search may move between them on resume.
+    launcher: str = "local"
+    scheduler: str | None = None
+    # False when train.devices was not written: the dask launcher then uses every
+    # worker that offers a device, instead of only the listed ones.
+    devices_given: bool = True
 
 
 @dataclass(frozen=True)
@@ -241,8 +251,11 @@ class SearchConfig:
         budget: int | None = None,
         devices: tuple[tuple[str, ...], ...] | None = None,
         state_dir: Path | None = None,
+        launcher: str | None = None,
+        scheduler: str | None = None,
     ) -> "SearchConfig":
-        """Apply command-line overrides (``--budget``, ``--devices``/``--jobs``, ``--state-dir``)."""
+        """Apply command-line overrides (``--budget``, ``--devices``/``--jobs``, ``--state-dir``,
+        ``--launcher``/``--scheduler``)."""
         config = self
         if budget is not None:
             if budget < MIN_BUDGET:
@@ -251,7 +264,9 @@ class SearchConfig:
                 )
             config = replace(config, search=replace(config.search, budget=budget))
         if devices is not None:
-            config = replace(config, train=replace(config.train, devices=devices))
+            config = replace(config, train=replace(config.train, devices=devices, devices_given=True))
+        if launcher is not None or scheduler is not None:
+            config = replace(config, train=_launcher_choice(config.train, launcher, scheduler))
         if state_dir is not None:
             check_state_dir(state_dir.resolve(), "--state-dir", config.source)
             config = replace(config, state_dir=state_dir.resolve())
@@ -738,6 +753,15 @@ def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env:
         raise reader.error("train.device_env", f"invalid environment variable name {device_env!r}")
     grace = reader.number(section.get("kill_grace", 10), "train.kill_grace", positive=True)
     retries = reader.integer(section.get("retries", 1), "train.retries", minimum=0)
+    launcher = reader.string(section.get("launcher", "local"), "train.launcher")
+    if launcher not in LAUNCHERS:
+        raise reader.error("train.launcher", f"must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    scheduler = section.get("scheduler")
+    scheduler = None if scheduler is None else reader.string(scheduler, "train.scheduler")
+    if launcher == "dask" and not scheduler:
+        raise reader.error(
+            "train.launcher", "dask needs the scheduler's address: train.scheduler (or --scheduler), e.g. tcp://host:8786"
+        )
     return TrainConfig(
         command=command,
         workdir=workdir,
@@ -747,7 +771,26 @@ def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env:
         device_env=device_env,
         kill_grace=grace,
         retries=retries,
+        launcher=launcher,
+        scheduler=scheduler,
+        devices_given="devices" in section,
     )
+
+
+LAUNCHERS = ("local", "dask")
+
+
+def _launcher_choice(train: TrainConfig, launcher: str | None, scheduler: str | None) -> TrainConfig:
+    """``--launcher``/``--scheduler`` over the config's; ``--scheduler`` alone means the dask launcher."""
+    if launcher is not None and launcher not in LAUNCHERS:
+        raise UsageError(f"--launcher: must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    chosen = launcher or ("dask" if scheduler is not None else train.launcher)
+    if chosen == "local" and scheduler is not None:
+        raise UsageError("--scheduler: only with --launcher dask (the local launcher needs no scheduler)")
+    address = scheduler if scheduler is not None else train.scheduler
+    if chosen == "dask" and not address:
+        raise UsageError("--launcher dask: give the scheduler's address with --scheduler (e.g. tcp://host:8786)")
+    return replace(train, launcher=chosen, scheduler=address if chosen == "dask" else train.scheduler)
 
 
 def _check_regex(reader: _Reader, raw: Any, key: str) -> str:

@@ -37,7 +37,7 @@ from .search.noise import NoisePolicy
 from .search.oracle import Outcome
 from .state import ConfigKey, SearchState, TrialState, definition_changes, replay
 from .trial import TrialSpec
-from .launcher import Launcher, LocalLauncher, TrialRequest, TrialResult
+from .launcher import Launcher, TrialRequest, TrialResult, launcher_for
 from .backends import CompilerBackend, backend_for, fix_env_of
 from .hooks import effects_of, fired_although_off_of, switch_check_of, unknown_to_compiler_of
 from .broken import STATUS as TRAINING_BROKEN
@@ -115,7 +115,7 @@ class Engine:
         self.config = config
         self.events: SearchEvents = events or QuietEvents()
         self.backend = backend or backend_for(config)
-        self.launcher: Launcher = launcher or LocalLauncher()
+        self.launcher: Launcher = launcher or launcher_for(config)
         self.rules = list(config.rules)
         self._hooks: list[Any] = list(self.backend.hooks(self.rules))
         if config.early_stop is not None and config.early_stop.active and config.score.baseline_metric is None:
@@ -128,6 +128,7 @@ class Engine:
         self._baseline_curve: list[tuple[int, float]] = []  # for the divergence rule of early stopping
         self._start_failures: dict[Device, int] = {}
         self._retired: list[Device] = []
+        self._in_service: list[Device] = []  # the devices (or a cluster's slots) of the last batch
         self._some_device_works = False
         self._fired_off_said: set[str] = set()  # rules named once per session as firing although off
         self._pool: DevicePool | None = None
@@ -359,9 +360,18 @@ class Engine:
 
     def _devices(self) -> DevicePool:
         """A pool of the devices still in service; the engine retires broken ones from it."""
-        active = [tuple(d) for d in self.config.train.devices if tuple(d) not in self._retired]
+        # A cluster launcher offers its own slots (dask: one per device worker), else train.devices.
+        slots = getattr(self.launcher, "slots", None)
+        self._in_service = [tuple(d) for d in (slots() if slots is not None else self.config.train.devices)]
+        active = [d for d in self._in_service if d not in self._retired]
         self._pool = DevicePool(active)
         return self._pool
+
+    def _device_count(self) -> int:
+        """How many devices train at once: train.devices, or the cluster's device workers."""
+        if not self._in_service and getattr(self.launcher, "slots", None) is not None:
+            self._devices()
+        return len(self._in_service or self.config.train.devices)
 
     def _watch_device(self, device: Device, trial: TrialState) -> None:
         """Set a device aside when trainings keep failing to start on it while others train fine."""
@@ -377,7 +387,7 @@ class Engine:
                 self._some_device_works = self._some_device_works or finished["kind"] == "metric"
                 return
             self._start_failures[device] = self._start_failures.get(device, 0) + 1
-            in_service = len(self.config.train.devices) - len(self._retired)
+            in_service = self._device_count() - len(self._retired)
             retire = (
                 self._start_failures[device] >= START_FAILURES_TO_RETIRE
                 and self._some_device_works
@@ -771,7 +781,7 @@ class Engine:
         assert pre.threshold is not None
         self.events.message(pre.message)
         lanes = LanePlan(
-            current=lambda: len(self.config.train.devices) - len(self._retired),
+            current=lambda: self._device_count() - len(self._retired),
             recorded=self.state.lanes,
             on_new=lambda index, width: self._append({"type": "question", "index": index, "width": width}),
         )

@@ -201,6 +201,16 @@ class LocalLauncher:
         if (request.trial_dir / STATUS_FILE).exists():
             running = adopt_trial(request.trial_dir)  # it ended and said how: no process to look for
             return None if running is None else LocalHandle(running, request, self._placement(request, None))
+        if placement and placement.get("launcher") not in (None, "local"):
+            from .errors import UsageError
+
+            # Another launcher runs it, maybe still: only that launcher can tell, and a training
+            # still running must never be trained again.
+            raise UsageError(
+                f"trial {request.spec.trial_id} was started by the {placement.get('launcher')} launcher and has not "
+                f"been collected: resume with that launcher (e.g. --launcher {placement.get('launcher')} --scheduler "
+                "ADDRESS), which takes its result or finds it gone"
+            )
         if placement and placement.get("host") not in (None, self.host):
             return None  # started on another host: its pids mean nothing here
         if placement and placement.get("boot_id") not in (None, self.boot_id):
@@ -212,3 +222,18 @@ class LocalLauncher:
 
     def ever_started(self, request: TrialRequest) -> bool:
         return supervisor_started(request.trial_dir)
+
+
+def launcher_for(config: Any) -> Launcher:
+    """The launcher ``train.launcher`` names: this machine, or a dask cluster (optional extra)."""
+    train = config.train
+    if getattr(train, "launcher", "local") == "dask":
+        from .dask_launcher import DaskLauncher
+
+        return DaskLauncher(
+            train.scheduler,
+            config.state_dir,
+            train.device_env,
+            train.devices if train.devices_given else None,
+        )
+    return LocalLauncher()

@@ -56,6 +56,12 @@ def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failur
         "device": ",".join(trial.device),
         "trial_dir": trial.trial_dir,
     }
+    placement = (trial.launch or {}).get("placement") or {}
+    if placement.get("worker"):
+        # A cluster launcher journaled where the trial ran: the device id the training saw
+        # (the slot it was given is the worker's name), with host and worker apart.
+        entry.update(device=",".join(placement.get("device") or ()), host=placement.get("host"),
+                     worker=placement.get("worker_name") or placement.get("worker"))
     measurement = trial.measurement
     if measurement is not None and trial.finished is not None:
         outcome = None

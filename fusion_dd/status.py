@@ -53,7 +53,7 @@ def status_lines(state_dir: Path) -> list[str]:
     cancelled = [t for t in state.trials.values() if t.cancelled is not None]
     # The journal calls a trial open until a coordinator collects it; after a
     # SIGKILL of the coordinator its supervisor may well have finished it since.
-    open_trials = [(trial, *supervised_state(state_dir / trial.trial_dir)) for trial in state.open_trials()]
+    open_trials = [(trial, *_trial_state(state_dir, trial)) for trial in state.open_trials()]
     running = [entry for entry in open_trials if entry[1] == "running" or (entry[1] == "gone" and pid is not None)]
     ended = [entry for entry in open_trials if entry[1] == "ended"]
     gone = [entry for entry in open_trials if entry[1] == "gone" and pid is None]
@@ -76,9 +76,13 @@ def status_lines(state_dir: Path) -> list[str]:
     now = time.time()
     for trial, _, _ in running:
         lines.append(
-            f"  running #{trial.trial_id} on device {','.join(trial.device)} for {int(now - trial.started_at)}s "
+            f"  running #{trial.trial_id} on {_where(trial)} for {int(now - trial.started_at)}s "
             f"({len(trial.config)} rules on, {trial.role})"
         )
+    occupied = _occupancy([trial for trial, _, _ in running])
+    if occupied:
+        lines.append("  devices in use, per host:")
+        lines.extend(occupied)
     collect = "being collected" if pid is not None else "'fusion-dd resume' records its result"
     for trial, _, status in ended:
         assert status is not None
@@ -99,6 +103,42 @@ def status_lines(state_dir: Path) -> list[str]:
                 f"    #{trial.trial_id} {trial.role:<9} {len(trial.config):>4} rules on  {measurement.kind:<10} {value}"
             )
     return lines
+
+
+def _remote(trial: TrialState) -> dict:
+    """The placement of a trial a cluster launcher runs (empty for a local one)."""
+    placement = (trial.launch or {}).get("placement") or {}
+    return placement if placement.get("launcher") not in (None, "local") else {}
+
+
+def _trial_state(state_dir: Path, trial: TrialState) -> tuple[str, dict | None]:
+    """Like ``supervised_state``; a trial on another host is running until its status.json says
+    it ended (its pids mean nothing here, and status must not connect to a cluster)."""
+    if not _remote(trial):
+        return supervised_state(state_dir / trial.trial_dir)
+    from .trial import STATUS_FILE, _read_json
+
+    status = _read_json(state_dir / trial.trial_dir / STATUS_FILE)
+    return ("ended", status) if status is not None else ("running", None)
+
+
+def _where(trial: TrialState) -> str:
+    placement = _remote(trial)
+    if not placement:
+        return f"device {','.join(trial.device)}"
+    device = ",".join(placement.get("device") or ()) or "?"
+    return f"{placement.get('host', '?')} device {device} (worker {placement.get('worker_name') or placement.get('worker')})"
+
+
+def _occupancy(running: list[TrialState]) -> list[str]:
+    """Per host and device, the trainings of this search running there (``host: device 0 #0004, ...``)."""
+    hosts: dict[str, list[str]] = {}
+    for trial in running:
+        placement = _remote(trial)
+        host = str(placement.get("host", "this host")) if placement else "this host"
+        device = ",".join(placement.get("device") or ()) if placement else ",".join(trial.device)
+        hosts.setdefault(host, []).append(f"device {device or '?'} #{trial.trial_id}")
+    return [f"    {host}: {', '.join(sorted(entries))}" for host, entries in sorted(hosts.items())]
 
 
 def _estimate_text(state_dir: Path) -> str:

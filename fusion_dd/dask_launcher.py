@@ -1,0 +1,772 @@
+"""Trainings on a dask.distributed cluster: the launcher seam's cluster implementation.
+
+One dask task per trial (``train.launcher: dask``, ``--scheduler ADDRESS``). Each
+task runs where a worker offers a ``device`` resource; that worker is one device
+(or one device group), fixed in its environment under ``train.device_env``, and
+started with ``--nthreads 1 --resources device=1``. The task runs the ordinary
+supervisor and early-stop monitor next to the training (``fusion_dd.trial``) and
+returns the ``TrialResult`` record.
+
+Why these pieces:
+
+* **Claim.** dask re-runs a task whose worker died (``allowed-failures`` is the
+  scheduler's, not ours). A training must never run twice in one trial
+  directory, so the task first claims its trial atomically on the shared state
+  directory (``claim.json``, created by ``link``, which fails if it exists); a
+  re-run finds the claim and refuses. fusion-dd then counts the trial as a
+  crash and ``train.retries`` starts a new trial.
+* **Orphans.** The supervisor runs in its own session so that the training
+  outlives the coordinator (``fire_and_forget``). It must not outlive its
+  *worker*: dask has given the device to someone else. A tiny watcher process
+  (``fusion_dd.dask_reaper``) holds a pipe from the worker; when the pipe
+  closes without a "done", the worker died and the watcher stops the training.
+  A task also waits for (then kills) leftovers of earlier trainings on its
+  device before it starts its own.
+* **Placement** is what the task saw: host, worker, and the device id in the
+  worker's environment, recorded in the claim before the training starts and
+  journaled by the engine with ``trial_launched``.
+* **Cancel.** A running dask task cannot be interrupted, so the coordinator
+  writes ``cancel.request`` into the trial directory; the task sees it within
+  a fraction of a second, has the supervisor SIGTERM the training (grace, then
+  SIGKILL of the process group) and ends, which frees the worker's slot.
+* **Shared state.** Everything above lives in the state directory, which must be
+  the same path on every worker: at start a token written here is read back by
+  every worker, and fusion-dd refuses otherwise.
+* **Resume.** A trial whose task the scheduler still holds is re-attached; one
+  it has forgotten is checked on the worker that ran it (pid checks only there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import dataclasses
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+from .launcher import Placement, TrialRequest, TrialResult, result_of, this_host
+from .supervisor import STATUS_FILE, SUPERVISOR_FILE, write_json_atomic
+
+CLAIM_FILE = "claim.json"
+#: JSON, never a pickle: the training can write anything into its own directory, and a
+#: coordinator must not run what it reads there.
+RESULT_FILE = "fusion_dd_result.json"
+CANCEL_FILE = "cancel.request"
+PROOF_PREFIX = ".dask-proof-"
+#: How long a task waits for leftover trainings on its device before it kills them.
+LEFTOVER_WAIT = 15.0
+#: A worker gone from the scheduler this long means its training is lost (a nanny restarts in less).
+WORKER_GONE_SECONDS = 5.0
+INSTALL_HINT = "pip install 'fusion-dd[dask]'"
+
+
+class ClaimTaken(RuntimeError):
+    """A re-run of a trial attempt that was already claimed: it must not train again."""
+
+
+def require_dask() -> Any:
+    """The ``distributed`` module, or a one-line usage error saying how to install it."""
+    try:
+        import distributed
+    except ImportError:
+        raise UsageError(f"train.launcher dask: dask.distributed is not installed; {INSTALL_HINT}") from None
+    return distributed
+
+
+@dataclass(frozen=True)
+class DaskPlacement(Placement):
+    """A placement that also names the dask worker (its address when the task claimed the trial)."""
+
+    worker: str = ""
+    worker_name: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "worker": self.worker, "worker_name": self.worker_name}
+
+
+# --- on the worker -------------------------------------------------------------------
+
+
+def worker_facts(device_env: str, dask_worker: Any = None) -> dict[str, Any]:
+    """What the coordinator needs to know about one worker (run there by ``Client.run``).
+
+    Also imports what a trial's task needs, once per worker here rather than inside the
+    first training's start-up (a few tenths of a second of CPU per worker).
+    """
+    from . import early_stop, trial  # noqa: F401 - warm-up
+
+    host, boot_id = this_host()
+    return {"host": host, "boot_id": boot_id, "device": os.environ.get(device_env), "pid": os.getpid()}
+
+
+def read_token(path: str, dask_worker: Any = None) -> str | None:
+    """The proof token as this worker sees it (None: it cannot see the file)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _claim(trial_dir: Path, record: Mapping[str, Any]) -> bool:
+    """Create ``claim.json`` with ``record`` unless it exists: complete or absent, never torn."""
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    temporary = trial_dir / f".claim.{os.getpid()}.{secrets.token_hex(4)}"
+    temporary.write_text(json.dumps(dict(record)), encoding="utf-8")
+    try:
+        with open(temporary, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.link(temporary, trial_dir / CLAIM_FILE)  # atomic; fails when the claim exists
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+
+
+#: Set in the environment of every training a dask task starts: its device id. Only such
+#: processes are ever taken for leftovers on a device (never a local search's trainings).
+DEVICE_MARK_ENV = "FUSION_DD_DASK_DEVICE"
+
+
+def _device_leftovers(device: str, own_marker: str) -> list[int]:
+    """Processes of trainings that dask tasks started on this device (by their environment),
+    other than this trial's: orphans of a worker that died on this host."""
+    from . import strays
+
+    wanted = f"{DEVICE_MARK_ENV}={device}".encode()
+    found = []
+    for pid in strays.live_pids():
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environ = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if wanted in environ and own_marker.encode() not in environ:
+            found.append(pid)
+    return found
+
+
+def _clear_device(device: str, own_marker: str, wait: float) -> None:
+    """Before a training starts here: leftovers of earlier ones on this device (a crashed worker's
+    orphan being stopped by its watcher) get ``wait`` seconds to end, then SIGKILL."""
+    deadline = time.monotonic() + wait
+    while True:
+        left = _device_leftovers(device, own_marker)
+        if not left:
+            return
+        if time.monotonic() >= deadline:
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+            return
+        time.sleep(0.2)
+
+
+def _watch_cancel(trial_dir: Path, cancel: threading.Event, done: threading.Event) -> None:
+    while not done.wait(0.2):
+        if (trial_dir / CANCEL_FILE).exists():
+            cancel.set()
+            return
+
+
+def _wait_with_watchers(request: TrialRequest, running: Any) -> TrialResult:
+    """Wait for a supervised training with the early-stop monitor and the cancel file watched."""
+    from .early_stop import make_monitor
+    from .wakeup import CancelEvent
+
+    trial_dir = Path(request.spec.trial_dir)
+    cancel = CancelEvent()
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_cancel, args=(trial_dir, cancel, done), daemon=True)
+    watcher.start()
+    try:
+        monitor = make_monitor(running.trial_dir, request.early_stop, list(request.baseline_curve))
+        return result_of(running.wait(cancel, monitor=monitor), request)
+    finally:
+        done.set()
+
+
+def _keep_result(trial_dir: Path, result: TrialResult) -> None:
+    """The result next to the trial, for a coordinator that re-attaches after the task was forgotten."""
+    write_json_atomic(trial_dir / RESULT_FILE, dataclasses.asdict(result))
+
+
+def _start_reaper(trial_dir: Path, supervisor_pid: int) -> subprocess.Popen[bytes]:
+    """The watcher that stops this training if the worker dies (see module docstring)."""
+    from .trial import _supervisor_env
+
+    return subprocess.Popen(
+        [sys.executable, "-S", "-m", "fusion_dd.dask_reaper", str(trial_dir), str(supervisor_pid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_supervisor_env(),
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def _reaper_done(reaper: subprocess.Popen[bytes] | None) -> None:
+    if reaper is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        assert reaper.stdin is not None
+        reaper.stdin.write(b"done\n")
+        reaper.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        reaper.wait(timeout=10)
+
+
+def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
+    """The dask task of one trial attempt: claim it, run it supervised here, return its record."""
+    from .trial import start_trial
+
+    trial_dir = Path(request.spec.trial_dir)
+    device = os.environ.get(device_env)
+    worker_address = worker_name = ""
+    with contextlib.suppress(Exception):
+        from distributed import get_worker
+
+        worker = get_worker()
+        worker_address, worker_name = str(worker.address), str(worker.name)
+    host, boot_id = this_host()
+    if not device:
+        raise RuntimeError(
+            f"dask worker {worker_name or worker_address} on {host} has no {device_env} in its environment: "
+            f"start it with {device_env}=ID (see README, 'On a dask cluster')"
+        )
+    claim = {
+        "key": key,
+        "trial_id": request.spec.trial_id,
+        "host": host,
+        "boot_id": boot_id,
+        "worker": worker_address,
+        "worker_name": worker_name,
+        "worker_pid": os.getpid(),
+        "device": device,
+        "time": time.time(),
+    }
+    if not _claim(trial_dir, claim):
+        held = _read_json(trial_dir / CLAIM_FILE) or {}
+        raise ClaimTaken(
+            f"trial {request.spec.trial_id} was already claimed by worker {held.get('worker_name') or held.get('worker')} "
+            f"on {held.get('host')} (dask re-ran the task after its worker died): not trained again"
+        )
+    spec = replace(request.spec, device=(device,), env={**request.spec.env, DEVICE_MARK_ENV: device})
+    request = replace(request, spec=spec)
+    marker = f"FUSION_DD_TRIAL_DIR={trial_dir.resolve()}"
+    _clear_device(device, marker, LEFTOVER_WAIT)
+    running = start_trial(spec)
+    reaper = None
+    try:
+        reaper = _start_reaper(running.trial_dir, running.pid or 0)
+        result = _wait_with_watchers(request, running)
+        _keep_result(running.trial_dir, result)
+        return result
+    finally:
+        _reaper_done(reaper)
+
+
+def adopt_on_worker(request: TrialRequest, device_env: str) -> TrialResult | None:
+    """Run on the worker that ran a trial the scheduler forgot: wait for its training if it still
+    runs there (pid checks on its own host only), None when it is gone."""
+    from .trial import adopt_trial
+
+    trial_dir = Path(request.spec.trial_dir)
+    claim = _read_json(trial_dir / CLAIM_FILE) or {}
+    if claim.get("device"):
+        request = replace(request, spec=replace(request.spec, device=(str(claim["device"]),)))
+    running = adopt_trial(trial_dir)
+    if running is None:
+        return None
+    result = _wait_with_watchers(request, running)
+    _keep_result(trial_dir, result)
+    return result
+
+
+def task_state(key: str, dask_scheduler: Any = None) -> str | None:
+    """The scheduler's state of a task (run on the scheduler), None when it does not hold it."""
+    task = dask_scheduler.tasks.get(key)
+    return None if task is None else str(task.state)
+
+
+# --- on the coordinator ----------------------------------------------------------------
+
+
+def _loaded_result(trial_dir: Path) -> TrialResult | None:
+    """The result a task kept (``_keep_result``); None when absent or not one (read like any artifact)."""
+    from .trial import _read_json as read_small_json
+
+    data = read_small_json(trial_dir / RESULT_FILE)
+    if data is None:
+        return None
+    names = {f.name for f in dataclasses.fields(TrialResult)}
+    try:
+        fields = {name: value for name, value in data.items() if name in names}
+        fields["log_tail"] = tuple(str(line) for line in fields.get("log_tail") or ())
+        result = TrialResult(**fields)
+    except (TypeError, ValueError):
+        return None
+    return result if isinstance(result.cancelled, bool) and isinstance(result.kind, str) else None
+
+
+def _lost(reason: str, started: float) -> TrialResult:
+    return TrialResult(cancelled=False, kind="crash", reason=reason, duration=max(0.0, time.time() - started))
+
+
+class DaskHandle:
+    """A trial running as a dask task; the coordinator holds its future while it waits."""
+
+    def __init__(
+        self, launcher: "DaskLauncher", future: Any, request: TrialRequest, placement: Placement, key: str = ""
+    ) -> None:
+        self.launcher = launcher
+        self.future = future
+        self.key = key or (future.key if future is not None else "")
+        self.request = request
+        self.placement = placement
+        self._cancel_sent = False
+        self._started = time.time()
+
+    def cancel(self) -> None:
+        """Ask the task to stop its training (it SIGTERMs the supervisor; grace; group killed)."""
+        if not self._cancel_sent:
+            self._cancel_sent = True
+            with contextlib.suppress(OSError):
+                write_json_atomic(self.request.trial_dir / CANCEL_FILE, {"time": time.time()})
+
+    def wait(self, cancel: threading.Event | None = None) -> TrialResult:
+        """Until the task ended: its future, or for a re-attached task (``future`` None: dask does
+        not tell a new client about a task another client submitted) the scheduler's state
+        of its key and the result the task keeps in the trial directory."""
+        worker = getattr(self.placement, "worker", "")
+        gone_since: float | None = None
+        last_check = 0.0
+        while True:
+            if cancel is not None and cancel.is_set():
+                self.cancel()
+            if self.future is not None and self.future.done():
+                return self._outcome()
+            if self.future is None:
+                kept = _loaded_result(self.request.trial_dir)
+                if kept is not None:
+                    return kept
+            now = time.monotonic()
+            if now - last_check >= 1.0:
+                last_check = now
+                if self.future is None and self.launcher.task_state(self.key) in (None, "erred", "forgotten", "released"):
+                    kept = _loaded_result(self.request.trial_dir)
+                    if kept is not None:
+                        return kept
+                    if self._cancel_sent:
+                        return TrialResult(cancelled=True)
+                    return _lost("the dask task ended without a result (see the worker's log)", self._started)
+                if not worker or self.launcher.worker_alive(worker):
+                    gone_since = None
+                elif gone_since is None:
+                    gone_since = now
+                elif now - gone_since >= WORKER_GONE_SECONDS and not (self.future is not None and self.future.done()):
+                    return self._worker_died(worker)
+            if cancel is not None:
+                cancel.wait(0.1)
+            else:
+                time.sleep(0.1)
+
+    def _worker_died(self, worker: str) -> TrialResult:
+        """The worker that ran this trial left the cluster: its watcher stopped the training."""
+        kept = _loaded_result(self.request.trial_dir)
+        if kept is not None:
+            return kept
+        if self.future is not None:
+            with contextlib.suppress(Exception):
+                # force: fire_and_forget keeps wanting it; a task pinned to a dead worker would wait forever.
+                self.launcher.client.cancel([self.future], force=True)
+        if self._cancel_sent:
+            return TrialResult(cancelled=True)
+        return _lost(f"the dask worker {worker} running it died; the trial is not trained again in its directory",
+                     self._started)
+
+    def _outcome(self) -> TrialResult:
+        try:
+            result = self.future.result()
+        except Exception as exc:  # noqa: BLE001 - the task's failure is this trial's result
+            kept = _loaded_result(self.request.trial_dir)
+            if kept is not None:
+                return kept
+            if self._cancel_sent:
+                return TrialResult(cancelled=True)
+            name = type(exc).__name__
+            if name == "ClaimTaken" or "already claimed" in str(exc):
+                return _lost(str(exc), self._started)
+            return _lost(f"the dask task failed: {name}: {exc}", self._started)
+        if result is None:  # an adoption found the training gone
+            return _lost("lost: the training was gone from its worker when resumed", self._started)
+        return result
+
+
+class DaskLauncher:
+    """Trials as dask tasks, one per device worker; see the module docstring."""
+
+    name = "dask"
+
+    def __init__(
+        self,
+        address: str,
+        state_dir: Path,
+        device_env: str,
+        devices: Sequence[Sequence[str]] | None = None,
+        *,
+        timeout: float = 10.0,
+    ) -> None:
+        distributed = require_dask()
+        self._distributed = distributed
+        self.address = address
+        self.state_dir = Path(state_dir)
+        self.device_env = device_env
+        self.allowed = None if devices is None else {",".join(device) for device in devices}
+        try:
+            # tls:// takes its certificates from dask's own configuration (distributed.comm.tls.*).
+            self.client = distributed.Client(address, timeout=timeout, set_as_default=False)
+        except (OSError, ValueError, TimeoutError) as exc:
+            raise UsageError(f"--scheduler {address}: cannot connect to the dask scheduler ({exc})") from None
+        self._proven: set[str] = set()
+        self._slots: dict[str, str] = {}  # slot (worker name) -> worker address
+        self._busy: set[str] = set()  # worker addresses running one of our trials
+        self._lock = threading.Lock()
+        self._alive_lock = threading.Lock()
+        self._alive: set[str] = set()
+        self._alive_at = -1e9
+        self._salt = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:10]
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+    # -- the cluster ---------------------------------------------------------------
+
+    def _workers(self) -> dict[str, dict[str, Any]]:
+        return dict(self.client.scheduler_info(n_workers=-1).get("workers", {}))
+
+    def worker_alive(self, address: str) -> bool:
+        """Whether the scheduler knows this worker; one question per second for all waiting trials
+        (each asking on its own would cost the scheduler a round trip per trial and second)."""
+        with self._alive_lock:
+            if time.monotonic() - self._alive_at >= 1.0:
+                try:
+                    self._alive = set(self._workers())
+                except Exception:  # noqa: BLE001 - the scheduler unreachable for a moment is not a dead worker
+                    return True
+                self._alive_at = time.monotonic()
+            return address in self._alive
+
+    def describe_cluster(self, workers: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+        workers = self._workers() if workers is None else workers
+        if not workers:
+            return "the cluster has no workers"
+        parts = [
+            f"{info.get('name', address)} ({address}): resources {dict(info.get('resources') or {}) or 'none'}"
+            for address, info in sorted(workers.items())
+        ]
+        return "; ".join(parts)
+
+    def slots(self) -> list[tuple[str, ...]]:
+        """One slot per worker that offers a device (filtered by ``train.devices`` when given).
+
+        Fails with the cluster's resources listed when no worker can take a
+        training, and proves that every such worker sees the state directory.
+        """
+        workers = self._workers()
+        devices = {address: info for address, info in workers.items() if (info.get("resources") or {}).get("device", 0) >= 1}
+        if not devices:
+            raise UsageError(
+                f"--scheduler {self.address}: no dask worker offers a 'device' resource, so no training can be placed "
+                f"({self.describe_cluster(workers)}); start one worker per device with "
+                "'dask worker ADDRESS --nthreads 1 --resources device=1' (see README, 'On a dask cluster')"
+            )
+        facts = self.client.run(worker_facts, self.device_env, workers=list(devices))
+        missing = sorted(devices[a].get("name", a) for a, f in facts.items() if not f.get("device"))
+        if missing:
+            raise UsageError(
+                f"dask workers {', '.join(map(str, missing))} offer a device but have no {self.device_env} in their "
+                f"environment (train.device_env): start each with {self.device_env}=ID"
+            )
+        chosen = {a: f for a, f in facts.items() if self.allowed is None or str(f["device"]) in self.allowed}
+        if not chosen:
+            seen = ", ".join(sorted({f"{f['host']}:{f['device']}" for f in facts.values()}))
+            raise UsageError(
+                f"train.devices: none of the listed devices is offered by a dask worker (workers' devices: {seen})"
+            )
+        self._prove_shared_state(sorted(set(chosen) - self._proven), devices)
+        with self._lock:
+            self._slots = {str(devices[a].get("name", a)): a for a in chosen}
+        return [(name,) for name in sorted(self._slots)]
+
+    def _prove_shared_state(self, addresses: list[str], infos: Mapping[str, Mapping[str, Any]]) -> None:
+        """A token written here must read back the same on every worker: the state directory is shared."""
+        if not addresses:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(16)
+        path = self.state_dir / f"{PROOF_PREFIX}{token[:8]}"
+        path.write_text(token, encoding="utf-8")
+        try:
+            seen = self.client.run(read_token, str(path.resolve()), workers=addresses)
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        blind = sorted(str(infos[a].get("name", a)) for a in addresses if seen.get(a) != token)
+        if blind:
+            raise UsageError(
+                f"state directory {self.state_dir.resolve()}: dask worker(s) {', '.join(blind)} cannot see it at the same "
+                "path; every worker must share it (e.g. a network file system mounted at the same path), because "
+                "trainings write their logs, claims and results there; or give a --state-dir they all share"
+            )
+        self._proven.update(addresses)
+
+    def key_of(self, request: TrialRequest) -> str:
+        """Stable per search and trial (a retry is a new trial, so also per attempt)."""
+        return f"fusion-dd-{self._salt}-{request.spec.trial_id}"
+
+    def _pick_worker(self, slot: str) -> str:
+        """The slot's worker if it is alive and free, else any free device worker (a restarted one).
+
+        Waits while every device worker is busy (a dead worker's slot shares the
+        live ones); fails only when the cluster has had no usable worker for a minute.
+        """
+        empty_since: float | None = None
+        while True:
+            address = self._slots.get(slot)
+            if address is not None and self.worker_alive(address):
+                with self._lock:
+                    if address not in self._busy:
+                        self._busy.add(address)
+                        return address
+            problem = None
+            try:
+                self.slots()
+            except UsageError as exc:
+                problem = exc
+            with self._lock:
+                address = self._slots.get(slot)
+                if address is not None and address not in self._busy:
+                    self._busy.add(address)
+                    return address
+                free = [a for name, a in sorted(self._slots.items()) if a not in self._busy]
+                if free and address is None:
+                    self._busy.add(free[0])
+                    return free[0]
+            if problem is None:
+                empty_since = None
+            elif empty_since is None:
+                empty_since = time.monotonic()
+            elif time.monotonic() - empty_since >= 60.0:
+                raise problem
+            time.sleep(0.5)
+
+    def release(self, address: str) -> None:
+        with self._lock:
+            self._busy.discard(address)
+
+    # -- the seam ----------------------------------------------------------------------
+
+    def start(self, request: TrialRequest) -> DaskHandle:
+        """Submit the trial's task to its slot's worker; return once the task has claimed the trial.
+
+        A worker that leaves before its task claimed the trial ran nothing of it: the task is
+        withdrawn and submitted again (same trial, a new key) to another device worker.
+        """
+        slot = ",".join(request.spec.device)
+        for submission in range(1, 1000):
+            address = self._pick_worker(slot)
+            key = self.key_of(request) + ("" if submission == 1 else f"-r{submission}")
+            try:
+                future = self.client.submit(
+                    run_trial,
+                    request,
+                    key,
+                    self.device_env,
+                    key=key,
+                    pure=False,
+                    resources={"device": 1},
+                    workers=[address],
+                    allow_other_workers=False,
+                )
+                self._distributed.fire_and_forget(future)
+                claim = self._wait_claim(request, future, key, worker=address)
+            except BaseException:
+                self.release(address)
+                raise
+            if claim is not None:
+                return _ReleasingHandle(self, future, request, self._placement(key, claim), address)
+            with contextlib.suppress(Exception):
+                self.client.cancel([future], force=True)
+            self.release(address)
+        raise RuntimeError(f"trial {request.spec.trial_id}: no dask worker stayed long enough to start it")
+
+    def _wait_claim(
+        self, request: TrialRequest, future: Any, key: str = "", worker: str = ""
+    ) -> dict[str, Any] | None:
+        """Block until the task has claimed the trial: then it runs, and its placement is known.
+
+        None when it never will: without a future (a re-attached task) once the scheduler no
+        longer holds ``key``; with ``worker``, once that worker has been gone for a while.
+        """
+        path = request.trial_dir / CLAIM_FILE
+        last_check = time.monotonic()
+        gone_since: float | None = None
+        while True:
+            claim = _read_json(path)
+            if claim is not None:
+                return claim
+            now = time.monotonic()
+            if now - last_check >= 1.0:
+                last_check = now
+                if future is None and self.task_state(key) in (None, "erred", "forgotten", "released"):
+                    return _read_json(path)
+                if worker and not self.worker_alive(worker):
+                    gone_since = gone_since or now
+                    if now - gone_since >= WORKER_GONE_SECONDS:
+                        return _read_json(path)
+                else:
+                    gone_since = None
+            if future is not None and future.done():
+                claim = _read_json(path)
+                if claim is not None:
+                    return claim
+                try:
+                    future.result()
+                except Exception as exc:  # noqa: BLE001 - the reason the trial could not start
+                    raise RuntimeError(f"trial {request.spec.trial_id}: the dask task failed before it started: {exc}") from None
+                raise RuntimeError(f"trial {request.spec.trial_id}: the dask task ended without claiming the trial")
+            time.sleep(0.05)
+
+    def task_state(self, key: str) -> str | None:
+        """The scheduler's state of a task; "unknown" while the scheduler cannot be asked."""
+        try:
+            return self.client.run_on_scheduler(task_state, key)
+        except Exception:  # noqa: BLE001 - a moment without the scheduler is not a lost task
+            return "unknown"
+
+    def _placement(self, key: str, claim: Mapping[str, Any]) -> DaskPlacement:
+        return DaskPlacement(
+            launcher="dask",
+            host=str(claim.get("host", "")),
+            boot_id=claim.get("boot_id"),
+            job_id=key,
+            device=(str(claim.get("device", "")),),
+            worker=str(claim.get("worker", "")),
+            worker_name=str(claim.get("worker_name", "")),
+        )
+
+    def adopt(self, request: TrialRequest, placement: Mapping[str, Any] | None) -> DaskHandle | None:
+        """Re-attach to a trial of an earlier coordinator; None when it never finished and is gone."""
+        if placement and placement.get("launcher") == "local":
+            from .launcher import LocalLauncher
+
+            return LocalLauncher().adopt(request, placement)  # started here before the search moved to dask
+        key = str((placement or {}).get("job_id") or self.key_of(request))
+        kept = _loaded_result(request.trial_dir)
+        claim = _read_json(request.trial_dir / CLAIM_FILE)
+        place = self._placement(key, claim or dict(placement or {}))
+        if kept is not None:
+            return _Finished(kept, place)
+        state = self.task_state(key)
+        if state is not None and state not in ("erred", "forgotten", "released"):
+            # Still held: re-attach to the same task (it claims, or has claimed, the trial).
+            if claim is None:
+                claim = self._wait_claim(request, None, key)
+                if claim is None:
+                    return None
+                place = self._placement(key, claim)
+            return DaskHandle(self, None, request, place, key=key)
+        if claim is None:
+            return None  # never claimed and the scheduler does not hold it: it never ran
+        if (request.trial_dir / STATUS_FILE).exists():
+            return self._check_on_worker(request, place, None)
+        worker = str(claim.get("worker", ""))
+        if worker and self.worker_alive(worker):
+            return self._check_on_worker(request, place, worker)
+        return None  # its worker is gone, and its watcher stopped the training with it
+
+    def _check_on_worker(self, request: TrialRequest, place: DaskPlacement, worker: str | None) -> DaskHandle:
+        """Let the recorded worker (or any, once the training has ended) look for the training."""
+        future = self.client.submit(
+            adopt_on_worker,
+            request,
+            self.device_env,
+            key=f"{self.key_of(request)}-adopt-{secrets.token_hex(3)}",
+            pure=False,
+            workers=[worker] if worker else None,
+            allow_other_workers=worker is None,
+        )
+        self._distributed.fire_and_forget(future)
+        return DaskHandle(self, future, request, place)
+
+    def ever_started(self, request: TrialRequest) -> bool:
+        return (request.trial_dir / CLAIM_FILE).exists() or (request.trial_dir / SUPERVISOR_FILE).exists()
+
+
+class _ReleasingHandle(DaskHandle):
+    """A handle that gives its worker back to the launcher's free list when the trial ended."""
+
+    def __init__(self, launcher: DaskLauncher, future: Any, request: TrialRequest, placement: Placement, address: str) -> None:
+        super().__init__(launcher, future, request, placement)
+        self._address = address
+
+    def wait(self, cancel: threading.Event | None = None) -> TrialResult:
+        try:
+            return super().wait(cancel)
+        finally:
+            self.launcher.release(self._address)
+
+
+class _Finished:
+    """A trial whose task ended while no coordinator waited: its kept result."""
+
+    def __init__(self, result: TrialResult, placement: Placement) -> None:
+        self.result = result
+        self.placement = placement
+
+    def wait(self, cancel: threading.Event | None = None) -> TrialResult:
+        return self.result
+
+    def cancel(self) -> None:
+        pass
+
+
+__all__ = [
+    "CANCEL_FILE",
+    "CLAIM_FILE",
+    "ClaimTaken",
+    "DaskHandle",
+    "DaskLauncher",
+    "DaskPlacement",
+    "RESULT_FILE",
+    "adopt_on_worker",
+    "require_dask",
+    "run_trial",
+]

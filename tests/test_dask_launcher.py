@@ -1,0 +1,438 @@
+"""Searches on a real dask.distributed cluster on 127.0.0.1 (scheduler and workers as processes).
+
+Each worker is one device (``ASCEND_DEVICE_ID`` in its environment,
+``--nthreads 1 --resources device=1``). Where ``unshare`` is allowed (CI runs
+as root) every worker runs in a PID namespace of its own, so the coordinator and
+the trainings never share a ``/proc``: a test cannot pass because the
+coordinator happened to see a pid it must not rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fake_training import cli_env, run_fusion_dd, start_fusion_dd, wrapper_script
+from test_cli import CULPRIT, GRAPH, write_config
+
+try:
+    import distributed
+except ImportError:  # the cluster tests skip; the refusal without dask is tested all the same
+    distributed = None
+
+DEVICES = ("0", "1")
+DASK = Path(sys.executable).parent / "dask"
+
+
+def _allowed(*argv: str) -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run(["unshare", *argv, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+PID_NAMESPACES = _allowed("-p", "-f", "--mount-proc")
+MOUNT_NAMESPACES = _allowed("-m")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(") ", 1)[1].split()[1]) == pid:
+                found.append(int(name))
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    result, stack = [], [pid]
+    while stack:
+        for child in _children(stack.pop()):
+            result.append(child)
+            stack.append(child)
+    return result
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def trial_processes(marker_dir: Path) -> list[int]:
+    """Live (non-zombie) processes of trainings under ``marker_dir``, seen from here (the parent namespace)."""
+    found = []
+    needle = f"FUSION_DD_TRIAL_DIR={marker_dir}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes()
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(item.startswith(needle) for item in environ.split(b"\0")):
+            found.append(int(name))
+    return found
+
+
+class Cluster:
+    """A scheduler and one worker per device, all on 127.0.0.1."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        file = root / "scheduler.json"
+        self.scheduler = subprocess.Popen(
+            [str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+             "--scheduler-file", str(file)],
+            stdout=subprocess.DEVNULL, stderr=open(root / "scheduler.log", "wb"), start_new_session=True,
+        )
+        self.client = None
+        try:
+            deadline = time.monotonic() + 60
+            while not file.exists() or not file.read_text().strip():
+                assert time.monotonic() < deadline and self.scheduler.poll() is None, "the scheduler did not start"
+                time.sleep(0.1)
+            self.address = json.loads(file.read_text())["address"]
+            self.client = distributed.Client(self.address, timeout=30, set_as_default=False)
+            for device in DEVICES:
+                self.start_worker(device)
+            self.wait_for(len(DEVICES))
+        except BaseException:
+            self.close()
+            raise
+
+    def start_worker(self, device: str, name: str | None = None, prefix: tuple[str, ...] = ()) -> None:
+        argv = [str(DASK), "worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
+                "--resources", "device=1", "--name", name or f"npu{device}", "--no-dashboard"]
+        if PID_NAMESPACES and not prefix:
+            # sh stays PID 1 of the namespace after the worker dies, so that the namespace (and an
+            # orphaned training in it) is not torn down by the kernel: the watcher must do that.
+            argv = ["unshare", "-p", "-f", "--mount-proc", "sh", "-c", '"$@"; exec sleep 100000', "sh", *argv]
+        name = name or f"npu{device}"
+        log = open(self.root / f"worker-{name}.log", "ab")
+        self.workers[name] = subprocess.Popen(
+            [*prefix, *argv], env={**cli_env(), "ASCEND_DEVICE_ID": device}, stdout=subprocess.DEVNULL,
+            stderr=log, start_new_session=True,
+        )
+
+    def worker_pid(self, name: str) -> int:
+        """The pid (here) of the worker's own Python process."""
+        top = self.workers[name]
+        for pid in [top.pid, *_descendants(top.pid)]:
+            if "dask" in _cmdline(pid) and "worker" in _cmdline(pid) and "unshare" not in _cmdline(pid):
+                if not _cmdline(pid).startswith("sh "):
+                    return pid
+        raise AssertionError(f"no worker process for {name}")
+
+    def wait_for(self, count: int) -> None:
+        self.client.wait_for_workers(count, timeout=60)
+
+    def stop_worker(self, name: str, wait: bool = True) -> None:
+        process = self.workers.pop(name)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=30)
+        if not wait:
+            return
+        deadline = time.monotonic() + 30
+        while any(info.get("name") == name for info in self.client.scheduler_info(n_workers=-1)["workers"].values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        for name in list(self.workers):
+            self.stop_worker(name, wait=False)
+        os.killpg(self.scheduler.pid, signal.SIGKILL)
+        self.scheduler.wait(timeout=30)
+        if self.client is not None:
+            self.client.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    if distributed is None:
+        pytest.skip("dask.distributed is not installed (pip install 'fusion-dd[dask]')")
+    if not DASK.exists():
+        pytest.skip("the dask command is not installed next to this Python")
+    started = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+#: A smaller search (6 candidates, about 6 trainings) for the tests that kill things.
+FEW_RULES = {"GraphFusion": GRAPH[10:16], "UBFusion": []}
+
+
+def dask_config(
+    tmp_path: Path, cluster: Cluster, prelude: str | None = None, *train_args: str, small: bool = True, **train: object
+) -> Path:
+    """The CLI tests' config, run on the cluster; ``prelude`` makes some trainings slow (see wrapper_script)."""
+    config = write_config(tmp_path, "--culprits", CULPRIT, *train_args)
+    document = yaml.safe_load(config.read_text())
+    if small:
+        document["rules"] = FEW_RULES
+    del document["train"]["devices"]  # every worker with a device resource
+    document["train"].update(launcher="dask", scheduler=cluster.address, kill_grace=2, **train)
+    if prelude is not None:
+        # Each training says it started (before the prelude's sleep) in started.log.
+        said = f'open({str(tmp_path / "started.log")!r}, "a").write(os.environ["FUSION_DD_TRIAL_ID"] + "\\n")\n'
+        document["train"]["command"][1] = str(wrapper_script(tmp_path / "wrapped_train.py", said + prelude))
+    config.write_text(yaml.safe_dump(document))
+    return config
+
+
+def journal(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines() if line]
+
+
+def finished_trainings(tmp_path: Path) -> list[tuple[tuple[str, ...], int]]:
+    records = journal(tmp_path)
+    started = {r["trial_id"]: (tuple(r["config"]), r["repeat"]) for r in records if r["type"] == "trial_started"}
+    return sorted(started[r["trial_id"]] for r in records if r["type"] == "trial_finished")
+
+
+def launched_trial_ids(tmp_path: Path) -> list[str]:
+    """The trainings that started (the wrapper's started.log: one line per training process)."""
+    path = tmp_path / "started.log"
+    return path.read_text().split() if path.exists() else []
+
+
+def wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def assert_found(tmp_path: Path) -> dict:
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found", report.get("message")
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    return report
+
+
+def test_a_search_on_the_cluster_trains_what_a_local_one_does_on_the_devices_it_journals(tmp_path, cluster):
+    local = tmp_path / "local"
+    local.mkdir()
+    write_config(local, "--culprits", CULPRIT)
+    assert run_fusion_dd("search", cwd=local).returncode == 0
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    dask_config(remote, cluster, small=False)
+    result = run_fusion_dd("search", cwd=remote)
+    assert result.returncode == 0, result.stderr
+    report = assert_found(remote)
+    # The same trainings counted (a training cancelled because an earlier position failed may
+    # or may not have started, on either launcher: that depends on timing, and costs nothing).
+    assert finished_trainings(remote) == finished_trainings(local)
+
+    # The device in the journal is the device the training saw, and FUSION_DD_TRIAL_ID its trial.
+    seen = {entry["trial_id"]: entry["device"] for entry in map(json.loads, (remote / "launch.log").read_text().splitlines())}
+    launched = {r["trial_id"]: r["placement"] for r in journal(remote) if r["type"] == "trial_launched"}
+    assert set(seen) == set(launched)
+    assert all(launched[trial]["device"] == [seen[trial]] and launched[trial]["launcher"] == "dask" for trial in seen)
+    assert {placement["worker_name"] for placement in launched.values()} <= {f"npu{d}" for d in DEVICES}
+    for entry in report["trials"]:
+        assert entry["device"] == seen[entry["trial_id"]] and entry["worker"] == f"npu{entry['device']}"
+        assert entry["host"]
+
+    # No device ever ran two trainings at once (the supervisors' own start and end times).
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for trial, placement in launched.items():
+        status = json.loads((remote / ".fusion-dd" / "trials" / trial / "status.json").read_text())
+        spans.setdefault(placement["device"][0], []).append((status["start"], status["end"]))
+    for device, times in spans.items():
+        times.sort()
+        assert all(end <= later_start for (_, end), (later_start, _) in zip(times, times[1:])), device
+
+
+def test_devices_no_worker_offers_are_refused_with_the_cluster_listed(tmp_path, cluster):
+    dask_config(tmp_path, cluster, devices=[7])
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "train.devices" in result.stderr and ":0" in result.stderr and ":1" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "launch.log").exists()
+
+
+@pytest.mark.skipif(not MOUNT_NAMESPACES, reason="unshare -m (mount namespaces) is not allowed here")
+def test_a_state_directory_a_worker_cannot_see_is_refused_before_any_training(tmp_path, cluster):
+    hidden = tmp_path / "search"
+    hidden.mkdir()
+    dask_config(hidden, cluster)
+    # A worker that sees an empty directory where the state directory is (as on a host without the mount).
+    cluster.start_worker("2", name="blind", prefix=("unshare", "-m", "sh", "-c",
+                                                    f'mount -t tmpfs none {hidden} && exec "$@"', "sh"))
+    try:
+        cluster.wait_for(len(DEVICES) + 1)
+        result = run_fusion_dd("search", cwd=hidden)
+    finally:
+        cluster.stop_worker("blind")
+    assert result.returncode == 2, result.stderr
+    assert "blind" in result.stderr and "cannot see it" in result.stderr and "Traceback" not in result.stderr
+    assert not (hidden / "launch.log").exists()
+    assert not (hidden / ".fusion-dd" / "trials").exists()
+
+
+def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_a_new_one(tmp_path, cluster):
+    slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") == "0001": time.sleep(120)\n'
+    dask_config(tmp_path, cluster, slow)
+    trial_dir = tmp_path / ".fusion-dd" / "trials" / "0001"
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    name = ""
+    try:
+        wait_until(lambda: "0001" in launched_trial_ids(tmp_path), 60, "trial 0001 never started")
+        name = json.loads((trial_dir / "claim.json").read_text())["worker_name"]
+        assert trial_processes(trial_dir)
+        os.kill(cluster.worker_pid(name), signal.SIGKILL)
+        # Its watcher stops the orphaned training (grace 2 s), though no worker is there to do it.
+        wait_until(lambda: not trial_processes(trial_dir), 30, "the orphaned training kept running")
+        _, stderr = coordinator.communicate(timeout=180)
+        assert coordinator.returncode == 0, stderr
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+        if name:
+            cluster.stop_worker(name, wait=False)  # what is left of it (its namespace's PID 1)
+            cluster.start_worker(name.removeprefix("npu"))
+            cluster.wait_for(len(DEVICES))
+    assert_found(tmp_path)
+    ids = launched_trial_ids(tmp_path)
+    assert len(ids) == len(set(ids)), "a trial directory saw two trainings"
+    records = journal(tmp_path)
+    lost = next(r for r in records if r["type"] == "trial_finished" and r["trial_id"] == "0001")
+    assert lost["kind"] == "crash" and "died" in lost["reason"]
+    baseline = [r["trial_id"] for r in records if r["type"] == "trial_started" and r["config"] == []]
+    assert baseline[0] == "0001" and len(baseline) == 2  # retried as a new trial
+
+
+def test_a_killed_coordinator_resumes_by_adopting_the_running_trainings(tmp_path, cluster):
+    slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") in ("0001", "0002"): time.sleep(6)\n'
+    dask_config(tmp_path, cluster, slow)
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: len(launched_trial_ids(tmp_path)) == 2, 60, "the references never started")
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait(timeout=30)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+    result = run_fusion_dd("resume", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_found(tmp_path)
+    ids = launched_trial_ids(tmp_path)
+    assert len(ids) == len(set(ids)), "a training ran twice"
+    records = journal(tmp_path)
+    assert not [r for r in records if r["type"] == "trial_cancelled"], "a running training was given up"
+    finished = {r["trial_id"] for r in records if r["type"] == "trial_finished"}
+    assert {"0001", "0002"} <= finished
+
+
+def test_ctrl_c_stops_every_remote_training_and_frees_the_devices(tmp_path, cluster):
+    dask_config(tmp_path, cluster, "time.sleep(300)\n")
+    trials = tmp_path / ".fusion-dd" / "trials"
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: len(launched_trial_ids(tmp_path)) == 2, 60, "the references never started")
+        journal_path = tmp_path / ".fusion-dd" / "journal.jsonl"
+        wait_until(lambda: journal_path.read_text().count('"type": "trial_launched"') == 2, 30, "not journaled")
+        status = run_fusion_dd("status", cwd=tmp_path)
+        occupied = status.stdout[status.stdout.index("devices in use, per host:"):]
+        assert "device 0 #000" in occupied and "device 1 #000" in occupied, status.stdout
+        coordinator.send_signal(signal.SIGINT)
+        _, stderr = coordinator.communicate(timeout=60)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+    assert coordinator.returncode == 130, stderr
+    assert not trial_processes(trials), "a remote training outlived Ctrl-C"
+    cancelled = {r["trial_id"] for r in journal(tmp_path) if r["type"] == "trial_cancelled"}
+    assert cancelled == {"0001", "0002"}
+    # Both devices take new work at once.
+    futures = [
+        cluster.client.submit(os.getpid, key=f"probe-{device}-{time.time()}", pure=False, resources={"device": 1})
+        for device in DEVICES
+    ]
+    assert all(isinstance(future.result(timeout=10), int) for future in futures)
+
+
+def test_without_dask_the_launcher_is_refused_in_one_line(tmp_path):
+    blocker = tmp_path / "blocker" / "distributed"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('blocked for a test')\n")
+    search = tmp_path / "search"
+    search.mkdir()
+    write_config(search, "--culprits", CULPRIT)
+    result = run_fusion_dd("search", "--scheduler", "tcp://127.0.0.1:1", cwd=search,
+                           env={"PYTHONPATH": str(tmp_path / "blocker")})
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "fusion-dd[dask]" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("train", "message"),
+    [
+        ({"launcher": "slurm"}, "train.launcher: must be one of local, dask"),
+        ({"launcher": "dask"}, "train.launcher: dask needs the scheduler's address"),
+    ],
+)
+def test_a_launcher_the_config_cannot_use_is_refused_naming_the_key(tmp_path, train, message):
+    from fusion_dd.config import load_config
+    from fusion_dd.errors import UsageError
+
+    config = write_config(tmp_path, "--culprits", CULPRIT)
+    document = yaml.safe_load(config.read_text())
+    document["train"].update(train)
+    config.write_text(yaml.safe_dump(document))
+    with pytest.raises(UsageError, match=message):
+        load_config(config)
+
+
+def test_scheduler_on_the_command_line_means_the_dask_launcher(tmp_path):
+    from fusion_dd.config import load_config
+
+    config = load_config(write_config(tmp_path, "--culprits", CULPRIT))
+    assert config.train.launcher == "local"
+    chosen = config.with_overrides(scheduler="tcp://127.0.0.1:8786").train
+    assert (chosen.launcher, chosen.scheduler) == ("dask", "tcp://127.0.0.1:8786")
+
+
+def test_the_local_launcher_never_gives_up_a_training_another_launcher_may_still_run(tmp_path):
+    """Resuming a dask search with the local launcher must not train again what may still run on a worker."""
+    from fusion_dd.errors import UsageError
+    from fusion_dd.launcher import LocalLauncher, TrialRequest
+    from fusion_dd.metrics import MetricSpec
+    from fusion_dd.trial import TrialSpec
+
+    spec = TrialSpec(trial_id="0001", trial_dir=tmp_path / "0001", command=("true",), workdir=".", base_dir=tmp_path,
+                     env={}, device=("npu0",), device_env="ASCEND_DEVICE_ID", timeout=None, repeat=0, switch_text="")
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    with pytest.raises(UsageError, match="--launcher dask"):
+        LocalLauncher().adopt(request, {"launcher": "dask", "host": "elsewhere", "job_id": "k"})
