@@ -189,8 +189,12 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
 def _write_html_report(state_dir: Path, report: dict[str, Any]) -> str | None:
     """report.html next to report.json at the end of every run; a failure here costs only the page.
 
-    Returns the summary line that names the page, None when it could not be written.
+    Returns the summary line that names the page, None when it could not be written or
+    ``FUSION_DD_HTML=0`` asks for none (drawing the plots costs a second or two of CPU at
+    the end of every run: noticeable where searches are many and short, as in scripts and CI).
     """
+    if os.environ.get("FUSION_DD_HTML", "1").strip() == "0":
+        return None
     try:
         from .html_report import HTML_NAME, write_html
 

@@ -33,8 +33,10 @@ def env() -> dict[str, str]:
     return cli_env()
 
 
-def fusion_dd(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return run_fusion_dd(*args, cwd=cwd, timeout=timeout)
+def fusion_dd(
+    *args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return run_fusion_dd(*args, cwd=cwd, timeout=timeout, env=env)
 
 
 def write_config(tmp_path: Path, *train_args: str, budget: int = 100, **sections) -> Path:

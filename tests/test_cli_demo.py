@@ -32,7 +32,7 @@ def found(report: dict) -> list[set[str]]:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     """`fusion-dd demo --jobs 2` in a fresh directory: its output and its state directory."""
     cwd = tmp_path_factory.mktemp("demo")
-    result = fusion_dd("demo", "--jobs", "2", cwd=cwd)
+    result = fusion_dd("demo", "--jobs", "2", cwd=cwd, env={"FUSION_DD_HTML": "1"})
     return result, cwd / ".fusion-dd-demo"
 
 

@@ -14,6 +14,8 @@ import pytest
 
 from test_cli import CULPRIT, GRAPH, UB, env, fusion_dd, write_config
 
+HTML = {"FUSION_DD_HTML": "1"}  # the suite's CLI runs leave the page out (tests/fake_training.py)
+
 SCREENSHOT = Path(__file__).resolve().parent.parent / "scripts" / "screenshot_report.py"
 
 PLOTS = ("timeline", "metrics", "losses", "path", "budget")
@@ -145,7 +147,7 @@ def check_html_report(path: Path, state: Path) -> Page:
 
 def test_search_writes_an_html_report_whose_plots_match_the_journal(tmp_path):
     write_config(tmp_path, "--culprits", CULPRIT, "--pair", f"{GRAPH[3]}+{UB[2]}", "--steps", "8")
-    result = fusion_dd("search", cwd=tmp_path)
+    result = fusion_dd("search", cwd=tmp_path, env=HTML)
     assert result.returncode == 0, result.stderr
     state = tmp_path / ".fusion-dd"
     assert "html report: .fusion-dd/report.html" in result.stdout
@@ -172,9 +174,17 @@ def test_search_writes_an_html_report_whose_plots_match_the_journal(tmp_path):
     check_html_report(tmp_path / "copy.html", state)
 
 
+def test_fusion_dd_html_0_writes_no_page(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, budget=30)
+    result = fusion_dd("search", cwd=tmp_path, env={"FUSION_DD_HTML": "0"})
+    assert result.returncode == 0, result.stderr
+    assert "html report" not in result.stdout and not (tmp_path / ".fusion-dd" / "report.html").exists()
+    assert (tmp_path / ".fusion-dd" / "report.json").exists()
+
+
 def test_a_refused_search_still_gets_a_page(tmp_path):
     write_config(tmp_path, "--culprits", "", budget=10)
-    result = fusion_dd("search", cwd=tmp_path)
+    result = fusion_dd("search", cwd=tmp_path, env=HTML)
     assert result.returncode == 0, result.stderr
     state = tmp_path / ".fusion-dd"
     page = check_html_report(state / "report.html", state)
@@ -185,7 +195,7 @@ def test_a_refused_search_still_gets_a_page(tmp_path):
 def test_screenshot_script_renders_the_page_in_headless_chromium(tmp_path):
     """scripts/screenshot_report.py: a PNG of a report page; skipped (exit 77) without a browser."""
     write_config(tmp_path, "--culprits", CULPRIT, budget=30)
-    assert fusion_dd("search", cwd=tmp_path).returncode == 0
+    assert fusion_dd("search", cwd=tmp_path, env=HTML).returncode == 0
     out = tmp_path / "shot.png"
     result = subprocess.run(
         [sys.executable, str(SCREENSHOT), str(tmp_path / ".fusion-dd" / "report.html"), str(out), "--height", "900"],
