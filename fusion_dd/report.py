@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +282,13 @@ def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state:
             report["early_stops"]["seconds_saved"] += savings["seconds_saved"] or 0.0
 
 
+def _names_in_artifacts(state: SearchState, read: Callable[[Any], Iterable[str]]) -> list[str]:
+    """The rule names one artifact fact lists across every finished trial, sorted."""
+    return sorted(
+        {name for trial in state.trials.values() if trial.finished is not None for name in read(trial.finished.get("artifacts"))}
+    )
+
+
 def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[str, int], list[str]]:
     """How many trials proved (through fusion_result.json) that their switch file was applied."""
     counts: dict[str, int] = {}
@@ -290,28 +297,14 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
             status = trial.finished.get("switch_check", "unverified")
             counts[status] = counts.get(status, 0) + 1
     warnings: list[str] = []
-    fired_off = sorted(
-        {
-            name
-            for trial in state.trials.values()
-            if trial.finished is not None
-            for name in fired_although_off_of(trial.finished.get("artifacts"))
-        }
-    )
+    fired_off = _names_in_artifacts(state, fired_although_off_of)
     if fired_off:
         warnings.append(
             f"{', '.join(fired_off)} fired although switched off: the compiler runs "
             f"{'it' if len(fired_off) == 1 else 'them'} whatever the switches say, so the baseline (all candidates "
             "off) was not free of these rules; a name that is no candidate yet can be added to the candidates"
         )
-    unknown = sorted(
-        {
-            name
-            for trial in state.trials.values()
-            if trial.finished is not None
-            for name in unknown_to_compiler_of(trial.finished.get("artifacts"))
-        }
-    )
+    unknown = _names_in_artifacts(state, unknown_to_compiler_of)
     if unknown:
         warnings.append(
             f"{', '.join(unknown)}: switched on but absent from the compiler's own log, so unknown to this compiler "
