@@ -11,10 +11,28 @@ where no switch at all took effect is "ignored", which stops the search.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
 from typing import Any
+
+from ..rules import Rule
+from ..search.culprits import Chooser, choose_off_by_effect, default_choose_off
+
+
+class PlainListBackend:
+    """What a compiler taking a plain list of names to switch off does like any other.
+
+    Every candidate is switched on or off by itself (no stage that gates others, unlike
+    CANN's AutoFuse), so the configuration trained is the one asked for; which rule of an
+    interacting set to switch off follows the fired-rule counts when the trials left any.
+    """
+
+    def realize(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> frozenset[Rule]:
+        return frozenset(enabled)
+
+    def chooser(self, effects: Mapping[Rule, int]) -> Chooser:
+        return choose_off_by_effect(effects) if effects else default_choose_off
 
 
 @lru_cache(maxsize=None)

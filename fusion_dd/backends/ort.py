@@ -27,9 +27,8 @@ from typing import Any
 
 from ..hooks import TrialFiles
 from ..rules import Rule, Section
-from ..search.culprits import Chooser, choose_off_by_effect, default_choose_off
 from . import Rendered
-from .common import shipped_names, switch_facts
+from .common import PlainListBackend, shipped_names, switch_facts
 
 DISABLED_ENV = "FUSION_DD_DISABLED_OPTIMIZERS"
 SEPARATOR = ";"  # what optimization.disable_specified_optimizers expects
@@ -205,7 +204,7 @@ def render_disabled(candidates: Sequence[Rule], enabled: Iterable[Rule]) -> list
     return [rule.name for rule in candidates if rule not in enabled_set]
 
 
-class OrtBackend:
+class OrtBackend(PlainListBackend):
     """ONNX Runtime's graph optimizers (any execution provider)."""
 
     name = "onnxruntime"
@@ -220,14 +219,8 @@ class OrtBackend:
         )
         return Rendered(switch_text=text, env={DISABLED_ENV: SEPARATOR.join(disabled)})
 
-    def realize(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> frozenset[Rule]:
-        return frozenset(enabled)
-
     def hooks(self, candidates: Sequence[Rule]) -> Sequence[OrtLogHook]:
         return [OrtLogHook(candidates)]
-
-    def chooser(self, effects: Mapping[Rule, int]) -> Chooser:
-        return choose_off_by_effect(effects) if effects else default_choose_off
 
     def fix_env(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> dict[str, str]:
         return dict(self.render(candidates, enabled).env)

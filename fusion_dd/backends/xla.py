@@ -32,9 +32,8 @@ from typing import Any
 
 from ..hooks import TrialFiles
 from ..rules import Rule, Section
-from ..search.culprits import Chooser, choose_off_by_effect, default_choose_off
 from . import Rendered
-from .common import shipped_names, switch_facts
+from .common import PlainListBackend, shipped_names, switch_facts
 
 FLAGS_ENV = "XLA_FLAGS"
 DISABLE = "--xla_disable_hlo_passes"
@@ -224,7 +223,7 @@ class XlaDumpHook:
         return facts
 
 
-class XlaBackend:
+class XlaBackend(PlainListBackend):
     """XLA's HLO passes and boolean debug flags."""
 
     name = "xla"
@@ -243,14 +242,8 @@ class XlaBackend:
         )
         return Rendered(switch_text=text, env={FLAGS_ENV: flags})
 
-    def realize(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> frozenset[Rule]:
-        return frozenset(enabled)
-
     def hooks(self, candidates: Sequence[Rule]) -> Sequence[XlaDumpHook]:
         return [XlaDumpHook(candidates)]
-
-    def chooser(self, effects: Mapping[Rule, int]) -> Chooser:
-        return choose_off_by_effect(effects) if effects else default_choose_off
 
     def candidate_group(self, name: str) -> Section:
         """``rules.from: all_on``: a pass that changed a module in the all-on run is a candidate.
