@@ -35,6 +35,12 @@ class PlainListBackend:
         return choose_off_by_effect(effects) if effects else default_choose_off
 
 
+def shown_names(names: Sequence[str], limit: int = 5) -> str:
+    """The first ``limit`` names and how many more: a one-line message stays one line."""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
 @lru_cache(maxsize=None)
 def shipped_names(filename: str) -> frozenset[str]:
     """The names of a data file of the package (one a line, ``#`` comments)."""

@@ -28,7 +28,7 @@ from typing import Any
 from ..hooks import TrialFiles
 from ..rules import Rule, Section
 from . import Rendered
-from .common import PlainListBackend, shipped_names, switch_facts
+from .common import PlainListBackend, shipped_names, shown_names, switch_facts
 
 DISABLED_ENV = "FUSION_DD_DISABLED_OPTIMIZERS"
 SEPARATOR = ";"  # what optimization.disable_specified_optimizers expects
@@ -151,7 +151,7 @@ def check(
             effects=effects,
         )
     if off and all(name in ran for name in checkable):
-        names = ", ".join(checkable[:5]) + (f" and {len(checkable) - 5} more" if len(checkable) > 5 else "")
+        names = shown_names(checkable)
         return switch_facts(
             applied=False,
             fired_off=fired_off,

@@ -33,7 +33,7 @@ from typing import Any
 from ..hooks import TrialFiles
 from ..rules import Rule, Section
 from . import Rendered
-from .common import PlainListBackend, shipped_names, switch_facts
+from .common import PlainListBackend, shipped_names, shown_names, switch_facts
 
 FLAGS_ENV = "XLA_FLAGS"
 DISABLE = "--xla_disable_hlo_passes"
@@ -178,7 +178,7 @@ def check(
     effects = {name: count for name, count in fired.items() if name in names}
     fired_off = [rule.name for rule in off if rule.section is Section.XLA_PASS and rule.name in fired]
     if off and not arrived:
-        shown = ", ".join(rule.name for rule in off[:5]) + (f" and {len(off) - 5} more" if len(off) > 5 else "")
+        shown = shown_names([rule.name for rule in off])
         return switch_facts(
             applied=False,
             fired_off=fired_off,
