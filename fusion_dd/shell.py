@@ -20,8 +20,9 @@ for the spot it lands in:
 * in a here-document whose delimiter is quoted nothing expands, so the value
   goes in as it is;
 * and inside backquotes, whatever the context there, ``$``, backquote and
-  backslash are escaped once more per level: a backquoted command loses one
-  level of backslashes before it is parsed.
+  backslash are escaped once more per level (and ``"`` too when the backquotes
+  stand between double quotes): a backquoted command loses one level of
+  backslashes before it is parsed.
 
 A comment is copied as it is (it never runs; an apostrophe in it must not
 open a quote), so placeholders in it stay unreplaced.
@@ -126,12 +127,16 @@ def _quote(stack: Sequence[str], value: str) -> str:
     """``value`` quoted for the innermost context, then once more per enclosing backquote.
 
     The text of a backquoted command loses one level of backslashes (before
-    ``$``, backquote and backslash) before it is parsed, and a backquote in the
-    value would end it early.
+    ``$``, backquote and backslash, and also ``"`` when the backquotes stand
+    between double quotes) before it is parsed, and a backquote in the value
+    would end it early. A bare ``"`` in ``"`...`"`` is unspecified by POSIX and
+    bash 5.2 misparses some (``'"{<('``), so it is escaped there too.
     """
     quoted = _QUOTERS[stack[-1]](value)
-    for _ in range(stack.count("backtick")):
-        quoted = re.sub(r"([$`\\])", r"\\\1", quoted)
+    for level in range(len(stack) - 1, 0, -1):
+        if stack[level] == "backtick":
+            special = r'([$`"\\])' if stack[level - 1] == "double" else r"([$`\\])"
+            quoted = re.sub(special, r"\\\1", quoted)
     return quoted
 
 
