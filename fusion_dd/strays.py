@@ -186,12 +186,23 @@ def terminate(
     return found
 
 
-def kill_now(trial_dir: str) -> int:
+def kill_now(trial_dir: str, settle: float = 5.0) -> int:
     """SIGKILL every process carrying this trial's marker; returns how many were found.
 
     For a trial whose supervisor died: there is nobody left to be polite for,
-    and its training must not keep holding the device.
+    and its training must not keep holding the device. One scan of ``/proc``
+    can miss a child forked while it ran, so scans repeat until one finds
+    nothing alive (a killed process takes a moment to become a zombie), for at
+    most ``settle`` seconds.
     """
-    found = find(trial_dir)
-    send(found, signal.SIGKILL)
-    return len(found)
+    killed: set[int] = set()
+    deadline = time.monotonic() + settle
+    while True:
+        found = find(trial_dir)
+        if not found:
+            return len(killed)
+        send(found, signal.SIGKILL)
+        killed.update(found)
+        if time.monotonic() >= deadline:
+            return len(killed)
+        time.sleep(0.02)
