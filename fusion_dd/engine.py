@@ -28,6 +28,7 @@ from .executor import Device, DevicePool, run_batch
 from .journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .metrics import MetricSpec
 from .report import REPORT_NAME, build_report, display_path, write_outputs
+from .snapshots import Snapshots
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES, guided
@@ -136,8 +137,8 @@ class Engine:
         self._journal_lock = threading.Lock()
         self._oracle: TrainingOracle | None = None
         self._unreadable_result_said = False
-        self._snapshot_lock = threading.Lock()
         self._snapshot_failed = False
+        self._snapshots = Snapshots(self._snapshot_report)
         self._pre: Preconditions | None = None  # the references' verdict, once measured
         # Re-trainings of a reference beyond its configured repeats (its trainings disagreed).
         self._reference_extra: dict[str, int] = {"baseline": 0, "all_on": 0}
@@ -430,27 +431,27 @@ class Engine:
         self.events.trial_finished(trial, outcome)
         if outcome is Outcome.FAIL:
             self.events.best_so_far(frozenset(self._config_rules(trial.config)))
-        self._snapshot_report()
+        self._snapshots.request()
         if switch_check == "ignored":
             raise SwitchIgnored(f"trial #{trial.trial_id}: {switch_reason}")
         return trial
 
     def _snapshot_report(self) -> None:
-        """Rewrite report.json after every finished trial, so a dead search never leaves a stale one.
+        """Rewrite report.json after finished trials, so a dead search never leaves a stale one.
 
         Rebuilt from the journal by replay (fusion_dd.rebuild), like ``fusion-dd
-        report``; a failure costs the snapshot, never the search.
+        report``, on the background thread of :class:`Snapshots`; a failure costs
+        the snapshot, never the search.
         """
         from .rebuild import rebuild
         from .supervisor import write_json_atomic
 
         try:
             assert self._journal is not None
-            with self._snapshot_lock:
-                with self._journal_lock:
-                    records = list(self._journal.records())
-                snapshot = rebuild(records, self.state_dir, running=True)
-                write_json_atomic(self.state_dir / REPORT_NAME, snapshot.report)
+            with self._journal_lock:
+                records = list(self._journal.records())
+            snapshot = rebuild(records, self.state_dir, running=True)
+            write_json_atomic(self.state_dir / REPORT_NAME, snapshot.report)
         except Exception as exc:  # noqa: BLE001 - a report snapshot must never stop a search
             if not self._snapshot_failed:
                 self._snapshot_failed = True
@@ -724,6 +725,7 @@ class Engine:
             self._append({"type": "search_stopped", "reason": "interrupted"})
             return self._stop("interrupted", EXIT_INTERRUPTED, self._known_preconditions(), None)
         finally:
+            self._snapshots.close()
             if self._journal is not None:
                 self._journal.close()
 
@@ -1019,6 +1021,7 @@ class Engine:
         return self.backend.render(candidates, enabled).switch_text
 
     def _write(self, status: str, exit_code: int, report: dict[str, Any]) -> SearchResult:
+        self._snapshots.close()  # a snapshot still being written must not overwrite the final report
         report_path, fix_path = write_outputs(
             self.state_dir, report, self.rules, self.config.base_cfg, self._switch_text
         )

@@ -49,7 +49,7 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
     else:
         notes.append(
             f"a search is running here (coordinator pid {pid}): nothing written into {display_path(state_dir)}; "
-            "it rewrites report.json itself after every finished trial"
+            "it rewrites report.json itself as trials finish"
         )
     if html is not None:
         from .html_report import write_html
