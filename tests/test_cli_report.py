@@ -141,7 +141,7 @@ def test_report_while_a_search_runs_writes_nothing_into_the_state_dir(finished, 
 
 
 def test_a_killed_search_leaves_a_report_of_its_finished_trials(tmp_path):
-    """report.json is rewritten after every finished trial: SIGKILL leaves a current one."""
+    """report.json is rewritten as trials finish: SIGKILL leaves a current one."""
     write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.3")
     state = tmp_path / ".fusion-dd"
     sigkill_search_when(tmp_path, state / "journal.jsonl", lambda text: text.count('"trial_finished"') >= 4)
