@@ -171,7 +171,7 @@ class SearchSettings:
     strategy: str
     budget: int = 200
     confirm: str = "auto"  # how hard the noise layer checks verdicts: auto | strict | off
-    max_trainings: int = 5  # trainings of one configuration, the first included
+    max_trainings: int = 7  # trainings of one configuration, the first included
     # The prior of the guided search (fusion_dd.search.guided): "dumps" ranks the rules by the
     # references' tensor dumps (needs localize:), "none" does not; None until resolved.
     guide: str = "none"
@@ -271,6 +271,24 @@ class SearchConfig:
             check_state_dir(state_dir.resolve(), "--state-dir", config.source)
             config = replace(config, state_dir=state_dir.resolve())
         return config
+
+    def with_started_defaults(self, definition: Mapping[str, Any] | None) -> "SearchConfig":
+        """A ``search.max_trainings`` the config leaves at its default takes the value the search started with.
+
+        A default that changed between versions (``search.max_trainings``: 5 in
+        0.1.0, 7 since) must neither refuse the resume of a search started under
+        the old one ("changed definition") nor make a replay ask other questions.
+        A value the user writes in the config is theirs and is compared as before.
+        """
+        noise = (definition or {}).get("noise")
+        written = self.document.get("search") if isinstance(self.document, dict) else None
+        written = written if isinstance(written, dict) else {}
+        if not isinstance(noise, dict):
+            return self
+        started = noise.get("max_trainings")
+        if "max_trainings" in written or not isinstance(started, int) or started < 1:
+            return self
+        return replace(self, search=replace(self.search, max_trainings=started))
 
 
 class _Reader:
@@ -889,7 +907,7 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
     confirm = section.get("confirm", "auto")
     if confirm not in ("auto", "strict", "off"):
         raise reader.error("search.confirm", f"must be auto, strict or off, got {confirm!r}")
-    max_trainings = reader.integer(section.get("max_trainings", 5), "search.max_trainings", minimum=1)
+    max_trainings = reader.integer(section.get("max_trainings", 7), "search.max_trainings", minimum=1)
     return SearchSettings(strategy=strategy, budget=budget, confirm=confirm, max_trainings=max_trainings)
 
 

@@ -165,6 +165,7 @@ class Engine:
             self._refuse_trials_without_journal()  # before creating anything there
         self._journal = Journal.open(self.state_dir)
         self.state = replay(self._journal.records())
+        self.config = self.config.with_started_defaults(self.state.definition)
         definition = self.config.definition()
         if self.state.definition is None:
             self._refuse_trials_without_journal()

@@ -89,6 +89,7 @@ def config_of(state: SearchState, state_dir: Path) -> SearchConfig:
     if start is None:
         raise UsageError(f"{state_dir}: the journal holds no search_started record; nothing to report")
     config = parse_config(start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)))
+    config = config.with_started_defaults(start.get("definition"))
     session = state.sessions[-1] if state.sessions else {}
     devices = session.get("devices")
     return config.with_overrides(

@@ -57,6 +57,18 @@ def test_definition_ignores_budget_devices_and_timeouts(tmp_path):
     assert config.definition() == changed.definition()
 
 
+def test_a_default_keeps_the_value_the_search_started_with_but_a_written_value_is_the_users(tmp_path):
+    default = load_config(write(tmp_path, GOOD))
+    assert default.search.max_trainings == 7
+    started_under_0_1_0 = {**default.definition(), "noise": {"confirm": "auto", "max_trainings": 5}}
+    resumed = default.with_started_defaults(started_under_0_1_0)
+    assert resumed.search.max_trainings == 5
+    assert resumed.definition() == started_under_0_1_0  # so resume sees the same search
+    written = load_config(write(tmp_path, GOOD + "search:\n  max_trainings: 9\n"))
+    assert written.with_started_defaults(started_under_0_1_0).search.max_trainings == 9  # refused as changed
+    assert default.with_started_defaults(None) == default  # a new search: today's default
+
+
 @pytest.mark.parametrize(
     "old, new, message",
     [

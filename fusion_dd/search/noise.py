@@ -75,6 +75,8 @@ Pure: no I/O, no clocks, no threads.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -99,7 +101,7 @@ class NoisePolicy:
     """
 
     confirm: str = "auto"
-    max_trainings: int = 5
+    max_trainings: int = 7
 
     def __post_init__(self) -> None:
         if self.confirm not in CONFIRM_MODES:
@@ -423,8 +425,19 @@ class NoiseGuard(Generic[T]):
         return abs(fail - passed) >= 4 or len(observations) >= 2 * self.policy.max_trainings
 
     def _agreeing(self, config: frozenset[T]) -> int:
+        """Trainings that agree with the verdict, net of those that dissent.
+
+        A claim on [PASS, PASS, FAIL, PASS] rests on two trainings, not three:
+        each dissent cancels one agreeing training, since either of the two
+        could be the flip (at 5 % flips, a net lead of three is wrong about once
+        in 7,000 claims, three agreeing out of four about once in 200).
+        """
         verdict = self._verdict.get(config)
-        return sum(o.outcome is verdict for o in self._obs.get(config, ()))
+        observations = self._obs.get(config, ())
+        dissenting = [o for o in observations if o.outcome is not verdict and o.outcome is not Outcome.UNRESOLVED]
+        near = sum(o.near_threshold for o in dissenting)  # two dissents near the threshold cancel one
+        dissent = len(dissenting) - near + near // 2
+        return max(0, sum(o.outcome is verdict for o in observations) - dissent)
 
     def _can_retrain(self, config: frozenset[T], limit: int | None = None) -> bool:
         limit = self.policy.max_trainings if limit is None else limit
@@ -745,14 +758,25 @@ class NoiseGuard(Generic[T]):
         ``{c}`` is one more chance for the same flip, so only ``{c}``'s own
         trainings count. Larger sets' removals keep monotone support: a clean
         interacting set must not cost a training per rule.
+
+        A rule in two of the pairs needs three: that is what a lone culprit whose
+        single training flipped twice looks like (its first partner switched off,
+        the search finds it again with the next one), the likeliest wrong answer
+        left at a few percent of flips; a genuine overlap ({a,b}, {b,c}) pays one
+        training for it.
         """
+        counts = Counter(rule for rules in culprit_sets if len(rules) == 2 for rule in rules)
+
+        def needed(rule: T) -> int:
+            return 3 if counts[rule] > 1 else 2
+
         while True:
             weak = [
                 rules - {rule}
                 for rules in culprit_sets
                 if len(rules) == 2
                 for rule in sorted(rules, key=self._rank.__getitem__)
-                if self.support(rules - {rule}, False, direct=True) < 2
+                if self.support(rules - {rule}, False, direct=True) < needed(next(iter(rules - {rule})))
                 and self._can_retrain(rules - {rule})
                 and self.verdict(rules - {rule}) is not Outcome.UNRESOLVED
             ]
