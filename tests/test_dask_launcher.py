@@ -316,7 +316,7 @@ def test_devices_no_worker_offers_are_refused_with_the_cluster_listed(tmp_path, 
     assert not (tmp_path / "launch.log").exists()
 
 
-def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_reach_the_scheduler(tmp_path, cluster):
+def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_reach_the_scheduler(tmp_path, cluster, monkeypatch):
     dask_config(tmp_path, cluster)
     result = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -328,14 +328,23 @@ def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_re
     assert f"on {len(DEVICES)} device slot(s)" in result.stdout
     assert not (tmp_path / "launch.log").exists()
 
-    # A scheduler nobody answers at (dask's connect timeout, shortened), and an address dask cannot
-    # parse: one line each, exit 2, nothing on stdout.
-    for address, env in (("tcp://127.0.0.1:1", {"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"}),
-                         ("tcp://127.0.0.1:notaport", {})):
-        refused = run_fusion_dd("search", "--dry-run", "--scheduler", address, cwd=tmp_path, env=env)
-        assert refused.returncode == 2, refused.stderr
-        assert refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
-        assert f"--scheduler {address}: cannot connect to the dask scheduler" in refused.stderr
+    # A scheduler nobody answers at (dask's connect timeout, shortened): one line, exit 2, nothing on stdout.
+    address = "tcp://127.0.0.1:1"
+    refused = run_fusion_dd("search", "--dry-run", "--scheduler", address, cwd=tmp_path,
+                            env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"})
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"--scheduler {address}: cannot connect to the dask scheduler" in refused.stderr
+    # An address dask cannot parse is refused before a Client exists (a failed one hangs at exit).
+    from fusion_dd.dask_launcher import DaskLauncher
+    from fusion_dd.errors import UsageError
+
+    def no_client(*args, **kwargs):
+        raise AssertionError("a Client was made for an address dask cannot parse")
+
+    monkeypatch.setattr(distributed, "Client", no_client)
+    with pytest.raises(UsageError, match="tcp://127.0.0.1:notaport: cannot connect to the dask scheduler"):
+        DaskLauncher("tcp://127.0.0.1:notaport", tmp_path, "ASCEND_DEVICE_ID")
 
 
 def test_a_starting_worker_kills_leftover_trainings_on_its_device_before_it_takes_work(cluster):
