@@ -266,7 +266,7 @@ def _dry_run(config: SearchConfig) -> None:
             f"device (its id from {config.train.device_env} in the worker's environment); {len(cluster)} found:"
         )
         for entry in cluster:
-            echo(f"    {entry['slot']}: worker {entry['name']} ({entry['address']})")
+            echo(f"    {entry['slot']} ({entry['address']})")
     if config.localize is not None:
         _dry_run_localize(config)
     _dry_run_guide(config)

@@ -25,8 +25,9 @@ Why these pieces:
   coordinator registers, or ``--preload``); a task also waits for (then kills)
   leftovers of earlier trainings on its device before it starts its own.
 * **Devices.** The slots the engine schedules over are the cluster's devices,
-  ``HOST:ID`` (the id in a device worker's environment), not ``train.devices``:
-  the session journals them, and the parallelism of each question with them.
+  ``HOST:ID/WORKER`` (the id in a device worker's environment, and the worker's
+  name), not ``train.devices``: the session journals them, and the parallelism
+  of each question with them.
 * **Placement** is what the task saw: host, worker, and the device id in the
   worker's environment, recorded in the claim before the training starts and
   journaled by the engine with ``trial_launched``.
@@ -151,12 +152,15 @@ def _claim(trial_dir: Path, record: Mapping[str, Any]) -> bool:
 
 
 def _device_leftovers(device: str, own_marker: str) -> list[int]:
-    """Processes of trainings that dask tasks started on this device (by their environment),
-    other than this trial's: orphans of a worker that died on this host."""
-    from .dask_worker import device_trainings
+    """Processes of trainings that dask tasks started on this device (by their environment) and
+    whose worker is gone, other than this trial's (``own_marker``, ``NAME=VALUE`` of its
+    environment): orphans of a worker that died on this host. A live worker's training is never
+    one: under Slurm or in containers, workers on one host may each see their own device under
+    the same id."""
+    from .dask_worker import leftovers
 
     name, _, value = own_marker.partition("=")
-    return [pid for pid, environ in device_trainings(device) if environ.get(name) != value]
+    return leftovers(device, sparing=(name, value))
 
 
 def _clear_device(device: str, own_marker: str, wait: float) -> None:
@@ -462,7 +466,7 @@ class DaskLauncher:
         except (OSError, ValueError, TimeoutError) as exc:
             raise UsageError(f"--scheduler {address}: cannot connect to the dask scheduler ({exc})") from None
         self._proven: set[str] = set()
-        self._slots: dict[str, str] = {}  # slot ("HOST:DEVICE") -> worker address
+        self._slots: dict[str, str] = {}  # slot ("HOST:DEVICE/WORKER") -> worker address
         self._cleaner_registered = False
         self._busy: set[str] = set()  # worker addresses running one of our trials
         self._lock = threading.Lock()
@@ -506,13 +510,14 @@ class DaskLauncher:
         """The cluster's devices as the search would use them, found without writing anything.
 
         One entry per worker that offers a ``device`` resource (only the devices
-        ``train.devices`` lists, when given: plain ids, or ``HOST:ID``), sorted by
-        slot: ``{"slot": "HOST:ID", "host", "device", "name", "address"}``. The slot
-        is the device (a host and the id in its worker's environment), not the
-        worker: a worker restarted on the same device takes the same slot, and two
-        workers that say the same device on one host share one slot, so that
-        fusion-dd never runs two trainings there. Fails with the cluster's
-        resources listed when no worker can take a training.
+        ``train.devices`` lists, when given: plain ids, ``HOST:ID`` or the slot), sorted
+        by slot: ``{"slot": "HOST:ID/WORKER", "host", "device", "name", "address"}``.
+        The slot names the device as people know it (a host and the id in its
+        worker's environment) and the worker's name, which dask keeps unique: under
+        Slurm or in containers, workers on one host may each see their own device as
+        ``0``, so the id alone does not tell devices apart; a worker restarted with
+        the same ``--name`` takes the same slot. Fails with the cluster's resources
+        listed when no worker can take a training.
         """
         workers = self._workers()
         offering = {a: info for a, info in workers.items() if (info.get("resources") or {}).get("device", 0) >= 1}
@@ -530,11 +535,15 @@ class DaskLauncher:
                 f"environment (train.device_env): start each with {self.device_env}=ID"
             )
         found = [
-            {"slot": f"{f['host']}:{f['device']}", "host": str(f["host"]), "device": str(f["device"]),
+            {"slot": f"{f['host']}:{f['device']}/{offering[a].get('name', a)}", "host": str(f["host"]),
+             "device": str(f["device"]),
              "name": str(offering[a].get("name", a)), "address": a}
             for a, f in facts.items()
         ]
-        chosen = [e for e in found if self.allowed is None or not {e["device"], e["slot"]}.isdisjoint(self.allowed)]
+        chosen = [
+            e for e in found
+            if self.allowed is None or not {e["device"], f"{e['host']}:{e['device']}", e["slot"]}.isdisjoint(self.allowed)
+        ]
         if not chosen:
             seen = ", ".join(sorted({e["slot"] for e in found}))
             raise UsageError(
@@ -549,13 +558,7 @@ class DaskLauncher:
         self._prove_shared_state(sorted(set(addresses) - self._proven), {a: {"name": e["name"]} for a, e in addresses.items()})
         self._register_cleaner()
         with self._lock:
-            mapping: dict[str, str] = {}
-            for entry in found:
-                slot, address = entry["slot"], entry["address"]
-                # A slot keeps its worker while that worker is there (it may be running the slot's training).
-                if slot not in mapping or self._slots.get(slot) == address:
-                    mapping[slot] = address
-            self._slots = mapping
+            self._slots = {entry["slot"]: entry["address"] for entry in found}
         return [(slot,) for slot in sorted(self._slots)]
 
     def _register_cleaner(self) -> None:

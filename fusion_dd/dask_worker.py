@@ -114,12 +114,19 @@ def device_trainings(device: str) -> list[tuple[int, dict[str, str]]]:
     return found
 
 
-def leftovers(device: str) -> list[int]:
-    """Trainings on ``device`` whose worker is gone: nobody will wait for them, and the device is needed."""
-    return [
-        pid for pid, environ in device_trainings(device)
-        if not (environ.get(WORKER_MARK_ENV) and _alive(environ[WORKER_MARK_ENV]))
-    ]
+def leftovers(device: str, sparing: tuple[str, str] | None = None) -> list[int]:
+    """Trainings on ``device`` whose worker is gone: nobody will wait for them, and the device is needed.
+
+    ``sparing``: ``(NAME, VALUE)``; a process with that in its environment is not one (a task's own trial).
+    """
+    found = []
+    for pid, environ in device_trainings(device):
+        if environ.get(WORKER_MARK_ENV) and _alive(environ[WORKER_MARK_ENV]):
+            continue
+        if sparing is not None and environ.get(sparing[0]) == sparing[1]:
+            continue
+        found.append(pid)
+    return found
 
 
 def kill_leftovers(device: str, wait: float = 10.0) -> list[int]:

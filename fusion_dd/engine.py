@@ -375,7 +375,7 @@ class Engine:
 
     def _session_devices(self) -> list[list[str]]:
         """The devices this session trains on, as ``session_started`` journals them: train.devices, or
-        a cluster's own (dask: ``HOST:ID`` per device worker), which status, estimate and report read."""
+        a cluster's own (dask: ``HOST:ID/WORKER`` per device worker), which status, estimate and report read."""
         if getattr(self.launcher, "slots", None) is not None:
             self._devices()
         return [list(entry) for entry in (self._in_service or self.config.train.devices)]

@@ -283,15 +283,16 @@ def test_a_search_on_the_cluster_trains_what_a_local_one_does_on_the_devices_it_
         assert entry["device"] == seen[entry["trial_id"]] and entry["worker"] == f"npu{entry['device']}"
         assert entry["host"]
 
-    # The devices are the cluster's (train.devices is not given): HOST:ID per device worker, journaled
+    # The devices are the cluster's (train.devices is not given): HOST:ID/WORKER per device worker, journaled
     # for the session (status, estimate and the report's timeline read them), given to each trial
     # (the live view's device column), and the parallelism every question was asked with.
     records = journal(remote)
     host = report["trials"][0]["host"]
-    slots = [[f"{host}:{device}"] for device in DEVICES]
+    slots = [[f"{host}:{device}/npu{device}"] for device in DEVICES]
     assert [r["devices"] for r in records if r["type"] == "session_started"] == [slots]
     started = {r["trial_id"]: r["device"] for r in records if r["type"] == "trial_started"}
-    assert all(started[trial] == [f"{host}:{launched[trial]['device'][0]}"] for trial in launched)
+    assert all(started[trial] == [f"{host}:{launched[trial]['device'][0]}/{launched[trial]['worker_name']}"]
+               for trial in launched)
     assert {r["width"] for r in records if r["type"] == "question"} == {len(DEVICES)}
     # Workers that join or restart later kill leftovers on their device first (fusion_dd.dask_worker).
     plugins = cluster.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins))
@@ -323,7 +324,7 @@ def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_re
     host = socket.gethostname()
     assert f"; {len(DEVICES)} found:" in result.stdout, result.stdout
     for device in DEVICES:
-        assert f"    {host}:{device}: worker npu{device} (tcp://127.0.0.1:" in result.stdout
+        assert f"    {host}:{device}/npu{device} (tcp://127.0.0.1:" in result.stdout
         assert f"  ASCEND_DEVICE_ID={device} (in " in result.stdout
     assert f"on {len(DEVICES)} device slot(s)" in result.stdout
     assert not (tmp_path / "launch.log").exists()
@@ -638,3 +639,23 @@ def test_resume_asks_the_scheduler_first_then_the_recorded_worker(tmp_path):
     (spec.trial_dir / RESULT_FILE).write_text(json.dumps({"cancelled": False, "kind": "metric", "value": 0.5}))
     finished, checked = adopt(None, set())
     assert finished.wait().value == 0.5 and checked == []
+
+
+def test_a_task_takes_only_a_dead_workers_trainings_on_its_device_for_leftovers(tmp_path):
+    """Before its training starts, a task clears its device of orphans; workers on one host that each
+    see their own device as the same id (Slurm, containers) must not take each other's trainings."""
+    from fusion_dd.dask_launcher import _device_leftovers
+    from fusion_dd.dask_worker import DEVICE_MARK_ENV, WORKER_MARK_ENV, process_mark
+
+    def process(worker: str, trial_dir: str) -> subprocess.Popen[bytes]:
+        marks = {DEVICE_MARK_ENV: "75", WORKER_MARK_ENV: worker, "FUSION_DD_TRIAL_DIR": trial_dir}
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, **marks})
+
+    orphan = process("999999999:0", "/other")  # Popen returns once each has exec'd, with its environment
+    children = [orphan, process(process_mark(os.getpid()) or "", "/other"), process("999999999:0", "/own")]
+    try:
+        assert _device_leftovers("75", "FUSION_DD_TRIAL_DIR=/own") == [orphan.pid]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
