@@ -220,6 +220,12 @@ def _launched_before(state_dir: Path) -> int:
 def _dry_run(config: SearchConfig) -> None:
     rules = list(config.rules)
     echo = typer.echo
+    cluster = None
+    if config.train.launcher == "dask":
+        from .dask_launcher import cluster_devices
+
+        # First, so that a scheduler it cannot reach is one error line (exit 2), nothing else.
+        cluster = cluster_devices(config.train, config.state_dir)
     echo(f"config: {config.source}")
     if config.from_all_on:
         echo("candidate rules: the ones that fire in one training with every rule on (rules.from: all_on)"
@@ -246,24 +252,26 @@ def _dry_run(config: SearchConfig) -> None:
                 echo(f"  {name}={shlex.quote(value)}")
     echo("")
     echo("command lines (trial 0001 shown; each trial has its own directory):")
-    for device in config.train.devices:
+    for device in config.train.devices if cluster is None else [(entry["device"],) for entry in cluster]:
         values = trial_values(config, device)
         argv = resolve_relative(substitute_command(config.train.command, values), config.base_dir)
         workdir = substitute(config.train.workdir, values)
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
-    if config.train.launcher == "dask":
+    if cluster is not None:
         which = "the listed devices of " if config.train.devices_given else ""
         echo(
             f"  launcher: dask at {config.train.scheduler}: one task per trial on {which}the workers offering a "
-            f"device (its id from {config.train.device_env} in the worker's environment)"
+            f"device (its id from {config.train.device_env} in the worker's environment); {len(cluster)} found:"
         )
+        for entry in cluster:
+            echo(f"    {entry['slot']} ({entry['address']})")
     if config.localize is not None:
         _dry_run_localize(config)
     _dry_run_guide(config)
     echo("")
-    parallel = len(config.train.devices)
+    parallel = len(config.train.devices) if cluster is None else len(cluster)
     references = config.score.baseline_repeats * (config.score.baseline_metric is None) + (
         config.score.all_on_metric is None
     )

@@ -20,8 +20,14 @@ Why these pieces:
   *worker*: dask has given the device to someone else. A tiny watcher process
   (``fusion_dd.dask_reaper``) holds a pipe from the worker; when the pipe
   closes without a "done", the worker died and the watcher stops the training.
-  A task also waits for (then kills) leftovers of earlier trainings on its
-  device before it starts its own.
+  A worker that starts (a restarted one included) first kills leftovers on its
+  device whose worker is gone (``fusion_dd.dask_worker``: a plugin the
+  coordinator registers, or ``--preload``); a task also waits for (then kills)
+  leftovers of earlier trainings on its device before it starts its own.
+* **Devices.** The slots the engine schedules over are the cluster's devices,
+  ``HOST:ID/WORKER`` (the id in a device worker's environment, and the worker's
+  name), not ``train.devices``: the session journals them, and the parallelism
+  of each question with them.
 * **Placement** is what the task saw: host, worker, and the device id in the
   worker's environment, recorded in the claim before the training starts and
   journaled by the engine with ``trial_launched``.
@@ -54,6 +60,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
 from .errors import UsageError
 from .launcher import Placement, TrialRequest, TrialResult, result_of, this_host
 from .supervisor import STATUS_FILE, SUPERVISOR_FILE, write_json_atomic
@@ -144,29 +151,16 @@ def _claim(trial_dir: Path, record: Mapping[str, Any]) -> bool:
             temporary.unlink()
 
 
-#: Set in the environment of every training a dask task starts: its device id. Only such
-#: processes are ever taken for leftovers on a device (never a local search's trainings).
-DEVICE_MARK_ENV = "FUSION_DD_DASK_DEVICE"
-
-
 def _device_leftovers(device: str, own_marker: str) -> list[int]:
-    """Processes of trainings that dask tasks started on this device (by their environment),
-    other than this trial's: orphans of a worker that died on this host."""
-    from . import strays
+    """Processes of trainings that dask tasks started on this device (by their environment) and
+    whose worker is gone, other than this trial's (``own_marker``, ``NAME=VALUE`` of its
+    environment): orphans of a worker that died on this host. A live worker's training is never
+    one: under Slurm or in containers, workers on one host may each see their own device under
+    the same id."""
+    from .dask_worker import leftovers
 
-    wanted = f"{DEVICE_MARK_ENV}={device}".encode()
-    found = []
-    for pid in strays.live_pids():
-        if pid == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                environ = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if wanted in environ and own_marker.encode() not in environ:
-            found.append(pid)
-    return found
+    name, _, value = own_marker.partition("=")
+    return leftovers(device, sparing=(name, value))
 
 
 def _clear_device(device: str, own_marker: str, wait: float) -> None:
@@ -276,7 +270,9 @@ def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
             f"trial {request.spec.trial_id} was already claimed by worker {held.get('worker_name') or held.get('worker')} "
             f"on {held.get('host')} (dask re-ran the task after its worker died): not trained again"
         )
-    spec = replace(request.spec, device=(device,), env={**request.spec.env, DEVICE_MARK_ENV: device})
+    # Marks by which a restarted worker on this device tells our orphans (fusion_dd.dask_worker).
+    marks = {DEVICE_MARK_ENV: device, WORKER_MARK_ENV: process_mark(os.getpid()) or ""}
+    spec = replace(request.spec, device=(device,), env={**request.spec.env, **marks})
     request = replace(request, spec=spec)
     marker = f"FUSION_DD_TRIAL_DIR={trial_dir.resolve()}"
     _clear_device(device, marker, LEFTOVER_WAIT)
@@ -428,6 +424,19 @@ class DaskHandle:
         return result
 
 
+def connect_timeout() -> float:
+    """Seconds to wait for the scheduler: 10, or dask's ``distributed.comm.timeouts.connect`` when
+    shorter (dask's own default, 30 s, is long for a command that says it cannot reach it)."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    try:
+        configured = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
+    except (KeyError, TypeError, ValueError):
+        configured = None
+    return min(10.0, float(configured)) if configured else 10.0
+
+
 class DaskLauncher:
     """Trials as dask tasks, one per device worker; see the module docstring."""
 
@@ -440,7 +449,7 @@ class DaskLauncher:
         device_env: str,
         devices: Sequence[Sequence[str]] | None = None,
         *,
-        timeout: float = 10.0,
+        timeout: float | None = None,
     ) -> None:
         distributed = require_dask()
         self._distributed = distributed
@@ -449,12 +458,16 @@ class DaskLauncher:
         self.device_env = device_env
         self.allowed = None if devices is None else {",".join(device) for device in devices}
         try:
+            # An address dask cannot parse is refused before a Client exists: a Client that fails
+            # on one prints a traceback at exit, after a 20 s wait.
+            distributed.comm.resolve_address(address)
             # tls:// takes its certificates from dask's own configuration (distributed.comm.tls.*).
-            self.client = distributed.Client(address, timeout=timeout, set_as_default=False)
+            self.client = distributed.Client(address, timeout=timeout or connect_timeout(), set_as_default=False)
         except (OSError, ValueError, TimeoutError) as exc:
             raise UsageError(f"--scheduler {address}: cannot connect to the dask scheduler ({exc})") from None
         self._proven: set[str] = set()
-        self._slots: dict[str, str] = {}  # slot (worker name) -> worker address
+        self._slots: dict[str, str] = {}  # slot ("HOST:DEVICE/WORKER") -> worker address
+        self._cleaner_registered = False
         self._busy: set[str] = set()  # worker addresses running one of our trials
         self._lock = threading.Lock()
         self._alive_lock = threading.Lock()
@@ -493,37 +506,71 @@ class DaskLauncher:
         ]
         return "; ".join(parts)
 
-    def slots(self) -> list[tuple[str, ...]]:
-        """One slot per worker that offers a device (filtered by ``train.devices`` when given).
+    def devices(self) -> list[dict[str, Any]]:
+        """The cluster's devices as the search would use them, found without writing anything.
 
-        Fails with the cluster's resources listed when no worker can take a
-        training, and proves that every such worker sees the state directory.
+        One entry per worker that offers a ``device`` resource (only the devices
+        ``train.devices`` lists, when given: plain ids, ``HOST:ID`` or the slot), sorted
+        by slot: ``{"slot": "HOST:ID/WORKER", "host", "device", "name", "address"}``.
+        The slot names the device as people know it (a host and the id in its
+        worker's environment) and the worker's name, which dask keeps unique: under
+        Slurm or in containers, workers on one host may each see their own device as
+        ``0``, so the id alone does not tell devices apart; a worker restarted with
+        the same ``--name`` takes the same slot. Fails with the cluster's resources
+        listed when no worker can take a training.
         """
         workers = self._workers()
-        devices = {address: info for address, info in workers.items() if (info.get("resources") or {}).get("device", 0) >= 1}
-        if not devices:
+        offering = {a: info for a, info in workers.items() if (info.get("resources") or {}).get("device", 0) >= 1}
+        if not offering:
             raise UsageError(
                 f"--scheduler {self.address}: no dask worker offers a 'device' resource, so no training can be placed "
                 f"({self.describe_cluster(workers)}); start one worker per device with "
                 "'dask worker ADDRESS --nthreads 1 --resources device=1' (see README, 'On a dask cluster')"
             )
-        facts = self.client.run(worker_facts, self.device_env, workers=list(devices))
-        missing = sorted(devices[a].get("name", a) for a, f in facts.items() if not f.get("device"))
+        facts = self.client.run(worker_facts, self.device_env, workers=list(offering))
+        missing = sorted(str(offering[a].get("name", a)) for a, f in facts.items() if not f.get("device"))
         if missing:
             raise UsageError(
-                f"dask workers {', '.join(map(str, missing))} offer a device but have no {self.device_env} in their "
+                f"dask workers {', '.join(missing)} offer a device but have no {self.device_env} in their "
                 f"environment (train.device_env): start each with {self.device_env}=ID"
             )
-        chosen = {a: f for a, f in facts.items() if self.allowed is None or str(f["device"]) in self.allowed}
+        found = [
+            {"slot": f"{f['host']}:{f['device']}/{offering[a].get('name', a)}", "host": str(f["host"]),
+             "device": str(f["device"]),
+             "name": str(offering[a].get("name", a)), "address": a}
+            for a, f in facts.items()
+        ]
+        chosen = [
+            e for e in found
+            if self.allowed is None or not {e["device"], f"{e['host']}:{e['device']}", e["slot"]}.isdisjoint(self.allowed)
+        ]
         if not chosen:
-            seen = ", ".join(sorted({f"{f['host']}:{f['device']}" for f in facts.values()}))
+            seen = ", ".join(sorted({e["slot"] for e in found}))
             raise UsageError(
                 f"train.devices: none of the listed devices is offered by a dask worker (workers' devices: {seen})"
             )
-        self._prove_shared_state(sorted(set(chosen) - self._proven), devices)
+        return sorted(chosen, key=lambda e: (e["slot"], e["address"]))
+
+    def slots(self) -> list[tuple[str, ...]]:
+        """One slot per device of the cluster (``devices``), each proven to see the state directory."""
+        found = self.devices()
+        addresses = {e["address"]: e for e in found}
+        self._prove_shared_state(sorted(set(addresses) - self._proven), {a: {"name": e["name"]} for a, e in addresses.items()})
+        self._register_cleaner()
         with self._lock:
-            self._slots = {str(devices[a].get("name", a)): a for a in chosen}
-        return [(name,) for name in sorted(self._slots)]
+            self._slots = {entry["slot"]: entry["address"] for entry in found}
+        return [(slot,) for slot in sorted(self._slots)]
+
+    def _register_cleaner(self) -> None:
+        """Once per coordinator: have every worker, and every worker that joins or restarts later, kill
+        leftover trainings on its device before it takes work (fusion_dd.dask_worker; the
+        ``--preload`` form does the same for workers started with it)."""
+        if self._cleaner_registered:
+            return
+        self._cleaner_registered = True
+        register = getattr(self.client, "register_plugin", None) or self.client.register_worker_plugin
+        with contextlib.suppress(Exception):  # an older or locked-down scheduler: the preload and each task's check remain
+            register(LeftoverCleaner(self.device_env), name=PLUGIN_NAME)
 
     def _prove_shared_state(self, addresses: list[str], infos: Mapping[str, Mapping[str, Any]]) -> None:
         """A token written here must read back the same on every worker: the state directory is shared."""
@@ -730,6 +777,16 @@ class DaskLauncher:
         return (request.trial_dir / CLAIM_FILE).exists() or (request.trial_dir / SUPERVISOR_FILE).exists()
 
 
+def cluster_devices(train: Any, state_dir: Path) -> list[dict[str, Any]]:
+    """The devices a search with this ``train`` section would use (``DaskLauncher.devices``), for
+    ``--dry-run``: nothing is written (the shared-state proof runs when the search starts)."""
+    launcher = DaskLauncher(train.scheduler, state_dir, train.device_env, train.devices if train.devices_given else None)
+    try:
+        return launcher.devices()
+    finally:
+        launcher.close()
+
+
 class _ReleasingHandle(DaskHandle):
     """A handle that gives its worker back to the launcher's free list when the trial ended."""
 
@@ -767,6 +824,8 @@ __all__ = [
     "DaskPlacement",
     "RESULT_FILE",
     "adopt_on_worker",
+    "cluster_devices",
+    "connect_timeout",
     "require_dask",
     "run_trial",
 ]

@@ -375,6 +375,13 @@ class Engine:
             self._devices()
         return len(self._in_service or self.config.train.devices)
 
+    def _session_devices(self) -> list[list[str]]:
+        """The devices this session trains on, as ``session_started`` journals them: train.devices, or
+        a cluster's own (dask: ``HOST:ID/WORKER`` per device worker), which status, estimate and report read."""
+        if getattr(self.launcher, "slots", None) is not None:
+            self._devices()
+        return [list(entry) for entry in (self._in_service or self.config.train.devices)]
+
     def _watch_device(self, device: Device, trial: TrialState) -> None:
         """Set a device aside when trainings keep failing to start on it while others train fine."""
         finished = trial.finished
@@ -707,7 +714,7 @@ class Engine:
                 {
                     "type": "session_started",
                     "budget": self.config.search.budget,
-                    "devices": [list(entry) for entry in self.config.train.devices],
+                    "devices": self._session_devices(),
                     "timeout": self.config.train.timeout,
                     "version": __version__,
                 }
@@ -965,7 +972,7 @@ class Engine:
                 "type": "session_started",
                 "purpose": "localize",
                 "budget": self.config.search.budget,
-                "devices": [list(entry) for entry in self.config.train.devices],
+                "devices": self._session_devices(),
                 "timeout": self.config.train.timeout,
                 "version": __version__,
             }

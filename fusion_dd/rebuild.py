@@ -25,6 +25,7 @@ from .config import DEFAULT_CONFIG_NAME, SearchConfig, parse_config
 from .engine import EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_OK, Engine, SearchResult, SwitchIgnored
 from .errors import UsageError
 from .journal import JOURNAL_NAME, read_records
+from .launcher import LocalLauncher
 from .report import REPORT_NAME
 from .scoring import Preconditions
 from .search.culprits import CulpritSearch
@@ -39,7 +40,11 @@ class _Replay(Engine):
     """An Engine that only replays: no lock, no journal writes, no launches, no files written."""
 
     def __init__(self, config: SearchConfig, state: SearchState) -> None:
-        super().__init__(config)
+        # Never the config's launcher: a replay launches nothing, and the dask launcher would
+        # connect to the scheduler (10 s and a failure when it is gone) for status, report
+        # and every estimate of the live view. Its width is the journal's: the recorded
+        # questions, then the session's devices (which a cluster launcher journals as found).
+        super().__init__(config, launcher=LocalLauncher())
         self._given = state
         self.seen: tuple[Preconditions | None, CulpritSearch | None] = (None, None)
 

@@ -4,15 +4,19 @@ Each worker is one device (``ASCEND_DEVICE_ID`` in its environment,
 ``--nthreads 1 --resources device=1``). Where ``unshare`` is allowed (CI runs
 as root) every worker runs in a PID namespace of its own, so the coordinator and
 the trainings never share a ``/proc``: a test cannot pass because the
-coordinator happened to see a pid it must not rely on.
+coordinator happened to see a pid it must not rely on. Where it is not, the
+kill and resume tests skip with the reason (probed once); the others run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,17 +38,23 @@ DEVICES = ("0", "1")
 DASK = Path(sys.executable).parent / "dask"
 
 
-def _allowed(*argv: str) -> bool:
+@functools.lru_cache(maxsize=None)
+def unshare_refusal(*argv: str) -> str | None:
+    """Why ``unshare ARGV true`` cannot run here, None when it can (probed once per argv)."""
+    what = " ".join(["unshare", *argv])
     if shutil.which("unshare") is None:
-        return False
+        return "the unshare command is missing"
     try:
-        return subprocess.run(["unshare", *argv, "true"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+        done = subprocess.run(["unshare", *argv, "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{what}: {exc}"
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        return f"{what} is not allowed here ({said[-1] if said else f'exit code {done.returncode}'})"
+    return None
 
 
-PID_NAMESPACES = _allowed("-p", "-f", "--mount-proc")
-MOUNT_NAMESPACES = _allowed("-m")
+PID_NAMESPACES = ("-p", "-f", "--mount-proc")
 
 
 def _children(pid: int) -> list[int]:
@@ -96,8 +106,9 @@ def trial_processes(marker_dir: Path) -> list[int]:
 class Cluster:
     """A scheduler and one worker per device, all on 127.0.0.1."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, pid_namespaces: bool) -> None:
         self.root = root
+        self.pid_namespaces = pid_namespaces
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         file = root / "scheduler.json"
         self.scheduler = subprocess.Popen(
@@ -120,17 +131,20 @@ class Cluster:
             self.close()
             raise
 
-    def start_worker(self, device: str, name: str | None = None, prefix: tuple[str, ...] = ()) -> None:
+    def start_worker(
+        self, device: str, name: str | None = None, prefix: tuple[str, ...] = (), *extra: str,
+        namespace: bool = True, env: dict[str, str] | None = None,
+    ) -> None:
         argv = [str(DASK), "worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
-                "--resources", "device=1", "--name", name or f"npu{device}", "--no-dashboard"]
-        if PID_NAMESPACES and not prefix:
+                "--resources", "device=1", "--name", name or f"npu{device}", "--no-dashboard", *extra]
+        if self.pid_namespaces and namespace and not prefix:
             # sh stays PID 1 of the namespace after the worker dies, so that the namespace (and an
             # orphaned training in it) is not torn down by the kernel: the watcher must do that.
             argv = ["unshare", "-p", "-f", "--mount-proc", "sh", "-c", '"$@"; exec sleep 100000', "sh", *argv]
         name = name or f"npu{device}"
         log = open(self.root / f"worker-{name}.log", "ab")
         self.workers[name] = subprocess.Popen(
-            [*prefix, *argv], env={**cli_env(), "ASCEND_DEVICE_ID": device}, stdout=subprocess.DEVNULL,
+            [*prefix, *argv], env={**cli_env(), "ASCEND_DEVICE_ID": device, **(env or {})}, stdout=subprocess.DEVNULL,
             stderr=log, start_new_session=True,
         )
 
@@ -169,13 +183,22 @@ class Cluster:
             self.client.close()
 
 
+@pytest.fixture
+def separate_pid_namespaces(cluster: Cluster) -> None:
+    """For the kill and resume tests: they must not pass on a /proc the coordinator shares with the trainings."""
+    refusal = unshare_refusal(*PID_NAMESPACES)
+    if refusal is not None:
+        pytest.skip(f"needs the workers in PID namespaces of their own: {refusal}")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     if distributed is None:
         pytest.skip("dask.distributed is not installed (pip install 'fusion-dd[dask]')")
     if not DASK.exists():
         pytest.skip("the dask command is not installed next to this Python")
-    started = Cluster(tmp_path_factory.mktemp("cluster"))
+    # Workers in PID namespaces of their own where unshare is allowed (the kill and resume tests need it).
+    started = Cluster(tmp_path_factory.mktemp("cluster"), pid_namespaces=unshare_refusal(*PID_NAMESPACES) is None)
     try:
         yield started
     finally:
@@ -260,6 +283,21 @@ def test_a_search_on_the_cluster_trains_what_a_local_one_does_on_the_devices_it_
         assert entry["device"] == seen[entry["trial_id"]] and entry["worker"] == f"npu{entry['device']}"
         assert entry["host"]
 
+    # The devices are the cluster's (train.devices is not given): HOST:ID/WORKER per device worker, journaled
+    # for the session (status, estimate and the report's timeline read them), given to each trial
+    # (the live view's device column), and the parallelism every question was asked with.
+    records = journal(remote)
+    host = report["trials"][0]["host"]
+    slots = [[f"{host}:{device}/npu{device}"] for device in DEVICES]
+    assert [r["devices"] for r in records if r["type"] == "session_started"] == [slots]
+    started = {r["trial_id"]: r["device"] for r in records if r["type"] == "trial_started"}
+    assert all(started[trial] == [f"{host}:{launched[trial]['device'][0]}/{launched[trial]['worker_name']}"]
+               for trial in launched)
+    assert {r["width"] for r in records if r["type"] == "question"} == {len(DEVICES)}
+    # Workers that join or restart later kill leftovers on their device first (fusion_dd.dask_worker).
+    plugins = cluster.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins))
+    assert "fusion-dd-leftovers" in plugins
+
     # No device ever ran two trainings at once (the supervisors' own start and end times).
     spans: dict[str, list[tuple[float, float]]] = {}
     for trial, placement in launched.items():
@@ -279,8 +317,118 @@ def test_devices_no_worker_offers_are_refused_with_the_cluster_listed(tmp_path, 
     assert not (tmp_path / "launch.log").exists()
 
 
-@pytest.mark.skipif(not MOUNT_NAMESPACES, reason="unshare -m (mount namespaces) is not allowed here")
+def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_reach_the_scheduler(tmp_path, cluster, monkeypatch):
+    dask_config(tmp_path, cluster)
+    result = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    host = socket.gethostname()
+    assert f"; {len(DEVICES)} found:" in result.stdout, result.stdout
+    for device in DEVICES:
+        assert f"    {host}:{device}/npu{device} (tcp://127.0.0.1:" in result.stdout
+        assert f"  ASCEND_DEVICE_ID={device} (in " in result.stdout
+    assert f"on {len(DEVICES)} device slot(s)" in result.stdout
+    assert not (tmp_path / "launch.log").exists()
+
+    # A scheduler nobody answers at (dask's connect timeout, shortened): one line, exit 2, nothing on stdout.
+    address = "tcp://127.0.0.1:1"
+    refused = run_fusion_dd("search", "--dry-run", "--scheduler", address, cwd=tmp_path,
+                            env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"})
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"--scheduler {address}: cannot connect to the dask scheduler" in refused.stderr
+    # An address dask cannot parse is refused before a Client exists (a failed one hangs at exit).
+    from fusion_dd.dask_launcher import DaskLauncher
+    from fusion_dd.errors import UsageError
+
+    def no_client(*args, **kwargs):
+        raise AssertionError("a Client was made for an address dask cannot parse")
+
+    monkeypatch.setattr(distributed, "Client", no_client)
+    with pytest.raises(UsageError, match="tcp://127.0.0.1:notaport: cannot connect to the dask scheduler"):
+        DaskLauncher("tcp://127.0.0.1:notaport", tmp_path, "ASCEND_DEVICE_ID")
+
+
+def test_a_starting_worker_kills_leftover_trainings_on_its_device_before_it_takes_work(cluster):
+    from fusion_dd.dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    gone_worker = "999999999:0"  # the worker that started them is dead
+
+    def process(device: str | None, worker: str = gone_worker) -> subprocess.Popen[bytes]:
+        marks = {DEVICE_MARK_ENV: device, WORKER_MARK_ENV: worker} if device is not None else {}
+        return subprocess.Popen(sleeper, env={**os.environ, **marks})
+
+    leftovers = [process("71"), process("72")]
+    spared = [
+        process("73"),  # a training on a device no starting worker has
+        process("71", worker=process_mark(os.getpid()) or ""),  # a training whose worker is alive
+        process(None),  # not a training of fusion-dd
+    ]
+    started: list[str] = []
+    try:
+        # As a search does: every worker that joins later runs the plugin before it takes tasks.
+        cluster.client.register_plugin(LeftoverCleaner("ASCEND_DEVICE_ID"), name=PLUGIN_NAME)
+        # Device 71: the --preload form, with the variable named as scripts/local-cluster does
+        # (the registered plugin finds no ASCEND_DEVICE_ID there, so only the preload can kill it).
+        started.append("preloaded")
+        cluster.start_worker("", "preloaded", (), "--preload", "fusion_dd.dask_worker", namespace=False,
+                             env={"NPU_UNDER_TEST": "71", "FUSION_DD_DEVICE_ENV": "NPU_UNDER_TEST"})
+        # Device 72: a worker (re)started without the preload: the plugin the scheduler holds.
+        started.append("npu72")
+        cluster.start_worker("72", namespace=False)
+        cluster.wait_for(len(DEVICES) + 2)
+        assert [leftover.wait(timeout=10) for leftover in leftovers] == [-signal.SIGKILL] * 2
+        assert [other.poll() for other in spared] == [None] * 3
+    finally:
+        for name in started:
+            if name in cluster.workers:
+                cluster.stop_worker(name)
+        for child in leftovers + spared:
+            child.kill()
+            child.wait()
+
+
+def test_a_trial_the_scheduler_forgot_is_adopted_on_its_worker_and_not_trained_again(tmp_path, cluster):
+    """The path of a scheduler restart that the worker outlived: the scheduler no longer holds the
+    task, the training still runs; resume checks on the recorded worker (pids only there) and waits."""
+    from fusion_dd.dask_launcher import DaskLauncher
+    from fusion_dd.launcher import TrialRequest
+    from fusion_dd.metrics import MetricSpec
+    from fusion_dd.trial import TrialSpec
+
+    script = tmp_path / "train.py"
+    script.write_text("import os, time\nopen(os.environ['STARTS'], 'a').write('x\\n')\ntime.sleep(3)\nprint('a=0.75')\n")
+    state = tmp_path / "state"
+    spec = TrialSpec(trial_id="0001", trial_dir=state / "trials" / "0001", command=(sys.executable, str(script)),
+                     workdir=str(tmp_path), base_dir=tmp_path, env={"STARTS": str(tmp_path / "starts")},
+                     device=("?",), device_env="ASCEND_DEVICE_ID", timeout=None, repeat=0, switch_text="")
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    first = DaskLauncher(cluster.address, state, "ASCEND_DEVICE_ID")
+    try:
+        request = dataclasses.replace(request, spec=dataclasses.replace(spec, device=first.slots()[0]))
+        handle = first.start(request)
+        placement = handle.placement.to_json()
+        # The scheduler lets go of the task; the worker's thread (and the training) run on.
+        first.client.cancel([handle.future], force=True)
+        wait_until(lambda: first.task_state(handle.key) is None, 10, "the scheduler still holds the task")
+    finally:
+        first.close()
+    assert not (spec.trial_dir / "status.json").exists(), "the training ended too soon for this test"
+    second = DaskLauncher(cluster.address, state, "ASCEND_DEVICE_ID")
+    try:
+        adopted = second.adopt(request, placement)
+        assert adopted is not None and adopted.future is not None, "not checked on its worker"
+        result = adopted.wait()
+    finally:
+        second.close()
+    assert (result.kind, result.value) == ("metric", 0.75), result
+    assert (tmp_path / "starts").read_text() == "x\n", "trained twice"
+
+
 def test_a_state_directory_a_worker_cannot_see_is_refused_before_any_training(tmp_path, cluster):
+    refusal = unshare_refusal("-m")
+    if refusal is not None:
+        pytest.skip(f"needs a worker in a mount namespace of its own: {refusal}")
     hidden = tmp_path / "search"
     hidden.mkdir()
     dask_config(hidden, cluster)
@@ -298,7 +446,9 @@ def test_a_state_directory_a_worker_cannot_see_is_refused_before_any_training(tm
     assert not (hidden / ".fusion-dd" / "trials").exists()
 
 
-def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_a_new_one(tmp_path, cluster):
+def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_a_new_one(
+    tmp_path, cluster, separate_pid_namespaces
+):
     slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") == "0001": time.sleep(120)\n'
     dask_config(tmp_path, cluster, slow)
     trial_dir = tmp_path / ".fusion-dd" / "trials" / "0001"
@@ -331,7 +481,7 @@ def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_
     assert baseline[0] == "0001" and len(baseline) == 2  # retried as a new trial
 
 
-def test_a_killed_coordinator_resumes_by_adopting_the_running_trainings(tmp_path, cluster):
+def test_a_killed_coordinator_resumes_by_adopting_the_running_trainings(tmp_path, cluster, separate_pid_namespaces):
     slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") in ("0001", "0002"): time.sleep(6)\n'
     dask_config(tmp_path, cluster, slow)
     coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -436,3 +586,76 @@ def test_the_local_launcher_never_gives_up_a_training_another_launcher_may_still
     request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
     with pytest.raises(UsageError, match="--launcher dask"):
         LocalLauncher().adopt(request, {"launcher": "dask", "host": "elsewhere", "job_id": "k"})
+
+
+def test_resume_asks_the_scheduler_first_then_the_recorded_worker(tmp_path):
+    """The decision of ``DaskLauncher.adopt`` for each way a trial can have been left (no cluster needed)."""
+    from fusion_dd.dask_launcher import CLAIM_FILE, RESULT_FILE, DaskHandle, DaskLauncher
+    from fusion_dd.launcher import TrialRequest
+    from fusion_dd.metrics import MetricSpec
+    from fusion_dd.trial import TrialSpec
+
+    class Decided(DaskLauncher):
+        def __init__(self, held: str | None, alive: set[str]) -> None:  # no client: the answers are given
+            self.held, self.alive, self.checked = held, alive, []
+
+        def task_state(self, key: str) -> str | None:
+            return self.held
+
+        def worker_alive(self, address: str) -> bool:
+            return address in self.alive
+
+        def key_of(self, request: TrialRequest) -> str:
+            return "fusion-dd-k-0001"
+
+        def _check_on_worker(self, request, place, worker):
+            self.checked.append(worker)
+            return "checked"
+
+    spec = TrialSpec(trial_id="0001", trial_dir=tmp_path / "0001", command=("true",), workdir=".", base_dir=tmp_path,
+                     env={}, device=("h:0",), device_env="ASCEND_DEVICE_ID", timeout=None, repeat=0, switch_text="")
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    placement = {"launcher": "dask", "host": "h", "job_id": "fusion-dd-k-0001", "device": ["0"], "worker": "tcp://w:1"}
+
+    def adopt(held: str | None, alive: set[str]) -> tuple[object, list]:
+        launcher = Decided(held, alive)
+        return launcher.adopt(request, placement), launcher.checked
+
+    # Never claimed, and the scheduler does not hold it: it never ran.
+    assert adopt(None, {"tcp://w:1"}) == (None, [])
+    spec.trial_dir.mkdir()
+    (spec.trial_dir / CLAIM_FILE).write_text(json.dumps({"worker": "tcp://w:1", "host": "h", "device": "0"}))
+    # Still held by the scheduler: re-attached to the same task (its key), no check needed.
+    held, checked = adopt("processing", set())
+    assert isinstance(held, DaskHandle) and held.key == "fusion-dd-k-0001" and held.future is None and checked == []
+    # Forgotten by the scheduler (restarted): checked on the recorded worker while it is there...
+    assert adopt(None, {"tcp://w:1"}) == ("checked", ["tcp://w:1"])
+    # ...lost with it when it is gone (its watcher stopped the training)...
+    assert adopt("forgotten", set()) == (None, [])
+    # ...unless the training ended: then any worker reads its result from the shared directory.
+    (spec.trial_dir / "status.json").write_text("{}")
+    assert adopt(None, set()) == ("checked", [None])
+    # A result the task kept is taken as it is, from any state.
+    (spec.trial_dir / RESULT_FILE).write_text(json.dumps({"cancelled": False, "kind": "metric", "value": 0.5}))
+    finished, checked = adopt(None, set())
+    assert finished.wait().value == 0.5 and checked == []
+
+
+def test_a_task_takes_only_a_dead_workers_trainings_on_its_device_for_leftovers(tmp_path):
+    """Before its training starts, a task clears its device of orphans; workers on one host that each
+    see their own device as the same id (Slurm, containers) must not take each other's trainings."""
+    from fusion_dd.dask_launcher import _device_leftovers
+    from fusion_dd.dask_worker import DEVICE_MARK_ENV, WORKER_MARK_ENV, process_mark
+
+    def process(worker: str, trial_dir: str) -> subprocess.Popen[bytes]:
+        marks = {DEVICE_MARK_ENV: "75", WORKER_MARK_ENV: worker, "FUSION_DD_TRIAL_DIR": trial_dir}
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, **marks})
+
+    orphan = process("999999999:0", "/other")  # Popen returns once each has exec'd, with its environment
+    children = [orphan, process(process_mark(os.getpid()) or "", "/other"), process("999999999:0", "/own")]
+    try:
+        assert _device_leftovers("75", "FUSION_DD_TRIAL_DIR=/own") == [orphan.pid]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()

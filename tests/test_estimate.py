@@ -103,3 +103,33 @@ def test_status_shows_the_estimate(searched, tmp_path):
     result = fusion_dd("status", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert ESTIMATE.search(result.stdout), result.stdout
+
+
+def test_a_cluster_search_is_estimated_at_the_width_of_its_journaled_devices_without_connecting(searched, monkeypatch):
+    """With train.launcher: dask the devices are the cluster's: the session journals them (HOST:ID),
+    and the estimate (a replay of the journal) uses them, never the config's launcher."""
+    folder, _ = searched
+    state_dir = folder / ".fusion-dd"
+    records = read_records(state_dir / "journal.jsonl")
+    cuts = [index + 1 for index, record in enumerate(records) if record["type"] == "trial_finished"]
+    middle = records[: cuts[len(cuts) // 3]]
+
+    def boom(config):
+        raise AssertionError("a replay connected to the cluster")
+
+    monkeypatch.setattr("fusion_dd.engine.launcher_for", boom)
+
+    def on_cluster(devices: int):
+        document = json.loads(json.dumps(middle))
+        for record in document:
+            if record["type"] == "search_started":
+                record["config_document"]["train"].update(launcher="dask", scheduler="tcp://127.0.0.1:1")
+            if record["type"] == "session_started":
+                record["devices"] = [[f"node{index // 8}:{index % 8}"] for index in range(devices)]
+        return estimate(document, state_dir, now=middle[-1]["time"])
+
+    narrow, wide = on_cluster(1), on_cluster(8)
+    assert narrow is not None and wide is not None
+    assert narrow.trainings_left >= 2, narrow  # something to parallelize
+    assert narrow.seconds_left is not None and wide.seconds_left is not None
+    assert wide.seconds_left < narrow.seconds_left, (narrow, wide)

@@ -95,6 +95,35 @@ def test_status_of_a_finished_search_ends_with_its_summary(tmp_path: Path) -> No
     assert lines[-1] == f"  report: {tmp_path / 'report.json'}"
 
 
+def test_status_of_a_dask_search_shows_the_occupancy_per_host_and_device(tmp_path: Path) -> None:
+    """Trainings on a cluster: where each runs (host, the device id it saw, its worker), per host.
+    Their pids mean nothing here, so a trial runs until its supervisor's status.json says it ended."""
+
+    def placed(trial_id: str, host: str, device: str, worker: str) -> dict:
+        return {"type": "trial_launched", "trial_id": trial_id, "supervisor_pid": None,
+                "placement": {"launcher": "dask", "host": host, "boot_id": "b", "job_id": f"k-{trial_id}",
+                              "device": [device], "worker": f"tcp://{host}:1", "worker_name": worker}}
+
+    write_journal(tmp_path, [
+        search_started(),
+        session_started(devices=("nodeA:0", "nodeA:1", "nodeB:0")),
+        *trial("0001", [], 0.9, role="baseline", device="nodeA:0"),
+        started("0002", ["A"], device="nodeA:1"), placed("0002", "nodeA", "1", "npuA1"),
+        started("0003", ["B"], device="nodeB:0"), placed("0003", "nodeB", "0", "npuB0"),
+        started("0004", ["C"], device="nodeA:0"), placed("0004", "nodeA", "0", "npuA0"),
+        started("0005", ["A", "B"], device="nodeB:0"), placed("0005", "nodeB", "0", "npuB0"),
+    ])
+    ended = tmp_path / "trials" / "0005"
+    ended.mkdir(parents=True)
+    (ended / "status.json").write_text(json.dumps({"exit_code": 0, "duration": 3.0}))
+    lines = status_lines(tmp_path)
+    assert "running 3" in lines[2], lines
+    assert any(line.startswith("  running #0003 on nodeB device 0 (worker npuB0) for ") for line in lines), lines
+    at = lines.index("  devices in use, per host:")
+    assert lines[at + 1: at + 3] == ["    nodeA: device 0 #0004, device 1 #0002", "    nodeB: device 0 #0003"]
+    assert not any("#0005" in line for line in lines[at:at + 3]), "an ended training occupies no device"
+
+
 # --- progress ----------------------------------------------------------------------------------
 
 
