@@ -8,6 +8,7 @@ silently ignored. Names are case-sensitive and never normalised.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -87,6 +88,10 @@ class Rule:
 AUTOFUSE_POINTS = ("elemwise", "reduce", "concat")
 
 
+_WHITE_SPACE = re.compile(r"\s")  # str.isspace()'s characters: Unicode white space
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def name_problem(name: object) -> str | None:
     """Why ``name`` cannot be a CANN pass name, or None when it can.
 
@@ -97,9 +102,9 @@ def name_problem(name: object) -> str | None:
     """
     if not isinstance(name, str) or not name:
         return f"{name!r} is not a pass name (empty or not a string)"
-    if any(ch.isspace() for ch in name):
+    if _WHITE_SPACE.search(name):
         return f"{name!r} contains white space; CANN pass names never do"
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+    if _CONTROL.search(name):
         return f"{name!r} contains a control character; CANN pass names never do"
     if name == "ALL":
         return "'ALL' is the switch file's default entry, not a pass name"
