@@ -426,7 +426,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         localize=localize,
         compiler=compiler,
         closure=reader.boolean(rules_section.get("closure", False), "rules.closure"),
-        from_all_on=compiler != "cann" and rules_section.get("from") == "all_on",
+        from_all_on=rules_section.get("from") == "all_on",
     )
 
 
@@ -540,7 +540,8 @@ def _read_rules(
     unknown: list[tuple[str, str]] = []  # (config key, message) of names neither catalog nor artifacts know
     fired: set[str] | None = None
     known_sections: dict[str, set[Section]] = {}
-    if section.get("from") is not None:
+    from_all_on = section.get("from") == "all_on"  # the all-on training gives them (fusion_dd.closure)
+    if section.get("from") is not None and not from_all_on:
         candidates = _rules_from_artifacts(reader, section["from"], base_dir, keep_unfired)
         rules.extend(candidates.rules)
         unknown_texts = {str(item) for item in candidates.name_warnings if item.kind == "unknown"}
@@ -582,7 +583,7 @@ def _read_rules(
     warnings.extend(_unknown_names(reader, unknown, policy))
     rules.extend(rule for rule in listed if rule.name not in seen)
     rules.extend(_autofuse_points(reader, section.get(Section.AUTOFUSE.value)))
-    if not rules:
+    if not rules and not from_all_on:
         raise reader.error(
             "rules",
             "no candidate rules: list pass names under rules.GraphFusion / "

@@ -111,8 +111,12 @@ class Engine:
         events: SearchEvents | None = None,
         backend: CompilerBackend | None = None,
         launcher: Launcher | None = None,
+        adopt: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.config = config
+        # Journal records of a reference trained before the journal existed (the all-on training of
+        # rules.from: all_on, fusion_dd.closure): journaled right after search_started of a new search.
+        self._adopt = list(adopt)
         self.events: SearchEvents = events or QuietEvents()
         self.backend = backend or backend_for(config)
         self.launcher: Launcher = launcher or launcher_for(config)
@@ -185,6 +189,12 @@ class Engine:
                     "config_document": self.config.document,
                 }
             )
+            if self._adopt and self._references_dump():
+                self.events.message("the all-on training of rules.from: all_on dumped no tensors: all-on trains again")
+            elif self._adopt:
+                for adopted in self._adopt:
+                    self._append(dict(adopted))
+                self.events.message("the all-on training of rules.from: all_on is the all-on reference (trial all-on)")
         elif self.state.definition != definition:
             changes = ", ".join(definition_changes(self.state.definition, definition))
             raise UsageError(
