@@ -248,3 +248,9 @@ def test_cann_candidates_from_the_all_on_training_which_is_the_all_on_reference(
     assert again.returncode == 0, again.stderr
     assert "training once" not in again.stderr and "closure round" not in again.stderr
     assert json.loads(Path(state / "report.json").read_text())["culprits"] == report["culprits"]
+    (state / "fusion_switch.cfg").unlink()
+    rebuilt = run_fusion_dd("report", cwd=tmp_path)  # from the journal: its candidates, not the config's
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert json.loads((state / "fusion_switch.cfg").read_text())["Switch"] == {
+        "GraphFusion": {"A": "off"}, "UBFusion": {"B": "off"}
+    }
