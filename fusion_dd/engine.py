@@ -39,7 +39,7 @@ from .state import ConfigKey, SearchState, TrialState, definition_changes, repla
 from .trial import TrialSpec
 from .launcher import Launcher, TrialRequest, TrialResult, launcher_for
 from .backends import CompilerBackend, backend_for, fix_env_of
-from .hooks import effects_of, fired_although_off_of, switch_check_of, unknown_to_compiler_of
+from .hooks import effects_of, fired_although_off_of, known_to_compiler_of, switch_check_of, unknown_to_compiler_of
 from .broken import STATUS as TRAINING_BROKEN
 from .broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
 from .broken import report_details
@@ -482,6 +482,13 @@ class Engine:
             self.events.message(
                 f"warning: trial #{trial.trial_id}: {', '.join(new)} fired although switched off (cannot be switched "
                 "off: the compiler runs it whatever the switches say, so 'all off' is not fusion-free for it)"
+            )
+        confirmed = [f"+{name}" for name in known_to_compiler_of(artifacts) if f"+{name}" not in self._fired_off_said]
+        if confirmed:
+            self._fired_off_said.update(confirmed)
+            self.events.message(
+                f"trial #{trial.trial_id}: the compiler's own artifacts name {', '.join(n[1:] for n in confirmed)}: "
+                "not in fusion-dd's list, but real names of this build (the warning before the search does not apply)"
             )
         unknown = [f"?{name}" for name in unknown_to_compiler_of(artifacts) if f"?{name}" not in self._fired_off_said]
         if unknown:

@@ -84,6 +84,8 @@ def test_a_search_with_closure_starts_from_a_fusion_free_baseline(tmp_path: Path
     assert {frozenset(r["name"] for r in c["rules"]) for c in report["culprits"]} == {frozenset({n}) for n in "ABC"}
     assert "closure: 2 rule(s) added to the candidates: B, C" in result.stderr
     assert "CastFloat16Transformer fired in the all-off baseline and cannot be switched off" in result.stderr
+    # A, B, C are in no list of fusion-dd's (rules.unknown: ignore), but the trials' logs list them: said once.
+    assert "A, B, C: not in fusion-dd's list of names, but the compiler's own artifacts name them" in result.stdout
     recorded = json.loads((tmp_path / ".fusion-dd" / "closure.json").read_text())
     assert [rule["name"] for rule in recorded["added"]] == ["B", "C"] and recorded["closed"]
     # Resuming the finished search trains nothing again: closure.json holds the candidates.

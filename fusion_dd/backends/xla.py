@@ -141,12 +141,16 @@ def parse_dump(names: Iterable[str]) -> dict[str, int]:
 
 
 def dumped_pass_names(names: Iterable[str]) -> set[str]:
-    """Every pass a dump names (those that changed a module and the ones that ran after them)."""
+    """Every pass a dump names (those that changed a module and the ones that ran after them).
+
+    Pipelines count only where they are a pass of another pipeline (``simplification``):
+    a top-level pipeline (``HLO_passes_through_layout_assignment``) cannot be disabled.
+    """
     found: set[str] = set()
     for name in names:
         match = _PASS_FILE.match(name)
         if match is not None:
-            found |= {match.group("pass"), match.group("next"), match.group("pipeline")}
+            found |= {match.group("pass"), match.group("next")}
     return found - _NOT_PASSES
 
 
@@ -242,6 +246,13 @@ class XlaDumpHook:
         fired = parse_dump(names or [])
         if fired:
             facts["fired"] = sorted(fired)  # every pass that changed a module, candidate or not
+        dumped = dumped_pass_names(names or [])
+        confirmed = [
+            rule.name for rule in self.candidates
+            if rule.section is Section.XLA_PASS and rule.name in dumped and rule.name not in known_passes()
+        ]  # fmt: skip
+        if confirmed:
+            facts["known_to_compiler"] = confirmed  # not in fusion-dd's list, but this XLA runs it
         return facts
 
 
