@@ -888,6 +888,8 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
         )
     budget = reader.integer(section.get("budget", 200), "search.budget", minimum=MIN_BUDGET)
     confirm = section.get("confirm", "auto")
+    if confirm is False:
+        confirm = "off"  # YAML reads an unquoted `off` as false
     if confirm not in ("auto", "strict", "off"):
         raise reader.error("search.confirm", f"must be auto, strict or off, got {confirm!r}")
     max_trainings = reader.integer(section.get("max_trainings", 5), "search.max_trainings", minimum=1)
