@@ -256,3 +256,13 @@ def test_cann_candidates_from_the_all_on_training_which_is_the_all_on_reference(
     assert json.loads((state / "fusion_switch.cfg").read_text())["Switch"] == {
         "GraphFusion": {"A": "off"}, "UBFusion": {"B": "off"}
     }
+
+
+def test_closure_stops_when_the_switches_never_reach_the_compiler(tmp_path: Path) -> None:
+    write(tmp_path, closure=True)
+    ignoring = FAKE.replace('os.environ.get("FUSION_DD_DISABLED_OPTIMIZERS", "")', '""')  # the session never gets the list
+    (tmp_path / "train.py").write_text(ignoring)
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "closure round 1: ONNX Runtime ran every optimizer fusion-dd switched off (A)" in result.stderr
+    assert "ort_session_kwargs()" in result.stderr and not (tmp_path / ".fusion-dd" / "closure.json").exists()
