@@ -140,14 +140,12 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     """
     _warn(config)
     say = lambda line: typer.echo(f"fusion-dd: {line}", err=True)  # noqa: E731
-    if config.from_all_on:  # before the journal: the all-on run's rules are the search's (from_all_on.json keeps them)
-        from .closure import candidates_from_all_on
+    # rules.from: all_on and rules.closure train before the journal; its search_started record then keeps
+    # the candidates, and the all-on training is journaled as the all-on reference (fusion_dd.closure).
+    from .closure import prepare
 
-        config = candidates_from_all_on(config, say)
-    if config.closure:  # before the journal: the closed candidates are the search's (closure.json keeps them)
-        from .closure import closed_config
-
-        config = closed_config(config, say)
+    prepared = prepare(config, say)
+    config = prepared.config
     events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
     # The estimate is of search trainings: a localize-only session has none to estimate.
     events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
@@ -157,7 +155,7 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     engine = None
     try:
         try:
-            engine = Engine(config, events)
+            engine = Engine(config, events, adopt=prepared.adopted)
             result = engine.localize() if localize_only else engine.run()
         except UsageError:
             # A refused session (one error line follows) shows no estimate before its error.
@@ -512,14 +510,18 @@ def rules(
 def _rules_closure(config_path: Path | None) -> None:
     """``fusion-dd rules --closure``: the config's candidates plus what fires in their all-off baseline."""
     from .closure import run_closure
+    from .rules import Section
 
     loaded = _load(config_path, budget=None, devices=None, jobs=None, state_dir=None)
     closure = run_closure(loaded, lambda line: typer.echo(f"fusion-dd: {line}", err=True))
     names = [rule.name for rule in loaded.rules] + [rule.name for rule in closure.added]
     typer.echo(f"# closed candidates ({len(closure.added)} added by {len(closure.rounds)} baseline training(s)):")
     if loaded.compiler == "cann":
-        for rule in closure.added:
-            typer.echo(f"#   {rule.section.value}: {rule.name}")
+        typer.echo("rules:")
+        for section in (Section.GRAPH, Section.UB, Section.AUTOFUSE):
+            listed = [rule.name for rule in [*loaded.rules, *closure.added] if rule.section is section]
+            if listed:
+                typer.echo(f"  {section.value}: [{', '.join(listed)}]")
     else:
         typer.echo(f"rules:\n  compiler: {loaded.compiler}\n  names: [{', '.join(names)}]")
 

@@ -58,6 +58,12 @@ def _known(compiler: str) -> frozenset[str]:
     return known_passes()
 
 
+def _ort_variant(name: str) -> bool:
+    from .backends.ort import is_known
+
+    return is_known(name)
+
+
 def _from_artifacts(reader: Any, raw: Any, base_dir: Path, compiler: str) -> tuple[list[str], set[str]]:
     """``rules.from``: (rules that fired, in order of first appearance; every name the artifacts know)."""
     if isinstance(raw, str):
@@ -151,10 +157,15 @@ def read_compiler_rules(
     for name in names:
         if compiler == "xla" and _group(name, compiler) is Section.XLA_FLAG:
             continue  # a boolean debug flag: XLA's flag list is not shipped; its debug_options dump proves it arrived
-        if name in known:
+        if name in known or (compiler == "onnxruntime" and _ort_variant(name)):
             continue
         close = difflib.get_close_matches(name, sorted(known), n=1) if policy != "ignore" else []
         hint = f"; did you mean {close[0]}?" if close else ""
+        if compiler == "onnxruntime":
+            from .backends.ort import RULE_NAME_OF_CLASS
+
+            if name in RULE_NAME_OF_CLASS:  # the rewrite rule's class, not its name
+                hint = f"; did you mean {RULE_NAME_OF_CLASS[name]}? ({name} is the rule's C++ class, its name differs)"
         source = "the artifacts of rules.from" if artifact_names is not None else f"fusion-dd's list of {_what(compiler)} names"
         unknown.append((keys[name], f"{name!r} is unknown to {source}{hint}"))
     warnings.extend(_unknown(reader, unknown, policy, compiler))
@@ -208,7 +219,15 @@ def _unknown(reader: Any, unknown: Sequence[tuple[str, str]], policy: str, compi
             f"{reader.source}: {key}: {message}{rest}; {compiler} ignores an unknown name silently, so fix the "
             f"spelling (take {source}), or set rules.unknown: warn for names newer than fusion-dd's list"
         )
-    shown = [f"{message} ({compiler} ignores an unknown name silently; kept as a candidate)" for _, message in unknown[:UNKNOWN_SHOWN]]
+    confirm = (
+        "its log in every trial tells: a name it lists is confirmed, one it never lists is reported unknown to it"
+        if compiler == "onnxruntime"
+        else "a trial's dump that names it confirms it"
+    )
+    shown = [
+        f"{message} ({compiler} ignores an unknown name silently; kept as a candidate: {confirm})"
+        for _, message in unknown[:UNKNOWN_SHOWN]
+    ]
     if len(unknown) > UNKNOWN_SHOWN:
         shown.append(f"and {len(unknown) - UNKNOWN_SHOWN} more unknown names (rules.unknown: warn; kept as candidates)")
     return shown

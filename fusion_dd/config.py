@@ -451,7 +451,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         localize=localize,
         compiler=compiler,
         closure=reader.boolean(rules_section.get("closure", False), "rules.closure"),
-        from_all_on=compiler != "cann" and rules_section.get("from") == "all_on",
+        from_all_on=rules_section.get("from") == "all_on",
     )
 
 
@@ -565,7 +565,8 @@ def _read_rules(
     unknown: list[tuple[str, str]] = []  # (config key, message) of names neither catalog nor artifacts know
     fired: set[str] | None = None
     known_sections: dict[str, set[Section]] = {}
-    if section.get("from") is not None:
+    from_all_on = section.get("from") == "all_on"  # the all-on training gives them (fusion_dd.closure)
+    if section.get("from") is not None and not from_all_on:
         candidates = _rules_from_artifacts(reader, section["from"], base_dir, keep_unfired)
         rules.extend(candidates.rules)
         unknown_texts = {str(item) for item in candidates.name_warnings if item.kind == "unknown"}
@@ -607,7 +608,7 @@ def _read_rules(
     warnings.extend(_unknown_names(reader, unknown, policy))
     rules.extend(rule for rule in listed if rule.name not in seen)
     rules.extend(_autofuse_points(reader, section.get(Section.AUTOFUSE.value)))
-    if not rules:
+    if not rules and not from_all_on:
         raise reader.error(
             "rules",
             "no candidate rules: list pass names under rules.GraphFusion / "
@@ -912,6 +913,8 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
         )
     budget = reader.integer(section.get("budget", 200), "search.budget", minimum=MIN_BUDGET)
     confirm = section.get("confirm", "auto")
+    if confirm is False:
+        confirm = "off"  # YAML reads an unquoted `off` as false
     if confirm not in ("auto", "strict", "off"):
         raise reader.error("search.confirm", f"must be auto, strict or off, got {confirm!r}")
     max_trainings = reader.integer(section.get("max_trainings", 7), "search.max_trainings", minimum=1)

@@ -40,7 +40,7 @@ from .state import ConfigKey, SearchState, TrialState, definition_changes, repla
 from .trial import TrialSpec
 from .launcher import Launcher, TrialRequest, TrialResult, launcher_for
 from .backends import CompilerBackend, backend_for, fix_env_of
-from .hooks import effects_of, fired_although_off_of, switch_check_of, unknown_to_compiler_of
+from .hooks import effects_of, fired_although_off_of, known_to_compiler_of, switch_check_of, unknown_to_compiler_of
 from .broken import STATUS as TRAINING_BROKEN
 from .broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
 from .broken import report_details
@@ -112,8 +112,12 @@ class Engine:
         events: SearchEvents | None = None,
         backend: CompilerBackend | None = None,
         launcher: Launcher | None = None,
+        adopt: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.config = config
+        # Journal records of a reference trained before the journal existed (the all-on training of
+        # rules.from: all_on, fusion_dd.closure): journaled right after search_started of a new search.
+        self._adopt = list(adopt)
         self.events: SearchEvents = events or QuietEvents()
         self.backend = backend or backend_for(config)
         self.launcher: Launcher = launcher or launcher_for(config)
@@ -187,6 +191,12 @@ class Engine:
                     "config_document": self.config.document,
                 }
             )
+            if self._adopt and self._references_dump():
+                self.events.message("the all-on training of rules.from: all_on dumped no tensors: all-on trains again")
+            elif self._adopt:
+                for adopted in self._adopt:
+                    self._append(dict(adopted))
+                self.events.message("the all-on training of rules.from: all_on is the all-on reference (trial all-on)")
         elif self.state.definition != definition:
             changes = ", ".join(definition_changes(self.state.definition, definition))
             raise UsageError(
@@ -481,6 +491,13 @@ class Engine:
             self.events.message(
                 f"warning: trial #{trial.trial_id}: {', '.join(new)} fired although switched off (cannot be switched "
                 "off: the compiler runs it whatever the switches say, so 'all off' is not fusion-free for it)"
+            )
+        confirmed = [f"+{name}" for name in known_to_compiler_of(artifacts) if f"+{name}" not in self._fired_off_said]
+        if confirmed:
+            self._fired_off_said.update(confirmed)
+            self.events.message(
+                f"trial #{trial.trial_id}: the compiler's own artifacts name {', '.join(n[1:] for n in confirmed)}: "
+                "not in fusion-dd's list, but real names of this build (the warning before the search does not apply)"
             )
         unknown = [f"?{name}" for name in unknown_to_compiler_of(artifacts) if f"?{name}" not in self._fired_off_said]
         if unknown:

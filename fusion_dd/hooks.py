@@ -123,3 +123,13 @@ def unknown_to_compiler_of(artifacts: Mapping[str, Mapping[str, Any]] | None) ->
         if isinstance(facts, Mapping):
             names |= {str(name) for name in facts.get("unknown_to_compiler") or ()}
     return sorted(names)
+
+
+def known_to_compiler_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Candidate names missing from fusion-dd's shipped list that the compiler's own artifacts name
+    (``known_to_compiler``): newer than the list, real in this build; the warning before launch does not apply."""
+    names: set[str] = set()
+    for facts in (artifacts or {}).values():
+        if isinstance(facts, Mapping):
+            names |= {str(name) for name in facts.get("known_to_compiler") or ()}
+    return sorted(names)

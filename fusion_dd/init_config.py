@@ -171,7 +171,7 @@ rules:
   compiler: {compiler}
   # The candidates: the passes that fired in your model, from {source}
   names: {listed}
-  closure: false         # true: first add what fires once the candidates are off (ONNX Runtime)
+  closure: false         # true: first add what fires once the candidates are off (the all-off baseline)
 
 train:
   command: {json.dumps(argv)}

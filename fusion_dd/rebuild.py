@@ -95,6 +95,14 @@ def config_of(state: SearchState, state_dir: Path) -> SearchConfig:
         raise UsageError(f"{state_dir}: the journal holds no search_started record; nothing to report")
     config = parse_config(start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)))
     config = config.with_started_defaults(start.get("definition"))
+    if (config.from_all_on or config.closure) and state.definition is not None:
+        # rules.from: all_on and closure found candidates the document does not list: the journal's are the search's.
+        from dataclasses import replace
+
+        from .rules import Rule, Section
+
+        journaled = state.definition.get("rules") or []
+        config = replace(config, rules=tuple(Rule(item["name"], Section.parse(item["section"])) for item in journaled))
     session = state.sessions[-1] if state.sessions else {}
     devices = session.get("devices")
     return config.with_overrides(

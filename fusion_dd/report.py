@@ -21,7 +21,7 @@ from .search.oracle import Outcome
 from .state import LOCALIZE_ROLE, SearchState, TrialState
 from .atomic import write_json_atomic, write_text_atomic
 from .switch import SwitchFile, render_switch
-from .hooks import fired_although_off_of, unknown_to_compiler_of
+from .hooks import fired_although_off_of, known_to_compiler_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
 FIX_NAME = "fusion_switch.cfg"
@@ -303,6 +303,12 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
             f"{', '.join(fired_off)} fired although switched off: the compiler runs "
             f"{'it' if len(fired_off) == 1 else 'them'} whatever the switches say, so the baseline (all candidates "
             "off) was not free of these rules; a name that is no candidate yet can be added to the candidates"
+        )
+    confirmed = _names_in_artifacts(state, known_to_compiler_of)
+    if confirmed:
+        warnings.append(
+            f"{', '.join(confirmed)}: not in fusion-dd's list of names, but the compiler's own artifacts name "
+            f"{'it' if len(confirmed) == 1 else 'them'}: real in this build, searched like any other"
         )
     unknown = _names_in_artifacts(state, unknown_to_compiler_of)
     if unknown:

@@ -10,6 +10,7 @@ rule adds its error to the printed difference from the unoptimized output.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -83,6 +84,8 @@ def test_a_search_with_closure_starts_from_a_fusion_free_baseline(tmp_path: Path
     assert {frozenset(r["name"] for r in c["rules"]) for c in report["culprits"]} == {frozenset({n}) for n in "ABC"}
     assert "closure: 2 rule(s) added to the candidates: B, C" in result.stderr
     assert "CastFloat16Transformer fired in the all-off baseline and cannot be switched off" in result.stderr
+    # A, B, C are in no list of fusion-dd's (rules.unknown: ignore), but the trials' logs list them: said once.
+    assert "A, B, C: not in fusion-dd's list of names, but the compiler's own artifacts name them" in result.stdout
     recorded = json.loads((tmp_path / ".fusion-dd" / "closure.json").read_text())
     assert [rule["name"] for rule in recorded["added"]] == ["B", "C"] and recorded["closed"]
     # Resuming the finished search trains nothing again: closure.json holds the candidates.
@@ -108,3 +111,158 @@ def test_candidates_from_the_all_on_training_then_closed(tmp_path: Path) -> None
     report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
     assert {frozenset(r["name"] for r in c["rules"]) for c in report["culprits"]} == {frozenset({n}) for n in "ABC"}
     assert json.loads((tmp_path / ".fusion-dd" / "from_all_on.json").read_text())["fired"] == ["A", "CastFloat16Transformer"]
+    records = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
+    all_on = [r for r in records if r["type"] == "trial_started" and r["role"] == "all_on"]
+    assert [r["trial_id"] for r in all_on] == ["all-on"]  # the training that gave the candidates, not a second one
+    assert "is the all-on reference (trial all-on)" in result.stderr
+
+
+def test_a_rule_closure_added_that_fires_although_switched_off_is_dropped_again() -> None:
+    # CANN's "forbidden to close" passes: F fires whatever the switch file says.
+    def compiler(candidates: list[Rule], number: int) -> tuple[list[str], list[str]]:
+        off = {rule.name for rule in candidates}
+        fired = ["F"] + (["B"] if "A" in off and "B" not in off else [])
+        return fired, [name for name in fired if name in off]
+
+    closure = close([Rule("A", Section.GRAPH)], compiler, lambda name: Section.GRAPH)
+    assert [rule.name for rule in closure.added] == ["B"] and closure.closed
+    assert closure.rounds[1]["dropped"] == ["F"] and closure.stuck == ["F"]
+
+
+# -- XLA: a fake whose passes fire in a pass dump only once others are off -----------------------------
+
+FAKE_XLA = textwrap.dedent(
+    '''
+    import os, re
+    flags = os.environ.get("XLA_FLAGS", "")
+    off = set(re.search(r"--xla_disable_hlo_passes=(\\S*)", flags + " --xla_disable_hlo_passes=").group(1).split(","))
+    dump = re.search(r"--xla_dump_to=(\\S+)", flags).group(1)
+    os.makedirs(dump, exist_ok=True)
+    fired = [name for name in ("layout-assignment", "copy-insertion") if True]
+    if "algsimp" not in off: fired.append("algsimp")
+    if "dot-library-rewriter" not in off: fired.append("dot-library-rewriter")
+    if "dot-library-rewriter" in off and "fusion" not in off: fired.append("fusion")
+    for seq, name in enumerate(fired):
+        open(os.path.join(dump, f"module_0001.jit_f.{seq:04d}.main.after_{name}.before_dce.txt"), "w").close()
+    with open(os.path.join(dump, "module_0001.jit_f.debug_options"), "w") as handle:
+        handle.write(f'xla_disable_hlo_passes: "{",".join(sorted(off - {""}))}"\\n')
+    error = {"algsimp": 1, "dot-library-rewriter": 2, "fusion": 4}
+    print("maxdiff", sum(error.get(name, 0) for name in fired))
+    '''
+)
+
+
+def write_xla(tmp_path: Path, closure: bool) -> None:
+    (tmp_path / "train.py").write_text(FAKE_XLA)
+    document = {
+        "rules": {"compiler": "xla", "names": ["algsimp"], "closure": closure},
+        "train": {"command": [sys.executable, "train.py"], "devices": [0, 1], "timeout": 60},
+        "metric": {"pattern": r"maxdiff (\S+)", "goal": "min"},
+        "score": {"tolerance": 0},
+    }
+    (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
+
+
+def test_xla_closure_adds_optimizations_and_names_structural_passes(tmp_path: Path) -> None:
+    write_xla(tmp_path, closure=True)
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "closure: 2 rule(s) added to the candidates: dot-library-rewriter, fusion" in result.stderr
+    assert "copy-insertion, layout-assignment fired in the all-off baseline: structural passes" in result.stderr
+    assert "cannot be switched off" not in result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["baseline"] == 0.0  # without closure the baseline would carry dot-library-rewriter's error
+    assert {frozenset(r["name"] for r in c["rules"]) for c in report["culprits"]} == {
+        frozenset({name}) for name in ("algsimp", "dot-library-rewriter", "fusion")
+    }
+
+
+# -- CANN: fusion_result.json of a fake whose rules fire only once others are off ------------------------
+
+FAKE_CANN = textwrap.dedent(
+    '''
+    import json, os
+    switch = json.load(open(os.environ["FUSION_DD_SWITCH_FILE"]))["Switch"]
+    off = {name for section in switch.values() for name, value in section.items() if value == "off"}
+    fired = {"F": "graph_fusion"}  # forbidden to close: fires whatever the file says
+    if "A" not in off: fired["A"] = "graph_fusion"
+    if "A" in off and "B" not in off: fired["B"] = "ub_fusion"
+    graph = {"graph_fusion": {}, "ub_fusion": {}}
+    for name, section in fired.items():
+        graph[section][name] = {"match_times": "1", "effect_times": "1"}
+    with open(os.path.join(os.environ["ASCEND_WORK_PATH"], "fusion_result.json"), "w") as handle:
+        json.dump({"graph_0_0": graph}, handle)
+    print("maxdiff", sum({"A": 1, "B": 2}.get(name, 0) for name in fired))
+    '''
+)
+
+
+def write_cann(tmp_path: Path, closure: bool, from_all_on: bool = False) -> None:
+    (tmp_path / "train.py").write_text(FAKE_CANN)
+    rules: dict = {"from": "all_on"} if from_all_on else {"GraphFusion": ["A"]}
+    document = {
+        "rules": {**rules, "closure": closure, "unknown": "ignore"},
+        "train": {"command": [sys.executable, "train.py"], "devices": [0, 1], "timeout": 60},
+        "metric": {"pattern": r"maxdiff (\S+)", "goal": "min"},
+        "score": {"tolerance": 0},
+    }
+    (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
+
+
+def test_cann_closure_adds_what_fusion_result_json_shows_with_its_section(tmp_path: Path) -> None:
+    write_cann(tmp_path, closure=True)
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # F fires although closure switched it off in round 2 (CANN cannot close it): dropped, never a stop.
+    assert "closure: 1 rule(s) added to the candidates: B" in result.stderr
+    assert "F fired in the all-off baseline and cannot be switched off" in result.stderr
+    recorded = json.loads((tmp_path / ".fusion-dd" / "closure.json").read_text())
+    assert recorded["added"] == [{"name": "B", "section": "UBFusion"}] and recorded["rounds"][1]["dropped"] == ["F"]
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["baseline"] == 0.0
+    assert {frozenset(r["name"] for r in c["rules"]) for c in report["culprits"]} == {frozenset({"A"}), frozenset({"B"})}
+    assert '"B": "off"' in (tmp_path / ".fusion-dd" / "fusion_switch.cfg").read_text()
+    closed = run_fusion_dd("rules", "--closure", cwd=tmp_path)
+    assert closed.returncode == 0 and "GraphFusion: [A]" in closed.stdout and "UBFusion: [B]" in closed.stdout
+
+
+def test_cann_candidates_from_the_all_on_training_which_is_the_all_on_reference(tmp_path: Path) -> None:
+    write_cann(tmp_path, closure=True, from_all_on=True)
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rules.from: all_on: 2 candidate(s): A, F" in result.stderr
+    state = tmp_path / ".fusion-dd"
+    records = [json.loads(line) for line in (state / "journal.jsonl").read_text().splitlines()]
+    started = [r for r in records if r["type"] == "trial_started"]
+    # One all-on training in all: the one that gave the candidates, journaled as the all-on reference.
+    assert [r["trial_id"] for r in started if r["role"] == "all_on"] == ["all-on"]
+    # F fired with every rule on, but fires although switched off too: closure drops it again.
+    assert "closure: F fire although switched off: no candidates" in result.stderr
+    assert records[0]["definition"]["rules"] == [{"name": "A", "section": "GraphFusion"}, {"name": "B", "section": "UBFusion"}]
+    report = json.loads(Path(state / "report.json").read_text())
+    assert report["all_on"] == 1.0 and report["baseline"] == 0.0
+    assert {frozenset(r["name"] for r in c["rules"]) for c in report["culprits"]} == {frozenset({"A"}), frozenset({"B"})}
+    # Resume replays the journal: the records and the trainings before it are not read again.
+    for name in ("from_all_on.json", "closure.json"):
+        (state / name).unlink()
+    shutil.rmtree(state / "closure")
+    again = run_fusion_dd("search", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "training once" not in again.stderr and "closure round" not in again.stderr
+    assert json.loads(Path(state / "report.json").read_text())["culprits"] == report["culprits"]
+    (state / "fusion_switch.cfg").unlink()
+    rebuilt = run_fusion_dd("report", cwd=tmp_path)  # from the journal: its candidates, not the config's
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert json.loads((state / "fusion_switch.cfg").read_text())["Switch"] == {
+        "GraphFusion": {"A": "off"}, "UBFusion": {"B": "off"}
+    }
+
+
+def test_closure_stops_when_the_switches_never_reach_the_compiler(tmp_path: Path) -> None:
+    write(tmp_path, closure=True)
+    ignoring = FAKE.replace('os.environ.get("FUSION_DD_DISABLED_OPTIMIZERS", "")', '""')  # the session never gets the list
+    (tmp_path / "train.py").write_text(ignoring)
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "closure round 1: ONNX Runtime ran every optimizer fusion-dd switched off (A)" in result.stderr
+    assert "ort_session_kwargs()" in result.stderr and not (tmp_path / ".fusion-dd" / "closure.json").exists()

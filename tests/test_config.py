@@ -184,3 +184,9 @@ def test_the_summary_prints_the_tolerance_once_with_its_unit():
     assert _tolerance_text({"tolerance": 0.018, "tolerance_setting": "2%"}) == "2% of the baseline = 0.018"
     assert _tolerance_text({"tolerance": 0.5, "tolerance_setting": "0.5"}) == "0.5 in the metric's units"
     assert _tolerance_text({"tolerance": 0.1, "tolerance_setting": "auto"}) == "0.1, auto"
+
+
+def test_an_unquoted_confirm_off_is_off_although_yaml_reads_it_as_false(tmp_path):
+    assert load_config(write(tmp_path, GOOD + "search:\n  confirm: off\n")).search.confirm == "off"
+    with pytest.raises(UsageError, match="search.confirm: must be auto, strict or off"):
+        load_config(write(tmp_path, GOOD + "search:\n  confirm: on\n"))

@@ -69,9 +69,12 @@ class FusionResultHook:
 
     name = "fusion_result"
 
-    def __init__(self, candidates: Sequence[Rule]) -> None:
+    def __init__(self, candidates: Sequence[Rule], report_fired: bool = False) -> None:
         self.candidates = list(candidates)
         self._by_name = {rule.name: rule for rule in self.candidates}
+        # Closure and rules.from: all_on need every rule that fired, candidate or not, and its
+        # section; a search's trials journal only the candidates' counts, as they always did.
+        self.report_fired = report_fired
 
     def collect(self, files: TrialFiles) -> dict[str, Any]:
         try:
@@ -91,6 +94,17 @@ class FusionResultHook:
         if results:
             facts["files"] = len(results)
             facts["effects"] = dict(sorted(effects.items()))
+        if results and self.report_fired:
+            fired = sorted({rule for result in results for rule in result.fired()}, key=lambda r: (r.name, r.section.value))
+            sections: dict[str, str] = {}
+            for rule in fired:
+                sections.setdefault(rule.name, rule.section.value)  # a name in both sections: the first
+            facts["fired"] = sorted(sections)
+            facts["fired_sections"] = sections
+            off = {rule.name for rule in self.candidates if rule.name not in files.enabled}
+            fired_off = sorted(off & set(sections))
+            if fired_off:
+                facts["fired_although_off"] = fired_off
         return facts
 
 
@@ -118,6 +132,19 @@ class CannBackend:
 
     def hooks(self, candidates: Sequence[Rule]) -> Sequence[FusionResultHook]:
         return [FusionResultHook(candidates)]
+
+    #: rules.from: all_on: every candidate "on" is what CANN does by default for a rule that
+    #: fired with the switch file silent about it, so that training is the search's all-on one.
+    all_on_by_default = True
+
+    def closure_hooks(self, candidates: Sequence[Rule]) -> Sequence[FusionResultHook]:
+        """Closure and rules.from: all_on: also every rule that fired and its section (fusion_result.json)."""
+        return [FusionResultHook(candidates, report_fired=True)]
+
+    def closure_group(self, name: str) -> Section | None:
+        """A fired rule's group is the section fusion_result.json reported it in (``fired_sections``);
+        a name without one can be no candidate."""
+        return None
 
     def chooser(self, effects: Mapping[Rule, int]) -> Chooser:
         return _explain_autofuse(choose_off_by_effect(effects, fallback=UB_FIRST) if effects else UB_FIRST)

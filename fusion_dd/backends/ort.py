@@ -54,6 +54,25 @@ def known_names() -> frozenset[str]:
     return shipped_names(NAMES_FILE)
 
 
+#: The layout transformer's per-execution-provider name (``TransposeOptimizer_`` + the EP's type).
+_EP_VARIANT = re.compile(r"TransposeOptimizer_[A-Za-z0-9]+ExecutionProvider")
+
+
+#: Rewrite rules whose name (what ``disabled_optimizers`` matches) is not their C++ class's:
+#: the class name switches nothing (checked on ONNX Runtime 1.32 by the optimized graphs).
+RULE_NAME_OF_CLASS = {
+    "PadFusion": "Pad_Fusion",
+    "MatmulBNFusion": "MatMul_BatchNormalization_Fusion",
+    "ClipQuantFusion": "ClipQuantRewrite",
+    "ReluQuantFusion": "ReluQuantRewrite",
+}
+
+
+def is_known(name: str) -> bool:
+    """A name of fusion-dd's list, or the transpose optimizer of any execution provider."""
+    return name in known_names() or _EP_VARIANT.fullmatch(name) is not None
+
+
 def parse_log_lines(lines: Iterable[str]) -> tuple[set[str], dict[str, int]]:
     """(transformers that ran, how many times each modified the graph) from ONNX Runtime's log lines."""
     ran: set[str] = set()
@@ -118,6 +137,9 @@ class OrtLogHook:
         unknown = not_run(self.names, files.enabled, ran, found)
         if unknown:
             facts["unknown_to_compiler"] = unknown
+        confirmed = [name for name in self.names if name in ran and not is_known(name)]
+        if confirmed:
+            facts["known_to_compiler"] = confirmed  # not in fusion-dd's list, but this build runs it
         return facts
 
 
@@ -193,7 +215,8 @@ _REWRITE_RULES = frozenset(
         "EliminateIdentity", "EliminateSlice", "UnsqueezeElimination", "EliminateDropout", "ExpandElimination",
         "CastElimination", "CastChainElimination", "PreShapeNodeElimination", "NoopElimination", "DivMulFusion",
         "FuseReluClip", "GemmSumFusion", "GemmTransposeFusion", "NotWhereFusion", "ConvAddFusion", "ConvMulFusion",
-        "ConvBNFusion", "PadFusion", "MatmulBNFusion", "LabelEncoderFusion", "ClipQuantFusion", "ReluQuantFusion",
+        "ConvBNFusion", "Pad_Fusion", "MatMul_BatchNormalization_Fusion", "LabelEncoderFusion", "ClipQuantRewrite",
+        "ReluQuantRewrite",
     }
 )  # fmt: skip
 

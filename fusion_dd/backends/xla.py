@@ -60,6 +60,28 @@ def known_passes() -> frozenset[str]:
     return shipped_names(NAMES_FILE)
 
 
+#: Passes XLA runs to make a program executable at all, not to optimize it: they
+#: change the module in every all-off baseline (XLA:CPU, jaxlib 0.10.2: layout
+#: assignment, shape canonicalization, copy insertion, measured on
+#: examples/xla), and switching them off is no fix a user could keep (wrong
+#: layouts or aliasing buffers at worst). Closure and ``rules.from: all_on``
+#: name them and never make them candidates; listed by hand they stay candidates.
+#: Everything else that fires in the all-off baseline is an optimization closure
+#: adds (on examples/xla: dot-library-rewriter, then fusion, then fusion-wrapper).
+STRUCTURAL = frozenset(
+    {
+        "layout-assignment", "copy-insertion", "shape-canonicalizer", "sub-byte-size-setter",
+        "flatten-call-graph", "hlo-memory-scheduler", "literal-canonicalizer", "sharding-removal",
+        "strip-memory-placement-annotations",
+    }
+)  # fmt: skip
+
+
+def is_structural(name: str) -> bool:
+    """A pass XLA needs to run the program (see ``STRUCTURAL``), never a candidate closure adds."""
+    return name in STRUCTURAL
+
+
 def is_flag(name: str) -> bool:
     return FLAG_NAME.fullmatch(name) is not None
 
@@ -119,12 +141,16 @@ def parse_dump(names: Iterable[str]) -> dict[str, int]:
 
 
 def dumped_pass_names(names: Iterable[str]) -> set[str]:
-    """Every pass a dump names (those that changed a module and the ones that ran after them)."""
+    """Every pass a dump names (those that changed a module and the ones that ran after them).
+
+    Pipelines count only where they are a pass of another pipeline (``simplification``):
+    a top-level pipeline (``HLO_passes_through_layout_assignment``) cannot be disabled.
+    """
     found: set[str] = set()
     for name in names:
         match = _PASS_FILE.match(name)
         if match is not None:
-            found |= {match.group("pass"), match.group("next"), match.group("pipeline")}
+            found |= {match.group("pass"), match.group("next")}
     return found - _NOT_PASSES
 
 
@@ -220,6 +246,13 @@ class XlaDumpHook:
         fired = parse_dump(names or [])
         if fired:
             facts["fired"] = sorted(fired)  # every pass that changed a module, candidate or not
+        dumped = dumped_pass_names(names or [])
+        confirmed = [
+            rule.name for rule in self.candidates
+            if rule.section is Section.XLA_PASS and rule.name in dumped and rule.name not in known_passes()
+        ]  # fmt: skip
+        if confirmed:
+            facts["known_to_compiler"] = confirmed  # not in fusion-dd's list, but this XLA runs it
         return facts
 
 
@@ -245,13 +278,14 @@ class XlaBackend(PlainListBackend):
     def hooks(self, candidates: Sequence[Rule]) -> Sequence[XlaDumpHook]:
         return [XlaDumpHook(candidates)]
 
-    def candidate_group(self, name: str) -> Section:
-        """``rules.from: all_on``: a pass that changed a module in the all-on run is a candidate.
+    def closure_group(self, name: str) -> Section | None:
+        """Closure and ``rules.from: all_on``: a pass that changed a module is a candidate, unless structural."""
+        return None if is_structural(name) else group_of(name)
 
-        No ``closure_group``: the all-off baseline always runs structural passes
-        (layout-assignment, copy-insertion) whose switch-off is no fix.
-        """
-        return Section.XLA_PASS
+    candidate_group = closure_group
+
+    def structural(self, name: str) -> bool:
+        return is_structural(name)
 
     def fix_env(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> dict[str, str]:
         """What the user exports for the fix: the same XLA_FLAGS without the trials' dump flags."""

@@ -176,3 +176,29 @@ def test_a_candidate_the_log_never_lists_is_unknown_to_this_onnxruntime(tmp_path
     assert facts["unknown_to_compiler"] == ["NchwcTransformerX"]
     off = hook.collect(TrialFiles(tmp_path, frozenset(), "baseline"))
     assert "unknown_to_compiler" not in off  # switched off, its absence proves nothing
+
+
+@pytest.mark.parametrize(
+    "class_name, rule_name",
+    [("PadFusion", "Pad_Fusion"), ("MatmulBNFusion", "MatMul_BatchNormalization_Fusion"), ("ClipQuantFusion", "ClipQuantRewrite")],
+)
+def test_a_rewrite_rules_class_name_is_refused_for_the_name_onnxruntime_matches(tmp_path: Path, class_name: str, rule_name: str) -> None:
+    # ONNX Runtime 1.32 matches disabled_optimizers against the rule's own name: the class name switches nothing.
+    with pytest.raises(UsageError, match=f"did you mean {rule_name}\\?"):
+        config(tmp_path, f"{{compiler: onnxruntime, names: [{class_name}]}}")
+    assert config(tmp_path, f"{{compiler: onnxruntime, names: [{rule_name}]}}").warnings == ()
+
+
+def test_the_transpose_optimizer_of_any_execution_provider_and_newer_transformers_are_known(tmp_path: Path) -> None:
+    names = "[TransposeOptimizer_CUDAExecutionProvider, GeluApproximation, MatMulNBitsQkvFusion]"
+    assert config(tmp_path, f"{{compiler: onnxruntime, names: {names}}}").warnings == ()
+
+
+def test_a_name_missing_from_the_list_that_the_log_lists_is_confirmed(tmp_path: Path) -> None:
+    loaded = config(tmp_path, "{compiler: onnxruntime, names: [GeluFusionL2, GeluFusionL9], unknown: warn}")
+    assert "'GeluFusionL9' is unknown" in loaded.warnings[0] and "a name it lists is confirmed" in loaded.warnings[0]
+    (tmp_path / "output.log").write_text(
+        LOG.read_text() + "[I:onnxruntime:, graph_transformer.cc:15 Apply] GraphTransformer GeluFusionL9 modified: 0\n"
+    )
+    facts = OrtBackend().hooks(loaded.rules)[0].collect(TrialFiles(tmp_path, frozenset({"GeluFusionL2", "GeluFusionL9"}), "all_on"))
+    assert facts["known_to_compiler"] == ["GeluFusionL9"] and "unknown_to_compiler" not in facts

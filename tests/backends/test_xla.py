@@ -137,3 +137,16 @@ def test_candidates_from_a_dump_directory(tmp_path: Path) -> None:
 def test_a_name_with_a_separator_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"rules.names\[0\].*separates names"):
         config(tmp_path, "{compiler: xla, names: ['algsimp,cse']}")
+
+
+def test_a_pass_missing_from_the_list_that_the_dump_names_is_confirmed(tmp_path: Path) -> None:
+    make_dump(tmp_path, "all_on", options("all_on"))
+    (tmp_path / "xla" / "module_0001.jit_f.0099.main.after_algsimp.before_brand-new-pass.txt").write_text("")
+    rules = [ALGSIMP, Rule("brand-new-pass", Section.XLA_PASS)]
+    facts = XlaBackend(user_env={}).hooks(rules)[0].collect(TrialFiles(tmp_path, frozenset({"algsimp", "brand-new-pass"}), "all_on"))
+    assert facts["known_to_compiler"] == ["brand-new-pass"]
+
+
+def test_a_top_level_pipeline_is_no_pass_name() -> None:
+    found = dumped_pass_names(names("all_on"))
+    assert "algsimp" in found and not any(name.startswith("HLO_passes") for name in found)
