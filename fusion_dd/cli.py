@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 # The engine's exit codes (fusion_dd.engine), spelled here so that ``--help`` and the
 # read-only commands need not import the engine (issue 10: a fast CLI start).
+EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -164,7 +165,7 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
         except BaseException:
             events.close()
             raise
-        events.close()
+        events.close(answered=result.exit_code == EXIT_OK and not localize_only)
     finally:
         close = getattr(getattr(engine, "launcher", None), "close", None)
         if close is not None:
@@ -196,11 +197,25 @@ def _write_html_report(state_dir: Path, report: dict[str, Any]) -> str | None:
     try:
         from .html_report import HTML_NAME, write_html
 
-        path = write_html(state_dir / HTML_NAME, report, read_records(state_dir / JOURNAL_NAME), state_dir)
+        page, journal = state_dir / HTML_NAME, state_dir / JOURNAL_NAME
+        if _newer_than(page, journal):
+            # Nothing journaled since the page was drawn (a finished search shown again):
+            # the same page, without its seconds of plotting.
+            return f"  html report: {display_path(page)}"
+        path = write_html(page, report, read_records(journal), state_dir)
     except Exception as exc:  # noqa: BLE001 - the search's answer is already written
         typer.echo(f"fusion-dd: warning: could not write the HTML report: {type(exc).__name__}: {exc}", err=True)
         return None
     return f"  html report: {display_path(path)}"
+
+
+def _newer_than(page: Path, source: Path) -> bool:
+    """``page`` exists, is not empty, and was written after ``source`` last changed."""
+    try:
+        drawn = page.stat()
+        return drawn.st_size > 0 and drawn.st_mtime_ns >= source.stat().st_mtime_ns
+    except OSError:
+        return False
 
 
 def _launched_before(state_dir: Path) -> int:

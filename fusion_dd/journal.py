@@ -41,6 +41,7 @@ import json
 import os
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,58 +92,78 @@ def encode_record(record: dict[str, Any]) -> bytes:
     return (json.dumps(plain, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
 
 
-def _scan(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """Parse and verify a journal's bytes: (records, length of an unsealed legacy prefix).
+@dataclass(frozen=True)
+class _Scanned:
+    """How far a verified scan of a journal's bytes got, so that the same journal grown by appends goes on from there.
+
+    ``end``: bytes of whole lines verified; ``lines``: how many lines those are;
+    ``records``: how many records they hold; ``legacy``: one of them had no
+    checksum; ``checked_from``: the first line with one (None: none yet).
+    """
+
+    end: int = 0
+    lines: int = 0
+    records: int = 0
+    legacy: bool = False
+    checked_from: int | None = None
+
+
+def _scan(
+    path: Path, data: bytes, start: _Scanned = _Scanned()
+) -> tuple[list[dict[str, Any]], int, _Scanned]:
+    """Parse and verify a journal's bytes after ``start.end``: (those records, unsealed legacy length, how far).
 
     The second value is, for a journal written wholly without checksums (by
     0.1.0), its length: the bytes a ``legacy_sealed`` record must cover; 0 for
     every other journal.
     """
-    lines = data.split(b"\n")
+    lines = data[start.end :].split(b"\n")
     records: list[dict[str, Any]] = []
-    offset = 0  # byte offset of the current line
-    legacy = False  # a line without a checksum was seen
-    checked_from: int | None = None  # line number of the first line with a checksum
+    offset = start.end  # byte offset of the current line
+    legacy = start.legacy  # a line without a checksum was seen
+    checked_from = start.checked_from  # line number of the first line with a checksum
+    reached = start
     # The last line with content, found once: asking "is everything after this line blank?"
     # at every line made reading a journal quadratic in its length.
     last = next((number for number in range(len(lines), 0, -1) if lines[number - 1].strip()), 0)
-    for number, line in enumerate(lines, start=1):
-        start, offset = offset, offset + len(line) + 1
-        if not line.strip():
-            continue
-        is_last = number == last
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict) or "type" not in record:
-                raise ValueError("not a journal record")
-        except ValueError:
-            if is_last and not data.endswith(b"\n"):
-                break  # torn tail: the write that was interrupted never counted
-            raise UsageError(f"{path}:{number}: corrupt journal line; {_UNTRUSTED}") from None
-        if CHECKSUM_KEY not in record:
-            if checked_from is not None:
-                raise UsageError(
-                    f"{path}:{number}: journal line without a checksum after line {checked_from}, "
-                    f"which has one: the line was edited or damaged; {_UNTRUSTED}"
-                )
-            legacy = True
-        else:
-            if record.pop(CHECKSUM_KEY) != checksum(record):  # the checksum covers the rest
-                raise UsageError(
-                    f"{path}:{number}: journal line does not match its checksum: it was edited or "
-                    f"damaged; {_UNTRUSTED}"
-                )
-            if checked_from is None:
-                checked_from = number
-                if legacy and record.get("type") != SEALED:
+    for index, line in enumerate(lines, start=1):
+        number = start.lines + index
+        begin, offset = offset, offset + len(line) + 1
+        if line.strip():
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or "type" not in record:
+                    raise ValueError("not a journal record")
+            except ValueError:
+                if index == last and not data.endswith(b"\n"):
+                    break  # torn tail: the write that was interrupted never counted
+                raise UsageError(f"{path}:{number}: corrupt journal line; {_UNTRUSTED}") from None
+            if CHECKSUM_KEY not in record:
+                if checked_from is not None:
                     raise UsageError(
-                        f"{path}:{number}: the lines before this one have no checksum and were never "
-                        f"sealed: the journal was edited or damaged; {_UNTRUSTED}"
+                        f"{path}:{number}: journal line without a checksum after line {checked_from}, "
+                        f"which has one: the line was edited or damaged; {_UNTRUSTED}"
                     )
-            if record.get("type") == SEALED:
-                _check_seal(path, data, record, start)
-        records.append(record)
-    return records, (len(data) if legacy and checked_from is None else 0)
+                legacy = True
+            else:
+                if record.pop(CHECKSUM_KEY) != checksum(record):  # the checksum covers the rest
+                    raise UsageError(
+                        f"{path}:{number}: journal line does not match its checksum: it was edited or "
+                        f"damaged; {_UNTRUSTED}"
+                    )
+                if checked_from is None:
+                    checked_from = number
+                    if legacy and record.get("type") != SEALED:
+                        raise UsageError(
+                            f"{path}:{number}: the lines before this one have no checksum and were never "
+                            f"sealed: the journal was edited or damaged; {_UNTRUSTED}"
+                        )
+                if record.get("type") == SEALED:
+                    _check_seal(path, data, record, begin)
+            records.append(record)
+        if offset <= len(data):  # a whole line, its newline included: a later scan starts after it
+            reached = _Scanned(offset, number, start.records + len(records), legacy, checked_from)
+    return records, (len(data) if legacy and checked_from is None else 0), reached
 
 
 def _check_seal(path: Path, data: bytes, seal: dict[str, Any], start: int) -> None:
@@ -156,29 +177,34 @@ def _check_seal(path: Path, data: bytes, seal: dict[str, Any], start: int) -> No
         )
 
 
-#: The last journal verified: (path, its bytes, how many records, legacy prefix). A resume
-#: reads the journal several times (the CLI's counter, the config, the lock's legacy
-#: check, the engine), and checking every line's checksum is the costly part.
-_last_scan: tuple[str, bytes, int, int] | None = None
+#: The last journal verified: (path, how far, its records' lines). A resume reads the
+#: journal several times (the CLI's counter, the config, the lock's legacy check, the
+#: engine, the final estimate), and checking every line's checksum is the costly part.
+_last_scan: tuple[str, bytes, _Scanned] | None = None
 
 
 def _scan_cached(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """``_scan``; bytes identical to the last ones verified (compared, not assumed) are only parsed.
+    """``_scan``, verifying only the bytes that are new since the last scan of this journal.
 
-    Parsing again rather than handing out the same records keeps every caller's
-    records its own.
+    Bytes identical to a prefix verified before (compared, not assumed: an edit
+    anywhere in it is a different prefix) are only parsed; an appended tail is
+    verified from where that scan stopped. Parsing again rather than handing out
+    the same records keeps every caller's records its own.
     """
     global _last_scan
     cached = _last_scan
-    if cached is not None and cached[0] == str(path) and cached[1] == data:
-        lines = [line for line in data.split(b"\n") if line.strip()][: cached[2]]  # without a torn tail
-        records = [json.loads(line) for line in lines]
-        for record in records:
-            record.pop(CHECKSUM_KEY, None)
-        return records, cached[3]
-    records, legacy = _scan(path, data)
-    _last_scan = (str(path), data, len(records), legacy)
-    return records, legacy
+    start = _Scanned()
+    known: list[dict[str, Any]] = []
+    if cached is not None and cached[0] == str(path) and data.startswith(cached[1]):
+        start = cached[2]
+        for line in cached[1].split(b"\n"):
+            if line.strip():
+                record = json.loads(line)
+                record.pop(CHECKSUM_KEY, None)
+                known.append(record)
+    records, legacy, reached = _scan(path, data, start)
+    _last_scan = (str(path), data[: reached.end], reached)
+    return known + records, legacy
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

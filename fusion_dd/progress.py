@@ -82,8 +82,12 @@ class ConsoleEvents:
             self._estimator.start()
             self._wanted.set()
 
-    def close(self, final_estimate: bool = True) -> None:
-        """Stop the live panel and the estimator; ``final_estimate`` is False when the session was refused."""
+    def close(self, final_estimate: bool = True, answered: bool = False) -> None:
+        """Stop the live panel and the estimator; ``final_estimate`` is False when the session was refused.
+
+        ``answered``: the search ended with its answer, so the last estimate is 0
+        without replaying the journal (seconds for a search of thousands of trials).
+        """
         self._stop.set()
         self._wanted.set()
         if self._ticker is not None:
@@ -95,14 +99,17 @@ class ConsoleEvents:
                 self._live.stop()
                 self._live = None
         if self._state_dir is not None and final_estimate:
-            self._final_estimate()
+            self._final_estimate(answered)
 
-    def _final_estimate(self) -> None:
+    def _final_estimate(self, answered: bool) -> None:
         """The estimate once the session ended (0 when the search has its answer), as a plain line."""
-        from .estimate import estimate_from_dir
+        from .estimate import Estimate, estimate_from_dir
 
         try:
-            found = estimate_from_dir(self._state_dir) if self._state_dir is not None else None
+            if answered:
+                found: Estimate | None = Estimate(0, "done", 0)
+            else:
+                found = estimate_from_dir(self._state_dir) if self._state_dir is not None else None
         except Exception:  # noqa: BLE001 - the search is over; its answer matters, not this line
             return
         if found is None:

@@ -300,3 +300,26 @@ def test_a_torn_tail_read_twice_is_ignored_twice(tmp_path):
         handle.write(b'{"type": "trial_sta')
     assert [r["type"] for r in read_records(path)] == ["search_started"]
     assert [r["type"] for r in read_records(path)] == ["search_started"]
+
+
+def test_a_journal_grown_by_appends_is_verified_from_where_the_last_read_stopped(tmp_path):
+    """Reads after appends check only the new lines, yet an edit anywhere is still caught."""
+    with Journal.open(tmp_path) as journal:
+        for index in range(3):
+            journal.append({"type": "note", "index": index})
+    path = tmp_path / "journal.jsonl"
+    assert [r["index"] for r in read_records(path)] == [0, 1, 2]
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "note", "index": 3})
+    assert [r["index"] for r in read_records(path)] == [0, 1, 2, 3]
+    # A bad checksum in an appended line names its own line number.
+    with path.open("a") as handle:
+        handle.write('{"type": "note", "index": 4, "crc": "00000000"}\n')
+    with pytest.raises(UsageError, match=r"journal.jsonl:5: journal line does not match its checksum"):
+        read_records(path)
+    # An earlier line edited while the file also grew: the verified prefix changed, so all is checked.
+    lines = path.read_text().splitlines(keepends=True)[:4]
+    lines[1] = lines[1].replace('"index": 1', '"index": 7')
+    path.write_text("".join(lines) + lines[3])
+    with pytest.raises(UsageError, match=r"journal.jsonl:2: journal line does not match its checksum"):
+        read_records(path)

@@ -63,14 +63,19 @@ def autofuse_points(rules: Iterable[Rule]) -> dict[str, Rule]:
     return {rule.name: rule for rule in rules if rule.section is Section.AUTOFUSE}
 
 
-def realize(candidates: Iterable[Rule], enabled: Iterable[Rule], user_flags: str | None) -> frozenset[Rule]:
+def realize(
+    candidates: Iterable[Rule],
+    enabled: Iterable[Rule],
+    user_flags: str | None,
+    points: Mapping[str, Rule] | None = None,
+) -> frozenset[Rule]:
     """The configuration CANN really trains when ``enabled`` is asked for.
 
     Reduce and Concat fusion are AutoFuse capabilities: with AutoFuse off (the
     ``elemwise`` candidate off, or, when ``elemwise`` is no candidate, off in the
     user's flags) they do nothing, so they count as off.
     """
-    points = autofuse_points(candidates)
+    points = autofuse_points(candidates) if points is None else points  # given: the caller's, for these candidates
     enabled_set = frozenset(enabled)
     if not points:
         return enabled_set

@@ -24,7 +24,7 @@ from ..rules import Rule, Section
 from ..search.culprits import Chooser, choose_off_by_effect, preferring
 from ..switch import SwitchFile, render_switch
 from . import Rendered
-from .autofuse import CAPABILITIES, FLAGS_ENV, realize, render_flags
+from .autofuse import CAPABILITIES, FLAGS_ENV, autofuse_points, realize, render_flags
 
 WORK_PATH_ENV = "ASCEND_WORK_PATH"
 
@@ -117,6 +117,8 @@ class CannBackend:
         self.base_cfg = base_cfg
         # The AUTOFUSE_FLAGS the training would get without us: the config's, else ours.
         self.user_flags = (user_env or {}).get(FLAGS_ENV, os.environ.get(FLAGS_ENV))
+        self._points_of: Sequence[Rule] | None = None  # the candidates self._points were found for
+        self._points: dict[str, Rule] = {}
 
     def render(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> Rendered:
         enabled = list(enabled)
@@ -128,7 +130,12 @@ class CannBackend:
         )
 
     def realize(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> frozenset[Rule]:
-        return realize(candidates, enabled, self.user_flags)
+        # Asked for every configuration of a search, always with the same candidates:
+        # finding their AutoFuse points once, not per call, keeps a replay of 5,000
+        # trials from spending seconds on it.
+        if candidates is not self._points_of:
+            self._points_of, self._points = candidates, autofuse_points(candidates)
+        return realize(candidates, enabled, self.user_flags, self._points)
 
     def hooks(self, candidates: Sequence[Rule]) -> Sequence[FusionResultHook]:
         return [FusionResultHook(candidates)]
