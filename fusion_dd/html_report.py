@@ -23,7 +23,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +212,48 @@ def _legend(ax: Any, outcomes: Iterable[str]) -> None:
         )
 
 
+#: Up to this many trials, every trial is an SVG element of its own, with an id naming it
+#: (``gantt-0007``, ``metric-0007``, ``path-0007``: the page's tests and a reader's
+#: browser tools find each). Beyond it, trials of one kind are drawn as one element:
+#: matplotlib spends milliseconds per element, which made the page of a 5,000-trial
+#: search cost half a minute.
+ONE_ARTIST_PER_TRIAL_UP_TO = 500
+
+
+def _gantt_grouped(ax: Any, trials: Sequence[dict[str, Any]], rows: Mapping[str, int], t0: float, scale: float) -> None:
+    """The Gantt bars as one element per device, outcome, retry and early stop."""
+    groups: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
+    for trial in trials:
+        key = (rows.get(trial["device"], 0), trial["outcome"], trial["attempt"] > 1, bool(trial["early_stop"]))
+        groups.setdefault(key, []).append(
+            ((trial["start"] - t0) / scale, max((trial["end"] - trial["start"]) / scale, 1e-9))
+        )
+    for (row, outcome, retry, early), spans in groups.items():
+        ax.broken_barh(
+            spans,
+            (row - 0.35, 0.7),
+            facecolors=OUTCOME_STYLE[outcome][0],
+            edgecolors="black" if retry else "white",
+            linewidth=1.6 if retry else 0.5,
+            hatch="///" if early else None,
+        )
+
+
+def _metrics_grouped(ax: Any, trials: Sequence[dict[str, Any]], low: float) -> None:
+    """The metric per trial as one element per outcome (and finite or not)."""
+    groups: dict[tuple[str, bool], tuple[list[int], list[float]]] = {}
+    for order, trial in enumerate(trials, start=1):
+        value = trial["metric"]
+        finite = value is not None and math.isfinite(value)
+        if not finite and trial["outcome"] in ("cancelled", "running"):
+            continue
+        xs, ys = groups.setdefault((trial["outcome"], finite), ([], []))
+        xs.append(order)
+        ys.append(value if finite else low)
+    for (outcome, finite), (xs, ys) in groups.items():
+        ax.plot(xs, ys, marker="o" if finite else "x", markersize=4, linestyle="none", color=OUTCOME_STYLE[outcome][0])
+
+
 def _gantt(data: dict[str, Any]) -> str:
     import matplotlib.pyplot as plt
 
@@ -219,7 +261,9 @@ def _gantt(data: dict[str, Any]) -> str:
     scale, unit = _time_unit(data["wall_seconds"])
     figure, ax = plt.subplots(figsize=(10, 0.6 + 0.45 * len(devices)))
     rows = {name: index for index, name in enumerate(devices)}
-    for trial in trials:
+    if len(trials) > ONE_ARTIST_PER_TRIAL_UP_TO:
+        _gantt_grouped(ax, trials, rows, data["t0"], scale)
+    for trial in trials if len(trials) <= ONE_ARTIST_PER_TRIAL_UP_TO else ():
         left = (trial["start"] - data["t0"]) / scale
         width = max((trial["end"] - trial["start"]) / scale, 1e-9)
         bar = ax.barh(
@@ -249,7 +293,9 @@ def _metrics(data: dict[str, Any]) -> str:
     figure, ax = plt.subplots(figsize=(10, 3.6))
     values = [trial["metric"] for trial in data["trials"] if trial["metric"] is not None and math.isfinite(trial["metric"])]
     low = min(values) if values else 0.0
-    for order, trial in enumerate(data["trials"], start=1):
+    if len(data["trials"]) > ONE_ARTIST_PER_TRIAL_UP_TO:
+        _metrics_grouped(ax, data["trials"], low)
+    for order, trial in enumerate(data["trials"] if len(data["trials"]) <= ONE_ARTIST_PER_TRIAL_UP_TO else (), start=1):
         value = trial["metric"]
         finite = value is not None and math.isfinite(value)
         if not finite and trial["outcome"] in ("cancelled", "running"):
@@ -312,7 +358,14 @@ def _path(data: dict[str, Any]) -> str:
         if trial["outcome"] == "fail" and (best is None or trial["size"] < best):
             best = trial["size"]
             smallest.append(((trial["end"] - data["t0"]) / scale, best))
-    for trial in data["trials"]:
+    if len(data["trials"]) > ONE_ARTIST_PER_TRIAL_UP_TO:
+        by_outcome: dict[str, list[dict[str, Any]]] = {}
+        for trial in data["trials"]:
+            by_outcome.setdefault(trial["outcome"], []).append(trial)
+        for outcome, group in by_outcome.items():
+            ax.plot([(t["start"] - data["t0"]) / scale for t in group], [t["size"] for t in group],
+                    marker="o", linestyle="none", color=OUTCOME_STYLE[outcome][0])
+    for trial in data["trials"] if len(data["trials"]) <= ONE_ARTIST_PER_TRIAL_UP_TO else ():
         (line,) = ax.plot(
             [(trial["start"] - data["t0"]) / scale],
             [trial["size"]],

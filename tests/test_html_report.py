@@ -208,3 +208,27 @@ def test_screenshot_script_renders_the_page_in_headless_chromium(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1200, 900)
+
+
+def test_a_search_of_many_trials_draws_them_grouped_not_one_element_each(tmp_path, monkeypatch):
+    """Above ONE_ARTIST_PER_TRIAL_UP_TO trials the plots group trials (seconds, not minutes, at 5,000)."""
+    from fusion_dd import html_report
+    from fusion_dd.journal import read_records
+
+    write_config(tmp_path, "--culprits", CULPRIT, budget=30)
+    assert fusion_dd("search", cwd=tmp_path).returncode == 0
+    state = tmp_path / ".fusion-dd"
+    report = json.loads((state / "report.json").read_text())
+    records = read_records(state / "journal.jsonl")
+    single = html_report.render_html(report, records, state)
+    monkeypatch.setattr(html_report, "ONE_ARTIST_PER_TRIAL_UP_TO", 2)
+    grouped = html_report.render_html(report, records, state)
+    assert report["trainings"] > 2
+    for prefix in ("gantt-", "metric-", "path-"):
+        assert f'id="{prefix}' in single and f'id="{prefix}' not in grouped
+    # Every plot is still there, with every trial's bar in the timeline's bar collections.
+    assert all(f'id="plot-{plot}"' in grouped for plot in PLOTS)
+    timeline = grouped[grouped.index('id="plot-timeline"'):]
+    timeline = timeline[: timeline.index("</svg>")]
+    bars = sum(block.count("<path ") for block in re.findall(r'<g id="PolyCollection_\d+">(.*?)</g>', timeline, re.S))
+    assert bars == len([r for r in records if r["type"] == "trial_started"])
