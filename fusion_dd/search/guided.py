@@ -31,7 +31,8 @@ Two more kinds of knowledge, both optional:
   dumps still say its op is where the numbers go wrong, so after the first
   round of singles the search asks the top suspect *together with* each of its
   partners (the rules of the ops around its bad op, from the graph dump), P per
-  round, within the same patience. A failing pair ``{s, p}`` is proven
+  round, with a patience of its own (so a prior with partners may cost twice
+  the patience when it misleads). A failing pair ``{s, p}`` is proven
   1-minimal by ``{p}`` passing alone (asked; ``{s}`` passed already); if ``{p}``
   fails, ``{p}`` is the answer.
 - **Refinement** (``refine``: start -> ranking and partners, or None): a later
@@ -100,8 +101,8 @@ class Guided(Generic[T]):
     ``patience``: passing suspects in a row per search before giving up; None
     means ``max(2, P)``. Either way it grows by the same amount for every
     suspect already known to fail alone. Pairs of the top suspect with its
-    ``partners`` count against the same patience. ``refine``: see the module
-    docstring.
+    ``partners`` get the same patience again (not grown). ``refine``: see the
+    module docstring.
     """
 
     def __init__(
@@ -145,12 +146,16 @@ class Guided(Generic[T]):
         answers: dict[frozenset[T], bool] = {}
         for config, answer in (known or {}).items():
             answers[frozenset(config)] = bool(_fails(answer))
-        ranking, partners = self.prior, self.partners
-        if self.refine is not None and start != frozenset(order):
+        # Partners describe the failure whose dump they come from: the prior's belong to the
+        # first search (the whole universe), a later search has only its refinement's.
+        first = start == frozenset(order)
+        ranking: Sequence[T] = self.prior
+        partners: Mapping[T, Sequence[T]] = self.partners if first else {}
+        if self.refine is not None and not first:
             refined = self.refine(start)
             if refined is not None:
                 ranking = list(dict.fromkeys([*refined[0], *self.prior]))
-                partners = {**self.partners, **{rule: list(mates) for rule, mates in refined[1].items()}}
+                partners = {rule: list(mates) for rule, mates in refined[1].items()}
         found = self._suspects(start, oracle, parallelism, answers, ranking, partners)
         if found is not None:
             return found
@@ -182,17 +187,17 @@ class Guided(Generic[T]):
             width = width_of(parallelism)
             step = self.patience if self.patience is not None else max(2, width)
             allowed = step * (1 + guilty) - misses
-            if allowed <= 0:
-                return None
-            if not pending or (misses and not paired):
+            if not paired and (not pending or misses or allowed <= 0):
                 # After the first round of singles (or with none left to ask): the top
-                # suspect with each of its partners, once per search.
+                # suspect with each of its partners, once per search, with a patience of
+                # its own (one round on P devices, two pairs on one).
                 paired = True
-                found, asked = self._pairs(start, oracle, width, min(step, allowed), answers, suspects, partners)
+                found, _ = self._pairs(start, oracle, width, step, answers, suspects, partners)
                 if found is not None:
                     return found
-                misses += asked
                 continue
+            if allowed <= 0:
+                return None
             batch = pending[: min(width, allowed)]
             pending = pending[len(batch) :]
             configs = [frozenset({rule}) for rule in batch]
