@@ -807,7 +807,6 @@ class Engine:
             noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
             choose_off=self._switch_off_chooser(),
             on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
-            witness_in_fix=self._refines(),  # the fix with a lone culprit back on dumps: localization's run
         )
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})

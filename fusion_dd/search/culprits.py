@@ -530,7 +530,6 @@ def _attempt(
     progress: _Progress[T],
     masks: Masks[T] | None = None,
     on_fix: Callable[[frozenset[T]], None] | None = None,
-    witness_in_fix: bool = False,
 ) -> None:
     """One pass of the loop, then the guard's checks of the answer; may raise ``Revised``."""
     if guard is None:
@@ -563,20 +562,7 @@ def _attempt(
         for c in progress.found
         if len(c.rules) == 1 and (guard.flaky or c.rules in progress.searched)
     ]
-    unwitnessed = [r for r in lone if not guard.necessity_shown(next(iter(r)))]
-    if witness_in_fix and unwitnessed and progress.fix_outcome is Outcome.PASS and len(progress.searched) <= 1:
-        # The second witness from the fix with the culprit back on: failing while the fix
-        # passes shows the culprit matters as well as a second training of it alone would
-        # (a false FAIL of {c} meets a passing superset: a contradiction the guard re-trains),
-        # and that training is the one localization compares with the fix. Not after two
-        # searches: then {c} alone is trained again below anyway (its own claim needs it).
-        with_culprit = [fix | rules for rules in unwitnessed]
-        for config in with_culprit:
-            if on_fix is not None:
-                on_fix(config)
-        guard.outcomes(with_culprit)
-        unwitnessed = [r for r in unwitnessed if not guard.necessity_shown(next(iter(r)))]
-    guard.confirm(unwitnessed, None)
+    guard.confirm([r for r in lone if not guard.necessity_shown(next(iter(r)))], None)
     if len(progress.searched) > 1:
         # Two searches, two sets: the first one's claims too were built on single
         # trainings that a later answer never re-examined.
@@ -594,7 +580,6 @@ def find_culprits(
     choose_off: Chooser | None = None,
     noise: NoisePolicy | None = None,
     on_fix: Callable[[frozenset[T]], None] | None = None,
-    witness_in_fix: bool = False,
 ) -> CulpritSearch[T]:
     """Find every culprit set and a verified fix configuration.
 
@@ -614,15 +599,7 @@ def find_culprits(
 
     ``noise`` (default ``NoisePolicy()``, confirm "auto") applies when the oracle
     supports repeats (``supports_repeats``); see ``fusion_dd.search.noise``.
-    ``on_fix`` is told each fix candidate just before it is asked (no effect on the questions),
-    and, with ``witness_in_fix``, each "fix with a lone culprit back on".
-
-    ``witness_in_fix`` (behind a noise guard): a lone culprit ``c`` that no other
-    training shows to matter gets its second witness from the passing fix with
-    ``c`` switched back on instead of a second training of ``c`` alone. Same
-    cost, same check (either a contradiction or ``c`` shown necessary); the
-    engine asks for it when that training dumps tensors, because it is exactly
-    the run localization compares with the fix (one training instead of two).
+    ``on_fix`` is told each fix candidate just before it is asked (no effect on the questions).
     """
     order = ordered(universe)
     choose = choose_off or default_choose_off
@@ -636,10 +613,7 @@ def find_culprits(
         while True:
             progress = _Progress()
             try:
-                _attempt(
-                    order, oracle, guard, policy, strategy, choose, parallelism, progress, masks, on_fix,
-                    witness_in_fix,
-                )  # fmt: skip
+                _attempt(order, oracle, guard, policy, strategy, choose, parallelism, progress, masks, on_fix)
                 break
             except Revised:
                 assert guard is not None
