@@ -1053,7 +1053,9 @@ class Engine:
         )
         report = localization.attach(report, self.state, self.config.localize is not None, display_path(self.state_dir))
         if self.state.guide is not None:
-            report["guide"] = guidance.report_entry(self.state.guide)
+            report["guide"] = guidance.report_entry(
+                self.state.guide, list(self.state.refined.values()), [rule.name for rule in self.rules]
+            )
         return report
 
     def _finish(self, status: str, pre: Preconditions, result: CulpritSearch | None) -> SearchResult:

@@ -222,8 +222,16 @@ def record(
     }
 
 
-def report_entry(guide: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``report.json``'s ``guide``: what guided the search, as journaled."""
+def report_entry(
+    guide: Mapping[str, Any] | None,
+    refined: Sequence[Mapping[str, Any]] = (),
+    candidates: Sequence[str] = (),
+) -> dict[str, Any] | None:
+    """``report.json``'s ``guide``: what guided the search, as journaled.
+
+    ``refined``: the ``guide_refined`` records of later searches, shown by the
+    rules switched off in their start (``off``, against ``candidates``).
+    """
     if guide is None:
         return None
     dumps = guide.get("dumps")
@@ -237,6 +245,20 @@ def report_entry(guide: Mapping[str, Any] | None) -> dict[str, Any] | None:
             key: dumps[key] for key in ("trials", "reason", "compared", "bad") if dumps.get(key) is not None
         }
         entry["evidence"] = list(dumps.get("evidence") or [])
+        if dumps.get("partners"):
+            entry["partners"] = dict(dumps["partners"])
+    if refined:
+        entry["refined"] = [
+            {
+                "off": [name for name in candidates if name not in set(found.get("config") or [])],
+                **{
+                    key: found[key]
+                    for key in ("trials", "ranking", "evidence", "partners", "reason")
+                    if found.get(key) is not None
+                },
+            }
+            for found in refined
+        ]
     return entry
 
 
@@ -270,4 +292,17 @@ def summary_lines(guide: Mapping[str, Any] | None, culprits: Sequence[Sequence[s
         lines.append(f"  {index}. {rule}: {detail}{mark}")
     if len(ranking) > SHOWN:
         lines.append(f"  ... {len(ranking) - SHOWN} more suspect(s) in report.json (guide.ranking)")
+    for later in guide.get("refined") or []:
+        if not later.get("ranking"):
+            continue
+        top = later["ranking"][0]
+        why = next((entry for entry in later.get("evidence") or [] if entry.get("rule") == top), None)
+        seen = f" ({why['why']} {why['op']})" if why else ""
+        shown = ", ".join(f"{rule}{' <- culprit' if rule in guilty else ''}" for rule in later["ranking"][:3])
+        lines.append(f"  then inside the failing fix (off: {', '.join(later.get('off') or [])}), its own dump{seen}: {shown}")
+        named = later.get("partners") or {}
+        lead = next((rule for rule in later["ranking"] if named.get(rule)), None)
+        if lead is not None:
+            marked = ", ".join(f"{rule}{' <- culprit' if rule in guilty else ''}" for rule in named[lead][:3])
+            lines.append(f"    asked with {lead} when it passes alone: {marked}")
     return lines
