@@ -920,7 +920,8 @@ class Engine:
         cache = self.state.cache()
         trial, baseline = cache.get((frozenset(names), 0)), cache.get((frozenset(), 0))
         record: dict[str, Any] = {"type": "guide_refined", "config": list(names)}
-        if trial is None or baseline is None or not (self.state.dumped(trial.trial_id) and self.state.dumped(baseline.trial_id)):
+        dumped = self.state.dumped
+        if trial is None or baseline is None or not (dumped(trial.trial_id) and dumped(baseline.trial_id)):
             return {**record, "reason": "no dumped training of this configuration"}
         record["trials"] = [trial.trial_id, baseline.trial_id]
         try:

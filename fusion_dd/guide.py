@@ -175,7 +175,9 @@ def partners(comparison: Any, candidates: Sequence[str], evidence: Sequence[Mapp
     return found
 
 
-def refined(comparison: Any, candidates: Sequence[str], start: Sequence[str], suspects: Sequence[str]) -> dict[str, Any]:
+def refined(
+    comparison: Any, candidates: Sequence[str], start: Sequence[str], suspects: Sequence[str]
+) -> dict[str, Any]:
     """The ``guide_refined`` record of a later search: the dumps of its failing start against the baseline's.
 
     Only rules of the start are ranked (the others are off in it). The user's
@@ -299,7 +301,8 @@ def summary_lines(guide: Mapping[str, Any] | None, culprits: Sequence[Sequence[s
         why = next((entry for entry in later.get("evidence") or [] if entry.get("rule") == top), None)
         seen = f" ({why['why']} {why['op']})" if why else ""
         shown = ", ".join(f"{rule}{' <- culprit' if rule in guilty else ''}" for rule in later["ranking"][:3])
-        lines.append(f"  then inside the failing fix (off: {', '.join(later.get('off') or [])}), its own dump{seen}: {shown}")
+        off = ", ".join(later.get("off") or [])
+        lines.append(f"  then inside the failing fix (off: {off}), its own dump{seen}: {shown}")
         named = later.get("partners") or {}
         lead = next((rule for rule in later["ranking"] if named.get(rule)), None)
         if lead is not None:

@@ -100,7 +100,9 @@ class Refiner:
 @pytest.mark.parametrize("parallelism", [1, 3])
 @settings(deadline=None, max_examples=40)
 @given(case=planted(), seed=st.integers(0, 10**6), helpful=st.booleans())
-def test_partners_and_refinement_give_the_unguided_answer(case, base, parallelism: int, seed: int, helpful: bool) -> None:
+def test_partners_and_refinement_give_the_unguided_answer(
+    case, base, parallelism: int, seed: int, helpful: bool
+) -> None:
     """Pairs with partners and per-search rankings change what is asked, never the answer."""
     universe, sets, shuffled = case
     _, unguided = search(universe, sets, base, parallelism)
