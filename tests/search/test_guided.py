@@ -118,6 +118,23 @@ def test_partners_and_refinement_give_the_unguided_answer(
         assert F(universe) not in refine.asked  # the first search has the prior; later ones are refined
 
 
+@settings(deadline=None, max_examples=25)
+@given(case=planted(), seed=st.integers(0, 10**6))
+def test_behind_the_noise_guard_partners_and_refinement_give_the_unguided_answer(case, seed: int) -> None:
+    """With repeats (the engine's setting), the guard's confirmations see the same answer."""
+    universe, sets, shuffled = case
+
+    def run(strategy):
+        oracle = SimulatedOracle(sets_model(sets), parallelism=2, repeats=True)
+        oracle.outcomes([F(), F(universe)])
+        return find_culprits(universe, oracle, strategy, parallelism=2)
+
+    unguided = run(bisect)
+    partners = {rule: sorted(s - {rule}) for s in sets for rule in s}
+    result = run(Guided(shuffled, partners=partners, refine=Refiner(universe, sets, seed, helpful=True)))
+    assert answer(result) == answer(unguided) and result.confirmed == unguided.confirmed
+
+
 def test_a_pair_whose_other_rule_is_a_partner_costs_three_questions() -> None:
     """The top suspect passes alone; with its first partner it fails; the partner alone passes: a pair."""
     universe = list(range(256))
