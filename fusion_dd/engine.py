@@ -889,12 +889,13 @@ class Engine:
     def _refines(self) -> bool:
         """Whether later searches are ranked by their fix candidates' dumps.
 
-        Only when those trainings dump as they train (no extra training) and the
-        guide record says the search was started that way: a search journaled by
-        a version without refinement replays without it.
+        As the guide record says (journaled when the search started: the references
+        and fix candidates dump as they train, so no extra training): a search
+        journaled by a version without refinement replays without it, and a
+        resume replays the journaled refinements whatever the config says now.
         """
         guide = self.state.guide
-        return bool(guide and guide.get("refine")) and self._references_dump()
+        return bool(guide and guide.get("refine"))
 
     def _refine(self, start: frozenset[Rule]) -> tuple[list[Rule], dict[Rule, list[Rule]]] | None:
         """A later search's own ranking: its failing start's dump against the baseline's, journaled once."""
@@ -930,7 +931,8 @@ class Engine:
             return {**record, "reason": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a failed comparison costs the guide, never the search
             return {**record, "reason": f"the comparison failed ({type(exc).__name__}: {exc})"}
-        made = guidance.refined(comparison, [rule.name for rule in self.rules], names, self.config.search.suspects)
+        suspects = list((self.state.guide or {}).get("suspects") or [])  # as journaled, like the first ranking
+        made = guidance.refined(comparison, [rule.name for rule in self.rules], names, suspects)
         return {**made, "trials": record["trials"]}
 
     def _dump_ranking(self) -> dict[str, Any]:

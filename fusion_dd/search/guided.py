@@ -45,10 +45,11 @@ Two more kinds of knowledge, both optional:
 
 Guarantees are those of the wrapped minimizer: every answer is a failing
 single (1-minimal by the precondition that the empty configuration passes), a
-failing pair whose two singles pass, or the wrapped minimizer's verified answer; the all-culprits layer still trains
-and verifies the fix. Pure and deterministic: what is asked depends only on the
-prior, the answers (``known`` included) and the lanes, so a replay against the
-journal asks exactly the same questions.
+failing pair whose two singles pass, or the wrapped minimizer's verified
+answer; the all-culprits layer still trains and verifies the fix. Pure and
+deterministic: what is asked depends only on the prior, the partners, what
+``refine`` answers, the answers (``known`` included) and the lanes, so a replay
+against the journal asks exactly the same questions.
 """
 
 from __future__ import annotations
@@ -122,7 +123,9 @@ class Guided(Generic[T]):
         self.prior: list[T] = list(dict.fromkeys(prior))
         self.base = base
         self.patience = patience
-        self.partners: dict[T, list[T]] = {rule: list(dict.fromkeys(mates)) for rule, mates in (partners or {}).items()}
+        self.partners: dict[T, list[T]] = {
+            rule: list(dict.fromkeys(mates)) for rule, mates in (partners or {}).items()
+        }
         self.refine = refine
         self._base_known = _accepts(base, "known")
         self._base_lanes = _accepts(base, "parallelism")
