@@ -65,7 +65,20 @@ def run(scenario: str) -> dict[str, object]:
     ranking = (guided_report.get("guide") or {}).get("ranking") or []
     planted = sorted({rule for culprit in SCENARIOS[scenario].planted for rule in culprit})
     ranks = ", ".join(f"{rule} {ranking.index(rule) + 1 if rule in ranking else '-'}" for rule in planted)
-    return {"scenario": scenario, "guided": guided, "unguided": unguided, "ranks": ranks, "suspects": len(ranking)}
+    # Later searches ranked again by their failing fix candidate's dump (guide.refined), with partners.
+    later = []
+    for refined in (guided_report.get("guide") or {}).get("refined") or []:
+        again = refined.get("ranking") or []
+        mates = {mate for group in (refined.get("partners") or {}).values() for mate in group}
+        for rule in planted:
+            if rule in again:
+                later.append(f"{rule} {again.index(rule) + 1}")
+            elif rule in mates:
+                later.append(f"{rule} partner")
+    return {
+        "scenario": scenario, "guided": guided, "unguided": unguided, "ranks": ranks, "suspects": len(ranking),
+        "later": ", ".join(later) or "-",
+    }
 
 
 def render(rows: list[dict[str, object]]) -> str:
@@ -76,10 +89,13 @@ def render(rows: list[dict[str, object]]) -> str:
         "Guided: `fusion-dd demo --scenario NAME --jobs 2` (dumps on, `search.guide: dumps`); unguided: "
         "the same config with `search.guide: none`. Trainings count everything launched (references, "
         "search, repeats of the noise guard, fix verification, dumped trainings of localization). "
-        "Rank: where each planted rule sits in the dumps' ranking (- : not a suspect).",
+        "Rank: where each planted rule sits in the dumps' ranking (- : not a suspect). Later search: "
+        "where it sits in the ranking of a later search's own failing fix candidate's dump, or "
+        "'partner' when it is among the partners there (the rules of the ops around a suspect's bad op).",
         "",
-        "| scenario | unguided trainings | guided trainings | fewer | planted rules' rank (of suspects) | both correct |",
-        "|---|---:|---:|---|---|---|",
+        "| scenario | unguided trainings | guided trainings | fewer | planted rules' rank (of suspects) "
+        "| later search | both correct |",
+        "|---|---:|---:|---|---|---|---|",
     ]
     for row in rows:
         guided, unguided = row["guided"], row["unguided"]
@@ -87,7 +103,7 @@ def render(rows: list[dict[str, object]]) -> str:
         correct = "yes" if guided["correct"] and unguided["correct"] else "**NO**"  # type: ignore[index]
         lines.append(
             f"| {row['scenario']} | {unguided['trainings']} | {guided['trainings']} | {fewer} | "  # type: ignore[index]
-            f"{row['ranks']} (of {row['suspects']}) | {correct} |"
+            f"{row['ranks']} (of {row['suspects']}) | {row['later']} | {correct} |"
         )
     default = next((row for row in rows if row["scenario"] == DEFAULT_SCENARIO), None)
     if default is not None:

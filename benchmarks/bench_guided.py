@@ -6,8 +6,10 @@ Each case plants culprits among n = 256 candidates and gives the search a prior
 (a ranking of every candidate, as the references' dumps or a user would give
 it) in which the culprits sit where the case says: first, within the top 4,
 within the top 8, at random (an uninformative prior), last (an adversarial
-one). The same planted culprits are searched unguided (``bisect``) and guided
-(``Guided(prior, bisect)``), inside the all-culprits layer against a
+one). The partner cases also name the top suspect's partners (as the graph
+dump does: the rules of the ops around its bad op), with the pair's other rule
+first, somewhere among 6, or not at all. The same planted culprits are searched
+unguided (``bisect``) and guided (``Guided(prior, bisect)``), inside the all-culprits layer against a
 ``SimulatedOracle``, and both are counted as a user pays: trainings launched
 (the 2 references, every search training and the fix verification) and rounds
 of parallel trainings on P devices (the references' round included). The
@@ -50,14 +52,27 @@ CASES = [
     ("P = 8 devices, 1 culprit ranked within the top 8 (rounds)", "top8", 1, 8, 1, 3),
     ("interacting pair, both within the top 8", "top8-pair", 2, 1, 0, None),
     ("interacting pair, prior random", "random-pair", 2, 1, 0, None),
+    ("interacting pair, one rule ranked 1st, the other its first partner", "partner-first", 2, 1, 0, None),
+    ("interacting pair, one rule ranked 1st, the other among its 6 partners", "partner-6", 2, 1, 0, None),
+    ("interacting pair, one rule ranked 1st, partners misleading", "partner-none", 2, 1, 0, None),
 ]
+PARTNERS = 6  # partners per suspect in the partner cases (the rules of the ops around its bad op)
 
 
-def plant(where: str, count: int, seed: int) -> tuple[list[frozenset[int]], list[int]]:
-    """Culprit sets and a prior (a ranking of all N rules) with the culprits where the case says."""
+def plant(where: str, count: int, seed: int) -> tuple[list[frozenset[int]], list[int], dict[int, list[int]]]:
+    """Culprit sets, a prior (a ranking of all N rules) with the culprits where the case says, and
+    partners (only in the partner cases: the top suspect's, the pair's other rule where the case says)."""
     rng = random.Random(f"{where}/{count}/{seed}")
     prior = list(range(N))
     rng.shuffle(prior)
+    if where.startswith("partner"):
+        top, mate = prior[0], prior[rng.randrange(8, N)]  # the mate made no bad op: far down, or no suspect
+        mates = rng.sample([rule for rule in range(N) if rule not in (top, mate)], PARTNERS)
+        if where == "partner-first":
+            mates[0] = mate
+        elif where == "partner-6":
+            mates[rng.randrange(PARTNERS)] = mate
+        return [frozenset({top, mate})], prior, {top: mates}
     if where == "first":
         picks = [prior[0]]
     elif where == "top4":
@@ -72,8 +87,8 @@ def plant(where: str, count: int, seed: int) -> tuple[list[frozenset[int]], list
     else:
         raise ValueError(where)
     if where.endswith("pair"):
-        return [frozenset(picks)], prior
-    return [frozenset({pick}) for pick in picks], prior
+        return [frozenset(picks)], prior, {}
+    return [frozenset({pick}) for pick in picks], prior, {}
 
 
 def run(sets: list[frozenset[int]], strategy, parallelism: int) -> tuple[int, int, bool]:
@@ -91,9 +106,9 @@ def bench(seeds: int) -> list[dict]:
     for label, where, count, parallelism, metric, target in CASES:
         unguided, guided = [], []
         for seed in range(seeds):
-            sets, prior = plant(where, count, seed)
+            sets, prior, partners = plant(where, count, seed)
             unguided.append(run(sets, bisect, parallelism))
-            guided.append(run(sets, Guided(prior), parallelism))
+            guided.append(run(sets, Guided(prior, partners=partners), parallelism))
         rows.append(
             {
                 "label": label,
@@ -143,7 +158,10 @@ def render(rows: list[dict], seeds: int) -> str:
         "A misleading prior costs the suspects asked alone before the search gives up on them: two "
         "trainings on one device, one round on P devices (patience), plus whatever the prior order "
         "changes in the unguided search that follows. Interacting sets are never found by a suspect "
-        "alone, so the guide helps them only through that order.",
+        "alone, so the guide helps them only through that order, or through the top suspect's partners "
+        "(the rules of the ops around its bad op in the graph dump; `Guided(prior, partners=...)`): "
+        "when the top suspect passes alone it is asked with each partner, with a patience of its own "
+        "(two pairs on one device), so misleading partners cost two more trainings.",
         "",
         "On one device the targets pull against each other: a culprit ranked 3rd proven in 3 questions "
         "needs 3 suspects asked alone first, and then every other rank needs 9 more questions (an answer "

@@ -344,12 +344,15 @@ def _dry_run_guide(config: SearchConfig) -> None:
     if not journal.exists():
         return
     try:
-        recorded = replay(read_records(journal)).guide
+        state = replay(read_records(journal))
     except (UsageError, OSError, KeyError, TypeError, ValueError):
         return
-    if recorded is not None:
+    if state.guide is not None:
+        from .guide import report_entry
+
+        shown = report_entry(state.guide, list(state.refined.values()), [rule.name for rule in config.rules])
         echo("the search in the state directory journaled its guide (a resume replays it):")
-        for line in guide_lines(recorded):
+        for line in guide_lines(shown):
             echo(f"  {line}")
 
 

@@ -822,7 +822,10 @@ class Engine:
         if score.all_on_metric is None:
             self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats + extra["all_on"])
         prior = self._guide()
-        strategy = guided(prior, STRATEGIES[self.config.search.strategy])
+        strategy = guided(
+            prior, STRATEGIES[self.config.search.strategy], partners=self._partners(),
+            refine=self._refine if self._refines() else None,
+        )  # fmt: skip
         result = find_culprits(
             self.rules,
             self._oracle,
@@ -885,7 +888,7 @@ class Engine:
             if not settings.suspects and settings.guide != "dumps":
                 return []
             dumps = self._dump_ranking() if settings.guide == "dumps" else None
-            self._append(guidance.record(settings.suspects, settings.guide, dumps))
+            self._append(guidance.record(settings.suspects, settings.guide, dumps, refine=self._references_dump()))
             recorded = self.state.guide
             assert recorded is not None
             for line in guidance.summary_lines(recorded):
@@ -896,6 +899,68 @@ class Engine:
                 "(a resume replays the same questions; 'fusion-dd search --restart' starts over with the new one)"
             )
         return [self.rule_by_name[name] for name in recorded.get("ranking") or [] if name in self.rule_by_name]
+
+    def _partners(self) -> dict[Rule, list[Rule]]:
+        """The journaled partners of the first suspects (``fusion_dd.guide.partners``), as rules."""
+        dumps = (self.state.guide or {}).get("dumps") or {}
+        return self._rules_of_partners(dumps.get("partners") or {})
+
+    def _rules_of_partners(self, named: Mapping[str, Sequence[str]]) -> dict[Rule, list[Rule]]:
+        by_name = self.rule_by_name
+        return {
+            by_name[rule]: [by_name[mate] for mate in mates if mate in by_name]
+            for rule, mates in named.items()
+            if rule in by_name
+        }
+
+    def _refines(self) -> bool:
+        """Whether later searches are ranked by their fix candidates' dumps.
+
+        As the guide record says (journaled when the search started: the references
+        and fix candidates dump as they train, so no extra training): a search
+        journaled by a version without refinement replays without it, and a
+        resume replays the journaled refinements whatever the config says now.
+        """
+        guide = self.state.guide
+        return bool(guide and guide.get("refine"))
+
+    def _refine(self, start: frozenset[Rule]) -> tuple[list[Rule], dict[Rule, list[Rule]]] | None:
+        """A later search's own ranking: its failing start's dump against the baseline's, journaled once."""
+        names = tuple(sorted(rule.name for rule in start))
+        recorded = self.state.refined.get(names)
+        if recorded is None:
+            recorded = self._refined_record(names)
+            if recorded is None:
+                return None
+            self._append(recorded)
+            if recorded.get("ranking"):
+                shown = ", ".join(recorded["ranking"][:4])
+                self.events.message(
+                    f"guide: the failing fix candidate's dump ranks {len(recorded['ranking'])} suspect(s): {shown}"
+                )
+        ranking = [self.rule_by_name[name] for name in recorded.get("ranking") or [] if name in self.rule_by_name]
+        if not ranking:
+            return None
+        return ranking, self._rules_of_partners(recorded.get("partners") or {})
+
+    def _refined_record(self, names: tuple[str, ...]) -> dict[str, Any] | None:
+        """Compare the start's dumped training with the baseline's; a record with a reason when it cannot."""
+        cache = self.state.cache()
+        trial, baseline = cache.get((frozenset(names), 0)), cache.get((frozenset(), 0))
+        record: dict[str, Any] = {"type": "guide_refined", "config": list(names)}
+        dumped = self.state.dumped
+        if trial is None or baseline is None or not (dumped(trial.trial_id) and dumped(baseline.trial_id)):
+            return {**record, "reason": "no dumped training of this configuration"}
+        record["trials"] = [trial.trial_id, baseline.trial_id]
+        try:
+            comparison = self._localizer().compare(trial, baseline)
+        except UsageError as exc:
+            return {**record, "reason": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a failed comparison costs the guide, never the search
+            return {**record, "reason": f"the comparison failed ({type(exc).__name__}: {exc})"}
+        suspects = list((self.state.guide or {}).get("suspects") or [])  # as journaled, like the first ranking
+        made = guidance.refined(comparison, [rule.name for rule in self.rules], names, suspects)
+        return {**made, "trials": record["trials"]}
 
     def _dump_ranking(self) -> dict[str, Any]:
         """Compare the references' dumps and rank the candidates (trains two dumped runs if needed)."""
@@ -924,7 +989,7 @@ class Engine:
             return {**evidence, "reason": f"the comparison failed ({type(exc).__name__}: {exc})"}
         ranking, why = guidance.rank(comparison, [rule.name for rule in self.rules])
         evidence.update({"compared": len(comparison.pairs), "bad": len(comparison.bad), "ranking": ranking,
-                         "evidence": why})
+                         "evidence": why, "partners": guidance.partners(comparison, [r.name for r in self.rules], why)})
         if not ranking:
             evidence["reason"] = (
                 f"no candidate rule made an op that differs beyond the thresholds ({len(comparison.pairs)} "
@@ -1018,7 +1083,9 @@ class Engine:
         )
         report = localization.attach(report, self.state, self.config.localize is not None, display_path(self.state_dir))
         if self.state.guide is not None:
-            report["guide"] = guidance.report_entry(self.state.guide)
+            report["guide"] = guidance.report_entry(
+                self.state.guide, list(self.state.refined.values()), [rule.name for rule in self.rules]
+            )
         return report
 
     def _finish(self, status: str, pre: Preconditions, result: CulpritSearch | None) -> SearchResult:

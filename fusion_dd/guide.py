@@ -15,6 +15,19 @@ rules that made those ops, so the candidate rules can be ranked by suspicion:
    diverges (lowest cosine), then by the same share of good ops;
 3. everything else is no suspect: the search keeps it in candidate order.
 
+Beside the ranking, each of the first suspects gets *partners*: the candidate
+rules of the ops around its bad op in the fusion-on graph (its producers and
+consumers, then the ops that share one of them with it), rules that made no bad
+op of their own first. That is where an interacting partner hides from the
+dumps: a pass that removes a cast or changes a layout makes no op that goes
+wrong, it changes what the suspect's fused kernel reads. When the suspect
+passes alone, the search asks it with each partner (``fusion_dd.search.guided``).
+
+A later search starts inside a failing fix candidate; when that training dumped
+too, its comparison against the baseline's dump ranks the rules of the failure
+that is left (``refined``): the culprit just switched off no longer hides the
+ops behind it.
+
 That ranking is a *prior*: ``fusion_dd.search.guided`` asks the suspects alone
 first and proves every answer with trainings, so a wrong ranking costs a few
 trainings and never a wrong answer. The worst op at step 0 is not always the
@@ -34,6 +47,9 @@ from typing import Any
 
 #: How many suspects the report and the summary show with their evidence.
 SHOWN = 8
+#: How many suspects get partners, and how many partners each at most.
+PARTNERED = 8
+PARTNERS = 6
 
 
 def _cosine(value: float) -> float:
@@ -105,16 +121,95 @@ def rank(comparison: Any, candidates: Sequence[str]) -> tuple[list[str], list[di
     return ranking, [evidence[rule] for rule in ranking]
 
 
+def partners(comparison: Any, candidates: Sequence[str], evidence: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per suspect (the first ``PARTNERED``): the candidate rules of the ops around its bad op.
+
+    Around means in the fusion-on graph: the op's producers and consumers first,
+    then the ops that share a producer or a consumer with it, each group in
+    graph order. Rules that made no bad op come first (a partner that made one
+    is a suspect of its own). Empty without a graph dump (no edges, no rules).
+    Pure: the same comparison gives the same partners.
+    """
+    graph = getattr(comparison, "graph_on", None)
+    if graph is None:
+        return {}
+    order = {name: index for index, name in enumerate(dict.fromkeys(candidates))}
+    ops = {op.name: op for op in graph.ops}
+    index = {name: position for position, name in enumerate(ops)}
+    producers: dict[str, list[str]] = {}
+    consumers: dict[str, list[str]] = {}
+    for op in graph.ops:
+        for text in op.inputs:
+            producer, _, slot = text.rpartition(":")
+            producer = producer or text
+            if slot == "-1" or producer not in ops or producer == op.name:
+                continue
+            producers.setdefault(op.name, []).append(producer)
+            consumers.setdefault(producer, []).append(op.name)
+    bad = {rule for pair in comparison.pairs if pair.bad for rule in pair.rules}
+
+    def around(name: str) -> list[str]:
+        near = list(dict.fromkeys(producers.get(name, []) + consumers.get(name, [])))
+        shared = [
+            other
+            for hub in near
+            for other in consumers.get(hub, []) + producers.get(hub, [])
+            if other != name and other not in near
+        ]
+        return sorted(near, key=index.__getitem__) + sorted(dict.fromkeys(shared), key=index.__getitem__)
+
+    found: dict[str, list[str]] = {}
+    for entry in list(evidence)[:PARTNERED]:
+        rule, op = entry.get("rule"), entry.get("op")
+        if rule is None or op not in ops:
+            continue
+        mates: list[str] = []
+        for name in around(op):
+            graph_op = ops[name]
+            for mate in graph_op.passes():
+                if mate in order and mate != rule and mate not in mates:
+                    mates.append(mate)
+        mates.sort(key=lambda mate: mate in bad)  # stable: graph order within each group
+        if mates:
+            found[rule] = mates[:PARTNERS]
+    return found
+
+
+def refined(
+    comparison: Any, candidates: Sequence[str], start: Sequence[str], suspects: Sequence[str]
+) -> dict[str, Any]:
+    """The ``guide_refined`` record of a later search: the dumps of its failing start against the baseline's.
+
+    Only rules of the start are ranked (the others are off in it). The user's
+    ``suspects`` stay first, as in the first search.
+    """
+    inside = [name for name in candidates if name in set(start)]
+    ranking, why = rank(comparison, inside)
+    mates = partners(comparison, inside, why)
+    return {
+        "type": "guide_refined",
+        "config": sorted(start),
+        "ranking": list(dict.fromkeys([*(rule for rule in suspects if rule in set(start)), *ranking])),
+        "evidence": why[:SHOWN],
+        "partners": mates,
+        "compared": len(comparison.pairs),
+        "bad": len(comparison.bad),
+    }
+
+
 def record(
     suspects: Sequence[str],
     mode: str,
     dumps: Mapping[str, Any] | None,
+    refine: bool = False,
 ) -> dict[str, Any]:
     """The ``guide`` journal record: the user's suspects first, then the dumps' ranking.
 
     ``dumps``: None when the guide does not use dumps, else
-    ``{"ranking": [...], "evidence": [...], "trials": [off, on]}`` or
-    ``{"reason": why there is no ranking}``.
+    ``{"ranking": [...], "evidence": [...], "partners": {...}, "trials": [off, on]}``
+    or ``{"reason": why there is no ranking}``. ``refine``: later searches are
+    ranked by their fix candidates' dumps (``guide_refined`` records); a search
+    journaled without it replays without it.
     """
     ranking = list(dict.fromkeys(suspects))
     if dumps is not None:
@@ -125,11 +220,20 @@ def record(
         "suspects": list(suspects),
         "dumps": dict(dumps) if dumps is not None else None,
         "ranking": ranking,
+        "refine": refine,
     }
 
 
-def report_entry(guide: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``report.json``'s ``guide``: what guided the search, as journaled."""
+def report_entry(
+    guide: Mapping[str, Any] | None,
+    refined: Sequence[Mapping[str, Any]] = (),
+    candidates: Sequence[str] = (),
+) -> dict[str, Any] | None:
+    """``report.json``'s ``guide``: what guided the search, as journaled.
+
+    ``refined``: the ``guide_refined`` records of later searches, shown by the
+    rules switched off in their start (``off``, against ``candidates``).
+    """
     if guide is None:
         return None
     dumps = guide.get("dumps")
@@ -143,6 +247,20 @@ def report_entry(guide: Mapping[str, Any] | None) -> dict[str, Any] | None:
             key: dumps[key] for key in ("trials", "reason", "compared", "bad") if dumps.get(key) is not None
         }
         entry["evidence"] = list(dumps.get("evidence") or [])
+        if dumps.get("partners"):
+            entry["partners"] = dict(dumps["partners"])
+    if refined:
+        entry["refined"] = [
+            {
+                "off": [name for name in candidates if name not in set(found.get("config") or [])],
+                **{
+                    key: found[key]
+                    for key in ("trials", "ranking", "evidence", "partners", "reason")
+                    if found.get(key) is not None
+                },
+            }
+            for found in refined
+        ]
     return entry
 
 
@@ -176,4 +294,18 @@ def summary_lines(guide: Mapping[str, Any] | None, culprits: Sequence[Sequence[s
         lines.append(f"  {index}. {rule}: {detail}{mark}")
     if len(ranking) > SHOWN:
         lines.append(f"  ... {len(ranking) - SHOWN} more suspect(s) in report.json (guide.ranking)")
+    for later in guide.get("refined") or []:
+        if not later.get("ranking"):
+            continue
+        top = later["ranking"][0]
+        why = next((entry for entry in later.get("evidence") or [] if entry.get("rule") == top), None)
+        seen = f" ({why['why']} {why['op']})" if why else ""
+        shown = ", ".join(f"{rule}{' <- culprit' if rule in guilty else ''}" for rule in later["ranking"][:3])
+        off = ", ".join(later.get("off") or [])
+        lines.append(f"  then inside the failing fix (off: {off}), its own dump{seen}: {shown}")
+        named = later.get("partners") or {}
+        lead = next((rule for rule in later["ranking"] if named.get(rule)), None)
+        if lead is not None:
+            marked = ", ".join(f"{rule}{' <- culprit' if rule in guilty else ''}" for rule in named[lead][:3])
+            lines.append(f"    asked with {lead} when it passes alone: {marked}")
     return lines

@@ -69,6 +69,10 @@ class _Replay(Engine):
             return []
         return super()._guide()
 
+    def _refined_record(self, names: tuple[str, ...]) -> dict[str, Any] | None:
+        """The journaled refinements only (``_refine`` reads them): comparing is the running engine's."""
+        return None
+
     def _report(
         self, status: str, pre: Preconditions | None, result: CulpritSearch | None, message: str | None = None
     ) -> dict[str, Any]:

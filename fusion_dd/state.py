@@ -118,6 +118,9 @@ class SearchState:
     localized: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
     # The prior of a guided search (``guide`` record, fusion_dd.guide): journaled once, replayed on resume.
     guide: dict[str, Any] | None = None
+    # The rankings of later searches from their fix candidates' dumps (``guide_refined``), by
+    # the sorted rule names of the search's start: journaled once each, replayed on resume.
+    refined: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
     # Reference trainings that dumped tensors for the guide (``"dumps": true`` in trial_started):
     # the same training as the search's, so their dumps also serve localization.
     _dumping: set[str] = field(default_factory=set, repr=False)
@@ -230,6 +233,8 @@ class SearchState:
         elif kind == "guide":
             if self.guide is None:  # the first one decided the questions; a duplicate changes nothing
                 self.guide = record
+        elif kind == "guide_refined":
+            self.refined.setdefault(tuple(sorted(record["config"])), record)
 
 
 def replay(records: Iterable[dict[str, Any]]) -> SearchState:

@@ -65,6 +65,27 @@ def test_the_demo_is_guided_by_the_references_dumps(report, demo) -> None:
     assert [r["ranking"] for r in records if r.get("type") == "guide"] == [guide["ranking"]]
 
 
+def test_the_later_search_is_ranked_by_the_failing_fix_candidates_dump(report, demo) -> None:
+    """Inside the failing fix (LayerNorm off), its own dump leads to the pair's fused op, and the pair's
+    other rule (it makes no bad op) is asked as a partner: the whole default demo in at most 16 trainings."""
+    result, state = demo
+    from fusion_dd.journal import read_records
+    from fusion_dd.rebuild import rebuild_from_dir
+
+    refined = [r for r in read_records(state / "journal.jsonl") if r.get("type") == "guide_refined"]
+    assert len(refined) == 1 and "LayerNormFusionPass" not in refined[0]["config"]
+    assert refined[0]["ranking"][0] == "ZReduceMeanVarianceFusionPass"
+    assert "CastRemoveFusionPass" in refined[0]["partners"]["ZReduceMeanVarianceFusionPass"]
+    assert report["guide"]["refined"][0]["off"] == ["LayerNormFusionPass"]
+    partners = "asked with ZReduceMeanVarianceFusionPass when it passes alone: CastRemoveFusionPass <- culprit"
+    assert partners in result.stdout
+    assert report["trainings"] <= 16  # the issue's target, everything counted
+    # The journal alone replays to the same answer: the refinement is read back, never recomputed.
+    rebuilt = rebuild_from_dir(state, running=False).report
+    assert found(rebuilt) == found(report) and rebuilt["trainings"] == report["trainings"]
+    assert rebuilt["guide"]["refined"] == report["guide"]["refined"]
+
+
 def test_the_demo_fix_is_verified_and_written(report, demo) -> None:
     _, state = demo
     assert report["fix_verified"] is True

@@ -12,7 +12,7 @@ import yaml
 
 from fusion_dd.config import parse_config
 from fusion_dd.errors import UsageError
-from fusion_dd.guide import rank, record, summary_lines
+from fusion_dd.guide import partners, rank, record, refined, report_entry, summary_lines
 from fusion_dd.journal import read_records
 from test_cli import CULPRIT, GRAPH, fusion_dd, launches, write_config
 
@@ -111,6 +111,11 @@ class Divergence:
 class Comparison:
     pairs: list[Pair]
     first_divergence: Divergence | None
+    graph_on: object = None
+
+    @property
+    def bad(self) -> list[Pair]:
+        return [pair for pair in self.pairs if pair.bad]
 
 
 def test_rules_of_the_first_bad_op_lead_then_earlier_and_worse_ops() -> None:
@@ -143,6 +148,73 @@ def test_a_rule_that_also_fuses_good_ops_comes_after_one_whose_ops_all_go_bad() 
 
 def test_no_divergence_means_no_suspect() -> None:
     assert rank(Comparison([Pair(0, "ok", ("A",), 1.0, bad=False)], None), ["A"]) == ([], [])
+
+
+@dataclass
+class Op:
+    name: str
+    inputs: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()
+
+    def passes(self) -> tuple[str, ...]:
+        return self.rules
+
+
+@dataclass
+class Graph:
+    ops: list[Op]
+
+
+def layer_norm_graph() -> Graph:
+    """x -> sub (made by Cast, M) -> rsqrt (made by Z, M) -> out (made by E); y (made by F) also reads x."""
+    return Graph(
+        [
+            Op("x"),
+            Op("far", ("x:0",), ("Far",)),
+            Op("sub", ("x:0",), ("Cast", "M")),
+            Op("rsqrt", ("sub:0", "x:0"), ("Z", "M")),
+            Op("out", ("rsqrt:0", "c:-1"), ("E",)),
+            Op("c", (), ("Control",)),
+        ]
+    )
+
+
+def test_partners_are_the_rules_around_the_bad_op_those_without_a_bad_op_first() -> None:
+    comparison = Comparison(
+        pairs=[
+            Pair(0, "sub", ("Cast", "M"), 1.0, bad=False),
+            Pair(1, "rsqrt", ("Z", "M"), 0.5),
+            Pair(2, "out", ("E",), 0.5),
+            Pair(3, "far", ("Far",), 1.0, bad=False),
+        ],
+        first_divergence=Divergence("rsqrt", ("Z", "M")),
+    )
+    comparison.graph_on = layer_norm_graph()
+    candidates = ["Z", "M", "Cast", "E", "Far", "Control"]
+    ranking, evidence = rank(comparison, candidates)
+    found = partners(comparison, candidates, evidence)
+    # Producers and consumers first (sub, x, out), then what shares them (far reads x too); a
+    # control edge is no data flow. Rules that made no bad op lead: Cast, then Far; M and E made bad ops.
+    assert found["Z"] == ["Cast", "Far", "M", "E"]
+    assert "Z" not in found["M"] and found["M"][0] == "Cast"
+    assert partners(Comparison(comparison.pairs, comparison.first_divergence), candidates, evidence) == {}  # no graph
+
+
+def test_a_refined_record_ranks_only_the_rules_of_the_start_users_suspects_first() -> None:
+    comparison = Comparison(
+        pairs=[Pair(0, "sub", ("Cast", "M"), 1.0, bad=False), Pair(1, "rsqrt", ("Z", "M"), 0.5)],
+        first_divergence=Divergence("rsqrt", ("Z", "M")),
+    )
+    comparison.graph_on = layer_norm_graph()
+    made = refined(comparison, ["Z", "M", "Cast", "LN"], ["Z", "Cast", "M"], suspects=["Cast", "LN"])
+    assert made["type"] == "guide_refined" and made["config"] == ["Cast", "M", "Z"]
+    assert made["ranking"] == ["Cast", "Z", "M"]  # LN is off in this start: not ranked
+    assert made["partners"]["Z"] == ["Cast", "M"]
+    entry = report_entry(record([], "dumps", {"ranking": ["LN"], "evidence": []}), [made], ["Z", "M", "Cast", "LN"])
+    assert entry is not None and entry["refined"][0]["off"] == ["LN"]
+    lines = summary_lines(entry, [["Z", "Cast"]])
+    assert "  then inside the failing fix (off: LN), its own dump: Cast <- culprit, Z <- culprit, M" in lines
+    assert "    asked with Z when it passes alone: Cast <- culprit, M" in lines  # the first with partners
 
 
 def test_the_record_puts_the_users_suspects_first() -> None:

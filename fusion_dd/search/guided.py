@@ -22,12 +22,34 @@ again, so a useless prior costs k trainings. Asking the first two alone keeps
 that cost at two (the issue's "at most a few trainings") while a culprit
 ranked first or second costs one or two questions instead of ~log2(n) + 1.
 
+Two more kinds of knowledge, both optional:
+
+- **Partners** (``partners``: suspect -> rules): an interacting pair hides from
+  the dumps when one of its rules makes no bad op of its own (a pass that
+  removes a cast changes what a fused kernel reads, and the kernel's op is the
+  one that goes wrong). When the top suspect of a search passes alone, the
+  dumps still say its op is where the numbers go wrong, so after the first
+  round of singles the search asks the top suspect *together with* each of its
+  partners (the rules of the ops around its bad op, from the graph dump), P per
+  round, with a patience of its own (so a prior with partners may cost twice
+  the patience when it misleads). A failing pair ``{s, p}`` is proven
+  1-minimal by ``{p}`` passing alone (asked; ``{s}`` passed already); if ``{p}``
+  fails, ``{p}`` is the answer.
+- **Refinement** (``refine``: start -> ranking and partners, or None): a later
+  search starts inside a failing fix candidate, whose training may have dumped
+  tensors too; its comparison against the baseline's dump ranks the rules of
+  *that* failure (the first bad op is no longer hidden behind the culprit just
+  switched off). ``refine`` is asked once per search that does not start from
+  the whole universe; what it answers must be a function of the start alone
+  (the engine journals it), so a replay asks the same questions.
+
 Guarantees are those of the wrapped minimizer: every answer is a failing
-single (1-minimal by the precondition that the empty configuration passes) or
-the wrapped minimizer's verified answer; the all-culprits layer still trains
-and verifies the fix. Pure and deterministic: what is asked depends only on the
-prior, the answers (``known`` included) and the lanes, so a replay against the
-journal asks exactly the same questions.
+single (1-minimal by the precondition that the empty configuration passes), a
+failing pair whose two singles pass, or the wrapped minimizer's verified
+answer; the all-culprits layer still trains and verifies the fix. Pure and
+deterministic: what is asked depends only on the prior, the partners, what
+``refine`` answers, the answers (``known`` included) and the lanes, so a replay
+against the journal asks exactly the same questions.
 """
 
 from __future__ import annotations
@@ -79,7 +101,9 @@ class Guided(Generic[T]):
     over when the suspects run out or patience does (default ``bisect``).
     ``patience``: passing suspects in a row per search before giving up; None
     means ``max(2, P)``. Either way it grows by the same amount for every
-    suspect already known to fail alone.
+    suspect already known to fail alone. Pairs of the top suspect with its
+    ``partners`` get the same patience again (not grown). ``refine``: see the
+    module docstring.
     """
 
     def __init__(
@@ -87,6 +111,8 @@ class Guided(Generic[T]):
         prior: Sequence[T],
         base: Callable[..., frozenset] | None = None,
         patience: int | None = None,
+        partners: Mapping[T, Sequence[T]] | None = None,
+        refine: Callable[[frozenset[T]], tuple[Sequence[T], Mapping[T, Sequence[T]]] | None] | None = None,
     ) -> None:
         if base is None:
             from fusion_dd.search.bisection import bisect
@@ -97,6 +123,10 @@ class Guided(Generic[T]):
         self.prior: list[T] = list(dict.fromkeys(prior))
         self.base = base
         self.patience = patience
+        self.partners: dict[T, list[T]] = {
+            rule: list(dict.fromkeys(mates)) for rule, mates in (partners or {}).items()
+        }
+        self.refine = refine
         self._base_known = _accepts(base, "known")
         self._base_lanes = _accepts(base, "parallelism")
         self._base_masks = _accepts(base, "masks")
@@ -119,10 +149,20 @@ class Guided(Generic[T]):
         answers: dict[frozenset[T], bool] = {}
         for config, answer in (known or {}).items():
             answers[frozenset(config)] = bool(_fails(answer))
-        found = self._suspects(start, oracle, parallelism, answers)
+        # Partners describe the failure whose dump they come from: the prior's belong to the
+        # first search (the whole universe), a later search has only its refinement's.
+        first = start == frozenset(order)
+        ranking: Sequence[T] = self.prior
+        partners: Mapping[T, Sequence[T]] = self.partners if first else {}
+        if self.refine is not None and not first:
+            refined = self.refine(start)
+            if refined is not None:
+                ranking = list(dict.fromkeys([*refined[0], *self.prior]))
+                partners = {rule: list(mates) for rule, mates in refined[1].items()}
+        found = self._suspects(start, oracle, parallelism, answers, ranking, partners)
         if found is not None:
             return found
-        return self._fallback(order, oracle, start, parallelism, known, answers)
+        return self._fallback(order, oracle, start, parallelism, known, answers, ranking)
 
     def _suspects(
         self,
@@ -130,11 +170,14 @@ class Guided(Generic[T]):
         oracle: Oracle[T],
         parallelism: Lanes,
         answers: dict[frozenset[T], bool],
+        ranking: Sequence[T],
+        partners: Mapping[T, Sequence[T]],
     ) -> frozenset[T] | None:
-        """The first suspect inside ``start`` that fails alone, asked P per round; None: none (yet)."""
-        suspects = [rule for rule in self.prior if rule in start]
-        guilty = sum(1 for rule in self.prior if answers.get(frozenset({rule})) is True)
+        """The first suspect inside ``start`` that fails alone (or with a partner), P per round; None: none (yet)."""
+        suspects = [rule for rule in ranking if rule in start]
+        guilty = sum(1 for rule in ranking if answers.get(frozenset({rule})) is True)
         misses = 0
+        paired = False
         pending: list[T] = []
         for rule in suspects:
             single = frozenset({rule})
@@ -143,10 +186,19 @@ class Guided(Generic[T]):
                 return single  # proven earlier (e.g. asked in the same round as another culprit)
             if verdict is None:
                 pending.append(rule)
-        while pending:
+        while pending or not paired:
             width = width_of(parallelism)
             step = self.patience if self.patience is not None else max(2, width)
             allowed = step * (1 + guilty) - misses
+            if not paired and (not pending or misses or allowed <= 0):
+                # After the first round of singles (or with none left to ask): the top
+                # suspect with each of its partners, once per search, with a patience of
+                # its own (one round on P devices, two pairs on one).
+                paired = True
+                found, _ = self._pairs(start, oracle, width, step, answers, suspects, partners)
+                if found is not None:
+                    return found
+                continue
             if allowed <= 0:
                 return None
             batch = pending[: min(width, allowed)]
@@ -165,6 +217,46 @@ class Guided(Generic[T]):
                 return hit
         return None
 
+    def _pairs(
+        self,
+        start: frozenset[T],
+        oracle: Oracle[T],
+        width: int,
+        budget: int,
+        answers: dict[frozenset[T], bool],
+        suspects: Sequence[T],
+        partners: Mapping[T, Sequence[T]],
+    ) -> tuple[frozenset[T] | None, int]:
+        """The top suspect (passing alone) with each partner, at most ``budget`` of them.
+
+        Returns a proven answer (the pair, or its partner alone when that fails
+        too) and how many pairs passed.
+        """
+        top = next((rule for rule in suspects if answers.get(frozenset({rule})) is False), None)
+        if top is None:
+            return None, 0
+        mates = [mate for mate in partners.get(top, ()) if mate in start and mate != top]
+        pairs = [frozenset({top, mate}) for mate in mates]
+        hit = next((pair for pair in pairs if answers.get(pair) is True), None)
+        pending = [pair for pair in pairs if pair not in answers]
+        misses = 0
+        while hit is None and pending and misses < budget:
+            batch = pending[: min(width, budget - misses)]
+            pending = pending[len(batch) :]
+            for pair, outcome in zip(batch, oracle.outcomes(batch)):
+                fails = outcome is Outcome.FAIL
+                answers[pair] = fails
+                if fails and hit is None:
+                    hit = pair
+                if not fails:
+                    misses += 1
+        if hit is None:
+            return None, misses
+        mate = frozenset(hit - {top})
+        if mate not in answers:
+            answers[mate] = oracle.outcomes([mate])[0] is Outcome.FAIL
+        return (mate if answers[mate] else hit), misses
+
     def _fallback(
         self,
         order: list[T],
@@ -173,9 +265,10 @@ class Guided(Generic[T]):
         parallelism: Lanes,
         known: Mapping[frozenset[T], Outcome | bool] | None,
         answers: dict[frozenset[T], bool],
+        ranking: Sequence[T],
     ) -> frozenset[T]:
         """The wrapped minimizer over the universe in prior order, told every answer so far."""
-        guided_order = prior_order(order, self.prior)
+        guided_order = prior_order(order, ranking)
         extra: dict[str, object] = {}
         if self._base_lanes:
             extra["parallelism"] = parallelism
@@ -194,9 +287,13 @@ class Guided(Generic[T]):
 
 
 def guided(
-    prior: Sequence[T] | None, base: Callable[..., frozenset], patience: int | None = None
+    prior: Sequence[T] | None,
+    base: Callable[..., frozenset],
+    patience: int | None = None,
+    partners: Mapping[T, Sequence[T]] | None = None,
+    refine: Callable[[frozenset[T]], tuple[Sequence[T], Mapping[T, Sequence[T]]] | None] | None = None,
 ) -> Callable[..., frozenset]:
-    """``base`` itself when there is no prior (nothing changes), else ``Guided(prior, base)``."""
-    if not prior:
+    """``base`` itself when there is no prior and nothing to refine it (nothing changes), else ``Guided``."""
+    if not prior and refine is None:
         return base
-    return Guided(list(prior), base, patience)
+    return Guided(list(prior or ()), base, patience, partners, refine)

@@ -75,6 +75,121 @@ def test_any_prior_gives_the_unguided_answer(case, base, parallelism: int) -> No
         assert no_repeats(oracle), label
 
 
+class Refiner:
+    """A deterministic ``refine``: a ranking and partners drawn from the start alone (a seeded shuffle)."""
+
+    def __init__(self, universe: list[int], sets: list[frozenset[int]], seed: int, helpful: bool) -> None:
+        self.universe, self.sets, self.seed, self.helpful = universe, sets, seed, helpful
+        self.asked: list[frozenset[int]] = []
+
+    def __call__(self, start: frozenset[int]):
+        self.asked.append(start)
+        rng = random.Random(self.seed * 7919 + sum(start) + len(start))
+        inside = sorted(start)
+        rng.shuffle(inside)
+        if self.helpful:  # the culprits left inside the start first, each one's mates as its partners
+            left = [rule for s in self.sets if s <= start for rule in sorted(s)]
+            inside = left + [rule for rule in inside if rule not in left]
+            partners = {rule: sorted(s - {rule}) + inside[:2] for s in self.sets if s <= start for rule in s}
+        else:  # anything at all, outsiders included
+            partners = {rule: rng.sample(self.universe, min(3, len(self.universe))) for rule in inside[:4]}
+        return inside[:6], partners
+
+
+@pytest.mark.parametrize("base", [bisect, ddmin], ids=["bisect", "ddmin"])
+@pytest.mark.parametrize("parallelism", [1, 3])
+@settings(deadline=None, max_examples=40)
+@given(case=planted(), seed=st.integers(0, 10**6), helpful=st.booleans())
+def test_partners_and_refinement_give_the_unguided_answer(
+    case, base, parallelism: int, seed: int, helpful: bool
+) -> None:
+    """Pairs with partners and per-search rankings change what is asked, never the answer."""
+    universe, sets, shuffled = case
+    _, unguided = search(universe, sets, base, parallelism)
+    rng = random.Random(seed)
+    partners = {rule: rng.sample(universe, min(4, len(universe))) for rule in shuffled[:5]}
+    if helpful:
+        partners.update({rule: sorted(s - {rule}) for s in sets for rule in s})
+    for label, prior in priors(universe, sets, shuffled).items():
+        refine = Refiner(universe, sets, seed, helpful)
+        oracle, result = search(universe, sets, Guided(prior, base, partners=partners, refine=refine), parallelism)
+        assert answer(result) == answer(unguided), label
+        assert no_repeats(oracle), label
+        assert F(universe) not in refine.asked  # the first search has the prior; later ones are refined
+
+
+@settings(deadline=None, max_examples=25)
+@given(case=planted(), seed=st.integers(0, 10**6))
+def test_behind_the_noise_guard_partners_and_refinement_give_the_unguided_answer(case, seed: int) -> None:
+    """With repeats (the engine's setting), the guard's confirmations see the same answer."""
+    universe, sets, shuffled = case
+
+    def run(strategy):
+        oracle = SimulatedOracle(sets_model(sets), parallelism=2, repeats=True)
+        oracle.outcomes([F(), F(universe)])
+        return find_culprits(universe, oracle, strategy, parallelism=2)
+
+    unguided = run(bisect)
+    partners = {rule: sorted(s - {rule}) for s in sets for rule in s}
+    result = run(Guided(shuffled, partners=partners, refine=Refiner(universe, sets, seed, helpful=True)))
+    assert answer(result) == answer(unguided) and result.confirmed == unguided.confirmed
+
+
+def test_a_pair_whose_other_rule_is_a_partner_costs_three_questions() -> None:
+    """The top suspect passes alone; with its first partner it fails; the partner alone passes: a pair."""
+    universe = list(range(256))
+    oracle, result = search(universe, [F({5, 200})], Guided([5, 1, 2], partners={5: [200, 7]}), 1)
+    # references, {5} alone, {5, 200} (fails), {200} alone (passes: proven 1-minimal), the fix
+    assert oracle.calls[2:5] == [F({5}), F({5, 200}), F({200})]
+    assert len(oracle.calls) == 6 and oracle.calls[5] in (F(universe) - {5}, F(universe) - {200})
+    assert [sorted(c.rules) for c in result.culprit_sets] == [[5, 200]] and result.fix_verified
+
+
+def test_a_partner_that_fails_alone_is_the_answer_not_the_pair() -> None:
+    universe = list(range(64))
+    oracle, result = search(universe, [F({30})], Guided([5], partners={5: [30]}), 1)
+    assert oracle.calls[2:5] == [F({5}), F({5, 30}), F({30})]
+    assert [sorted(c.rules) for c in result.culprit_sets] == [[30]]
+
+
+def test_misleading_partners_cost_at_most_one_more_patience() -> None:
+    universe = list(range(256))
+    oracle, result = search(universe, [F({17})], Guided([1, 2, 3], partners={1: [4, 5, 6, 7]}), 1)
+    pairs = [c for c in oracle.calls if len(c) == 2]
+    assert pairs == [F({1, 4}), F({1, 5})]  # patience 2 on one device, then the unguided search
+    assert [c for c in oracle.calls if len(c) == 1][:2] == [F({1}), F({2})] and F({3}) not in oracle.calls
+    assert [sorted(c.rules) for c in result.culprit_sets] == [[17]]
+
+
+def test_a_later_search_is_ranked_by_refine_and_pairs_with_its_partners() -> None:
+    """{3} first; inside the failing fix candidate, refine points at 10 with partner 20."""
+    universe = list(range(128))
+    asked: list[frozenset[int]] = []
+
+    def refine(start):
+        asked.append(start)
+        return [10, 11], {10: [20]}
+
+    strategy = Guided([3, 4], partners={3: [10, 20]}, refine=refine)
+    oracle, result = search(universe, [F({3}), F({10, 20})], strategy, 1)
+    assert asked == [F(universe) - {3}]  # once, for the later search only
+    later = oracle.calls[oracle.calls.index(F(universe) - {3}) + 1 :]
+    assert later[:3] == [F({10}), F({10, 20}), F({20})]  # the static partners of 3 are not used again
+    assert sorted(map(sorted, (c.rules for c in result.culprit_sets))) == [[3], [10, 20]]
+    assert result.fix_verified
+
+
+def test_refine_answering_none_keeps_the_prior() -> None:
+    universe = list(range(64))
+    plain, expected = search(universe, [F({3}), F({40})], Guided([3, 40]), 1)
+    oracle, result = search(universe, [F({3}), F({40})], Guided([3, 40], refine=lambda start: None), 1)
+    assert oracle.calls == plain.calls and answer(result) == answer(expected)
+
+
+def test_refine_alone_makes_a_guided_strategy() -> None:
+    assert isinstance(guided([], bisect, refine=lambda start: None), Guided)
+
+
 @settings(deadline=None, max_examples=40)
 @given(n=st.integers(4, 40), data=st.data())
 def test_overlapping_sets_stay_one_minimal_with_a_verified_fix(n: int, data) -> None:
