@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from fusion_dd.executor import DevicePool, run_batch
+from fusion_dd.runner.executor import DevicePool, run_batch
 
 
 def make_job(log, value, delay, busy):
