@@ -86,9 +86,9 @@ class Cluster:
 
 
 def _requests(root: Path, slots: list[tuple[str, ...]], count: int, seconds: float) -> list[Any]:
-    from fusion_dd.launcher import TrialRequest
-    from fusion_dd.metrics import MetricSpec
-    from fusion_dd.trial import TrialSpec
+    from fusion_dd.runner.launcher import TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.trial import TrialSpec
 
     script = root / "train.py"
     script.write_text(TRAIN)
@@ -107,7 +107,7 @@ def _requests(root: Path, slots: list[tuple[str, ...]], count: int, seconds: flo
 def run_batch_with(launcher: Any, slots: list[tuple[str, ...]], requests: list[Any]) -> dict[str, float]:
     from dataclasses import replace
 
-    from fusion_dd.executor import DevicePool, run_batch
+    from fusion_dd.runner.executor import DevicePool, run_batch
 
     starts: list[float] = []
     lock = threading.Lock()
@@ -141,8 +141,8 @@ def run_batch_with(launcher: Any, slots: list[tuple[str, ...]], requests: list[A
 
 
 def measure(workers: int, seconds: float) -> dict[str, dict[str, float]]:
-    from fusion_dd.dask_launcher import DaskLauncher
-    from fusion_dd.launcher import LocalLauncher
+    from fusion_dd.runner.dask_launcher import DaskLauncher
+    from fusion_dd.runner.launcher import LocalLauncher
 
     out: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-dask-") as tmp:

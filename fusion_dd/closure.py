@@ -178,9 +178,9 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
     """
     from .backends import backend_for
     from .hooks import fired_of
-    from .launcher import LocalLauncher, TrialRequest
-    from .metrics import MetricSpec
-    from .trial import TrialSpec
+    from .runner.launcher import LocalLauncher, TrialRequest
+    from .runner.metrics import MetricSpec
+    from .runner.trial import TrialSpec
 
     backend = backend_for(config)
     rendered = backend.render(candidates, enabled)
@@ -300,8 +300,8 @@ def journaled_rules(state_dir: Path) -> list[Rule] | None:
 
     An unreadable journal gives None: the engine reads it next and says what is wrong.
     """
-    from .journal import JOURNAL_NAME, read_records
-    from .state import replay
+    from .store.journal import JOURNAL_NAME, read_records
+    from .store.state import replay
 
     path = Path(state_dir) / JOURNAL_NAME
     if not path.exists():
@@ -356,7 +356,7 @@ def candidates_from_all_on(config: Any, say: Callable[[str], None]) -> tuple[Any
     rendering and the training's result) before the search starts, so an
     interrupted start trains it not again. Returns the config and that record.
     """
-    from .atomic import write_json_atomic
+    from .store.atomic import write_json_atomic
     from .backends import backend_for
     from .hooks import fired_of
 
@@ -479,7 +479,7 @@ def _adopted_all_on(config: Any, record: Mapping[str, Any], say: Callable[[str],
 def closed_config(config: Any, say: Callable[[str], None], given: Iterable[str] | None = None) -> Any:
     """``rules.closure: true``: the config with the closure's rules added (and the candidates not
     ``given`` by hand that fire although switched off dropped); closure.json makes it stable on resume."""
-    from .atomic import write_json_atomic
+    from .store.atomic import write_json_atomic
 
     given = set(given) if given is not None else {rule.name for rule in config.rules}
     path = Path(config.state_dir) / CLOSURE_FILE

@@ -18,12 +18,12 @@ from typing import Any
 
 import yaml
 
-from .early_stop import EarlyStopRule
+from .runner.early_stop import EarlyStopRule
 from .errors import UsageError
-from .metrics import DEFAULT_LOSS_PATTERN
+from .runner.metrics import DEFAULT_LOSS_PATTERN
 from .rules import AUTOFUSE_POINTS, Rule, Section, name_problem
 from .safe_read import SMALL_FILE_BYTES, read_text, too_deep
-from .switch import SwitchFile, load_switch_file
+from .backends.cann.switch import SwitchFile, load_switch_file
 
 DEFAULT_CONFIG_NAME = "fusion-dd.yaml"
 #: The two reference trainings and at least one more: a smaller budget can never answer.
@@ -101,7 +101,7 @@ class TrainConfig:
     kill_grace: float = 10.0
     retries: int = 1
     # Where trainings run: "local" (supervised processes here) or "dask" (one task per
-    # trial on a dask.distributed cluster, fusion_dd.dask_launcher). Not part of the
+    # trial on a dask.distributed cluster, fusion_dd.runner.dask_launcher). Not part of the
     # search's definition: a search may move between them on resume.
     launcher: str = "local"
     scheduler: str | None = None
@@ -516,7 +516,7 @@ def _check_placeholders(reader: _Reader, text: str, key: str, dumps: bool = Fals
 
     ``dumps``: a ``localize.*`` value, where ``{dump_dir}`` is known too.
     """
-    from .trial import DUMP_PLACEHOLDERS, PLACEHOLDERS, unknown_placeholders
+    from .runner.trial import DUMP_PLACEHOLDERS, PLACEHOLDERS, unknown_placeholders
 
     if "\x00" in text:
         raise reader.error(key, "contains a NUL character, which no command line or environment can carry")

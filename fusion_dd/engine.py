@@ -23,12 +23,12 @@ from typing import Any, Protocol
 from . import __version__
 from .config import SearchConfig
 from .errors import UsageError
-from .early_stop import LossCurveHook, envelope, read_curve
-from .executor import Device, DevicePool, run_batch
-from .journal import JOURNAL_NAME, TRIALS_DIR, Journal
-from .metrics import MetricSpec
+from .runner.early_stop import LossCurveHook, envelope, read_curve
+from .runner.executor import Device, DevicePool, run_batch
+from .store.journal import JOURNAL_NAME, TRIALS_DIR, Journal
+from .runner.metrics import MetricSpec
 from .report import REPORT_NAME, build_report, display_path, write_outputs
-from .snapshots import Snapshots
+from .store.snapshots import Snapshots
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES, guided
@@ -36,19 +36,19 @@ from .search.culprits import CulpritSearch, find_culprits
 from .search.lanes import LanePlan
 from .search.noise import NoisePolicy
 from .search.oracle import Outcome
-from .state import ConfigKey, SearchState, TrialState, definition_changes, replay
-from .trial import TrialSpec
-from .launcher import Launcher, TrialRequest, TrialResult, launcher_for
+from .store.state import ConfigKey, SearchState, TrialState, definition_changes, replay
+from .runner.trial import TrialSpec
+from .runner.launcher import Launcher, TrialRequest, TrialResult, launcher_for
 from .backends import CompilerBackend, backend_for, fix_env_of
 from .hooks import effects_of, fired_although_off_of, known_to_compiler_of, switch_check_of, unknown_to_compiler_of
-from .broken import STATUS as TRAINING_BROKEN
-from .broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
-from .broken import report_details
+from .runner.broken import STATUS as TRAINING_BROKEN
+from .runner.broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
+from .runner.broken import report_details
 from .preflight import preflight
 from .training_oracle import TrainingOracle
 from . import guide as guidance
 from . import localize as localization
-from .state import LOCALIZE_ROLE
+from .store.state import LOCALIZE_ROLE
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -462,7 +462,7 @@ class Engine:
         the snapshot, never the search.
         """
         from .rebuild import rebuild
-        from .supervisor import write_json_atomic
+        from .runner.supervisor import write_json_atomic
 
         try:
             assert self._journal is not None
@@ -660,7 +660,7 @@ class Engine:
             )
 
     def _raise_if_broken(self, keys: Sequence[tuple[ConfigKey, str]]) -> None:
-        """Stop when the reference trainings show that the training itself does not run (fusion_dd.broken)."""
+        """Stop when the reference trainings show that the training itself does not run (fusion_dd.runner.broken)."""
         wanted = {key for key, _ in keys}
         since = list(self.state.trials.values())[self.state.broken_before :]
         trials = [trial for trial in since if trial.key in wanted and trial.role != LOCALIZE_ROLE]

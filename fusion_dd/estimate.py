@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .broken import TrainingBroken
+from .runner.broken import TrainingBroken
 from .engine import SwitchIgnored
-from .journal import JOURNAL_NAME, read_records
+from .store.journal import JOURNAL_NAME, read_records
 from .rebuild import ANSWERS, _Replay, config_of
 from .scoring import Threshold
-from .state import ConfigKey, SearchState, TrialState, replay
+from .store.state import ConfigKey, SearchState, TrialState, replay
 
 HYPOTHESES = 6
 

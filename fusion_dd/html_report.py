@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .state import SearchState, TrialState, replay
+from .store.state import SearchState, TrialState, replay
 
 HTML_NAME = "report.html"
 
@@ -140,7 +140,7 @@ def _devices(state: SearchState, busy: dict[str, float]) -> list[str]:
 
 def _curves(report: dict[str, Any], state: SearchState, state_dir: Path) -> list[dict[str, Any]]:
     """Loss curves of the baseline, all-on, each culprit set's probe and the fix, from the trials' files."""
-    from .early_stop import read_curve
+    from .runner.early_stop import read_curve
 
     everything = frozenset(rule["name"] for rule in report.get("candidates") or [])
     wanted: list[tuple[str, frozenset[str]]] = [("baseline", frozenset()), ("all on", everything)]

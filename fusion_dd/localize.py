@@ -36,8 +36,8 @@ from typing import Any
 
 from .config import LocalizeConfig
 from .errors import UsageError
-from .state import LOCALIZE_ROLE, ConfigKey, SearchState, TrialState
-from .trial import DUMP_PLACEHOLDERS, TrialSpec, substitute
+from .store.state import LOCALIZE_ROLE, ConfigKey, SearchState, TrialState
+from .runner.trial import DUMP_PLACEHOLDERS, TrialSpec, substitute
 
 #: How many of the worst ops ``culprits[i].localization.top`` lists.
 TOP_OPS = 5

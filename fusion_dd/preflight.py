@@ -12,7 +12,7 @@ one fails:
   relative path beside the config file or in the workdir, and is executable;
 * a script argument that looks like a path (``*.py``, ``*.sh``) exists beside
   the config file or in the workdir (the same rule the launch applies, see
-  :func:`fusion_dd.trial.resolve_relative`).
+  :func:`fusion_dd.runner.trial.resolve_relative`).
 
 Arguments built from a per-trial placeholder (``{trial_dir}/run.sh``) are not
 checked: their files only exist once the trial does.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import SearchConfig
-from .trial import looks_like_script, resolve_relative, substitute
+from .runner.trial import looks_like_script, resolve_relative, substitute
 
 _PER_TRIAL = ("{trial_dir}", "{switch_file}", "{metrics_file}")
 

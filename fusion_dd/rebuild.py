@@ -20,16 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .broken import TrainingBroken
+from .runner.broken import TrainingBroken
 from .config import DEFAULT_CONFIG_NAME, SearchConfig, parse_config
 from .engine import EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_OK, Engine, SearchResult, SwitchIgnored
 from .errors import UsageError
-from .journal import JOURNAL_NAME, read_records
-from .launcher import LocalLauncher
+from .store.journal import JOURNAL_NAME, read_records
+from .runner.launcher import LocalLauncher
 from .report import REPORT_NAME
 from .scoring import Preconditions
 from .search.culprits import CulpritSearch
-from .state import ConfigKey, SearchState, TrialState, replay
+from .store.state import ConfigKey, SearchState, TrialState, replay
 
 # Statuses that are an answer: the replay reached the end of the search.
 ANSWERS = ("found", "no_failure", "baseline_fails", "too_noisy")

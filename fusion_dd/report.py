@@ -18,9 +18,9 @@ from .rules import Rule
 from .scoring import Preconditions, Threshold, combine_runs
 from .search.culprits import CulpritSearch
 from .search.oracle import Outcome
-from .state import LOCALIZE_ROLE, SearchState, TrialState
-from .atomic import write_json_atomic, write_text_atomic
-from .switch import SwitchFile, render_switch
+from .store.state import LOCALIZE_ROLE, SearchState, TrialState
+from .store.atomic import write_json_atomic, write_text_atomic
+from .backends.cann.switch import SwitchFile, render_switch
 from .hooks import fired_although_off_of, known_to_compiler_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
@@ -257,7 +257,7 @@ def build_report(
 
 def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state: SearchState) -> None:
     """Per stopped trial and in total: the steps and seconds a full-length (baseline) training would have run."""
-    from .early_stop import estimate_savings, read_curve
+    from .runner.early_stop import estimate_savings, read_curve
 
     stopped = {
         trial.trial_id: trial.finished["early_stop"]

@@ -21,7 +21,7 @@ from .rules import Rule
 from .scoring import Threshold
 from .search.lanes import LanePlan
 from .search.oracle import BudgetExhausted, Observation, Outcome
-from .state import ConfigKey, TrialState
+from .store.state import ConfigKey, TrialState
 
 # Launch a batch of (configuration, repeat) keys, in order; once a finished
 # training satisfies ``stop_after`` the later ones may be cancelled. Results are

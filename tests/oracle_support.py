@@ -19,7 +19,7 @@ from fusion_dd.rules import Rule, Section
 from fusion_dd.scoring import Threshold
 from fusion_dd.search.oracle import Observation, Outcome
 from fusion_dd.search.simulate import NoiseModel, as_outcome
-from fusion_dd.state import ConfigKey, TrialState
+from fusion_dd.store.state import ConfigKey, TrialState
 from fusion_dd.training_oracle import TrainingOracle
 
 THRESHOLD = Threshold(baseline=1.0, tolerance=0.25, goal="max")  # fails below 0.75

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fusion_dd.broken import diagnose_references, is_start_error, log_tail
-from fusion_dd.state import TrialState
+from fusion_dd.runner.broken import diagnose_references, is_start_error, log_tail
+from fusion_dd.store.state import TrialState
 
 
 def trial(number: int, kind: str, reason: str = "", exit_code: int | None = 0, config: frozenset = frozenset()) -> TrialState:

@@ -22,7 +22,7 @@ from fake_training import (
 )
 
 from fusion_dd.rules import Section, catalog
-from fusion_dd.switch import load_switch_file
+from fusion_dd.backends.cann.switch import load_switch_file
 
 GRAPH = [name for name, section in catalog().items() if section.value == "GraphFusion"][:24]
 UB = [name for name, section in catalog().items() if section.value == "UBFusion"][:6]
@@ -244,7 +244,7 @@ def test_held_lock_is_a_clear_error(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from fusion_dd.journal import Journal;"
+            "import sys, time; from pathlib import Path; from fusion_dd.store.journal import Journal;"
             "j = Journal.open(Path(sys.argv[1])); print('locked', flush=True); time.sleep(60)",
             str(state),
         ],

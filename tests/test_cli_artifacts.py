@@ -32,7 +32,7 @@ def fusion_result(path: Path, fired: dict[str, str]) -> None:
 OBEDIENT_TRAINING = textwrap.dedent(
     """
     import json, os, sys
-    from fusion_dd.switch import load_switch_file
+    from fusion_dd.backends.cann.switch import load_switch_file
     from fusion_dd.rules import Section
     rules = json.loads(sys.argv[1])
     switch = load_switch_file(os.environ["FUSION_DD_SWITCH_FILE"])

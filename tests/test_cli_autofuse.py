@@ -10,14 +10,14 @@ from pathlib import Path
 
 import yaml
 
-from fusion_dd.backends.autofuse import parse_flags
+from fusion_dd.backends.cann.autofuse import parse_flags
 from test_cli import fusion_dd
 
 # A training that fails when AutoFuse's Reduce fusion runs, or when the graph culprit is on.
 TRAINING = textwrap.dedent(
     """
     import os
-    from fusion_dd.switch import load_switch_file
+    from fusion_dd.backends.cann.switch import load_switch_file
     from fusion_dd.rules import Section
     items = dict(item.split("=", 1) for item in os.environ.get("AUTOFUSE_FLAGS", "").split(";") if "=" in item)
     autofuse = items.get("--enable_autofuse") == "true"

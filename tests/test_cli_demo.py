@@ -59,7 +59,7 @@ def test_the_demo_is_guided_by_the_references_dumps(report, demo) -> None:
     assert {entry["rule"] for entry in guide["evidence"]} == set(guide["ranking"])
     assert "guide: suspects asked alone first, ranked by the references' tensor dumps:" in result.stdout
     assert "LayerNormFusionPass: first bad op" in result.stdout
-    from fusion_dd.journal import read_records
+    from fusion_dd.store.journal import read_records
 
     records = read_records(state / "journal.jsonl")
     assert [r["ranking"] for r in records if r.get("type") == "guide"] == [guide["ranking"]]
@@ -69,7 +69,7 @@ def test_the_later_search_is_ranked_by_the_failing_fix_candidates_dump(report, d
     """Inside the failing fix (LayerNorm off), its own dump leads to the pair's fused op, and the pair's
     other rule (it makes no bad op) is asked as a partner: the whole default demo in at most 16 trainings."""
     result, state = demo
-    from fusion_dd.journal import read_records
+    from fusion_dd.store.journal import read_records
     from fusion_dd.rebuild import rebuild_from_dir
 
     refined = [r for r in read_records(state / "journal.jsonl") if r.get("type") == "guide_refined"]
@@ -134,7 +134,7 @@ def test_the_demo_localizes_every_culprit_where_it_was_planted(report, demo) -> 
 
 
 def test_no_localize_writes_a_demo_config_without_dumping(tmp_path):
-    from fusion_dd.demo_config import write_demo_config
+    from fusion_dd.demo.config import write_demo_config
 
     with_dumps = yaml.safe_load(write_demo_config(tmp_path / "a", DEFAULT_SCENARIO).read_text())
     assert with_dumps["localize"] == {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}

@@ -294,7 +294,7 @@ def test_a_search_on_the_cluster_trains_what_a_local_one_does_on_the_devices_it_
     assert all(started[trial] == [f"{host}:{launched[trial]['device'][0]}/{launched[trial]['worker_name']}"]
                for trial in launched)
     assert {r["width"] for r in records if r["type"] == "question"} == {len(DEVICES)}
-    # Workers that join or restart later kill leftovers on their device first (fusion_dd.dask_worker).
+    # Workers that join or restart later kill leftovers on their device first (fusion_dd.runner.dask_worker).
     plugins = cluster.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins))
     assert "fusion-dd-leftovers" in plugins
 
@@ -337,7 +337,7 @@ def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_re
     assert refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
     assert f"--scheduler {address}: cannot connect to the dask scheduler" in refused.stderr
     # An address dask cannot parse is refused before a Client exists (a failed one hangs at exit).
-    from fusion_dd.dask_launcher import DaskLauncher
+    from fusion_dd.runner.dask_launcher import DaskLauncher
     from fusion_dd.errors import UsageError
 
     def no_client(*args, **kwargs):
@@ -349,7 +349,7 @@ def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_re
 
 
 def test_a_starting_worker_kills_leftover_trainings_on_its_device_before_it_takes_work(cluster):
-    from fusion_dd.dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
+    from fusion_dd.runner.dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
 
     sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
     gone_worker = "999999999:0"  # the worker that started them is dead
@@ -371,7 +371,7 @@ def test_a_starting_worker_kills_leftover_trainings_on_its_device_before_it_take
         # Device 71: the --preload form, with the variable named as scripts/local-cluster does
         # (the registered plugin finds no ASCEND_DEVICE_ID there, so only the preload can kill it).
         started.append("preloaded")
-        cluster.start_worker("", "preloaded", (), "--preload", "fusion_dd.dask_worker", namespace=False,
+        cluster.start_worker("", "preloaded", (), "--preload", "fusion_dd.runner.dask_worker", namespace=False,
                              env={"NPU_UNDER_TEST": "71", "FUSION_DD_DEVICE_ENV": "NPU_UNDER_TEST"})
         # Device 72: a worker (re)started without the preload: the plugin the scheduler holds.
         started.append("npu72")
@@ -391,10 +391,10 @@ def test_a_starting_worker_kills_leftover_trainings_on_its_device_before_it_take
 def test_a_trial_the_scheduler_forgot_is_adopted_on_its_worker_and_not_trained_again(tmp_path, cluster):
     """The path of a scheduler restart that the worker outlived: the scheduler no longer holds the
     task, the training still runs; resume checks on the recorded worker (pids only there) and waits."""
-    from fusion_dd.dask_launcher import DaskLauncher
-    from fusion_dd.launcher import TrialRequest
-    from fusion_dd.metrics import MetricSpec
-    from fusion_dd.trial import TrialSpec
+    from fusion_dd.runner.dask_launcher import DaskLauncher
+    from fusion_dd.runner.launcher import TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.trial import TrialSpec
 
     script = tmp_path / "train.py"
     script.write_text("import os, time\nopen(os.environ['STARTS'], 'a').write('x\\n')\ntime.sleep(3)\nprint('a=0.75')\n")
@@ -577,9 +577,9 @@ def test_scheduler_on_the_command_line_means_the_dask_launcher(tmp_path):
 def test_the_local_launcher_never_gives_up_a_training_another_launcher_may_still_run(tmp_path):
     """Resuming a dask search with the local launcher must not train again what may still run on a worker."""
     from fusion_dd.errors import UsageError
-    from fusion_dd.launcher import LocalLauncher, TrialRequest
-    from fusion_dd.metrics import MetricSpec
-    from fusion_dd.trial import TrialSpec
+    from fusion_dd.runner.launcher import LocalLauncher, TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.trial import TrialSpec
 
     spec = TrialSpec(trial_id="0001", trial_dir=tmp_path / "0001", command=("true",), workdir=".", base_dir=tmp_path,
                      env={}, device=("npu0",), device_env="ASCEND_DEVICE_ID", timeout=None, repeat=0, switch_text="")
@@ -590,10 +590,10 @@ def test_the_local_launcher_never_gives_up_a_training_another_launcher_may_still
 
 def test_resume_asks_the_scheduler_first_then_the_recorded_worker(tmp_path):
     """The decision of ``DaskLauncher.adopt`` for each way a trial can have been left (no cluster needed)."""
-    from fusion_dd.dask_launcher import CLAIM_FILE, RESULT_FILE, DaskHandle, DaskLauncher
-    from fusion_dd.launcher import TrialRequest
-    from fusion_dd.metrics import MetricSpec
-    from fusion_dd.trial import TrialSpec
+    from fusion_dd.runner.dask_launcher import CLAIM_FILE, RESULT_FILE, DaskHandle, DaskLauncher
+    from fusion_dd.runner.launcher import TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.trial import TrialSpec
 
     class Decided(DaskLauncher):
         def __init__(self, held: str | None, alive: set[str]) -> None:  # no client: the answers are given
@@ -644,8 +644,8 @@ def test_resume_asks_the_scheduler_first_then_the_recorded_worker(tmp_path):
 def test_a_task_takes_only_a_dead_workers_trainings_on_its_device_for_leftovers(tmp_path):
     """Before its training starts, a task clears its device of orphans; workers on one host that each
     see their own device as the same id (Slurm, containers) must not take each other's trainings."""
-    from fusion_dd.dask_launcher import _device_leftovers
-    from fusion_dd.dask_worker import DEVICE_MARK_ENV, WORKER_MARK_ENV, process_mark
+    from fusion_dd.runner.dask_launcher import _device_leftovers
+    from fusion_dd.runner.dask_worker import DEVICE_MARK_ENV, WORKER_MARK_ENV, process_mark
 
     def process(worker: str, trial_dir: str) -> subprocess.Popen[bytes]:
         marks = {DEVICE_MARK_ENV: "75", WORKER_MARK_ENV: worker, "FUSION_DD_TRIAL_DIR": trial_dir}

@@ -23,7 +23,7 @@ from fake_training import FAKE_TRAIN
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusion_dd.early_stop import (
+from fusion_dd.runner.early_stop import (
     Baseline,
     EarlyStopRule,
     Judge,
@@ -37,9 +37,9 @@ from fusion_dd.early_stop import (
     read_curve,
 )
 from fusion_dd.errors import UsageError
-from fusion_dd.metrics import MetricSpec, classify, read_metric
-from fusion_dd.supervisor import write_json_atomic
-from fusion_dd.trial import TrialRun, TrialSpec, adopt_trial, start_trial
+from fusion_dd.runner.metrics import MetricSpec, classify, read_metric
+from fusion_dd.runner.supervisor import write_json_atomic
+from fusion_dd.runner.trial import TrialRun, TrialSpec, adopt_trial, start_trial
 
 ACC = MetricSpec.from_text(r"accuracy: (\S+)")
 STEP_LOSS = re.compile(r"step (\d+) loss (\S+)")
@@ -505,7 +505,7 @@ def test_a_failing_monitor_is_switched_off_and_the_training_runs_on(tmp_path: Pa
 
 
 def test_the_baseline_curve_is_journaled_by_a_hook_and_capped(tmp_path: Path) -> None:
-    from fusion_dd.early_stop import MAX_CURVE_POINTS, LossCurveHook
+    from fusion_dd.runner.early_stop import MAX_CURVE_POINTS, LossCurveHook
     from fusion_dd.hooks import TrialFiles
 
     lines = "".join(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\n" for step in range(12000))

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from fusion_dd.estimate import estimate
-from fusion_dd.journal import read_records
-from fusion_dd.progress import ConsoleEvents
-from fusion_dd.state import replay
+from fusion_dd.store.journal import read_records
+from fusion_dd.cli.progress import ConsoleEvents
+from fusion_dd.store.state import replay
 from test_cli import CULPRIT, GRAPH, UB, fusion_dd, write_config
 
 ESTIMATE = re.compile(r"estimate: (about (\d+) training\(s\) left \((expected|typical for one culprit); at most (\d+) by the budget\)|0 trainings left \(the search has its answer\))")

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fusion_dd.executor import DevicePool, run_batch
+from fusion_dd.runner.executor import DevicePool, run_batch
 
 
 def make_job(log, value, delay, busy):
@@ -75,7 +75,7 @@ def test_an_interrupt_cancels_running_jobs_and_waits_for_them():
 
 LONE_JOB_INTERRUPTED = """
 import _thread, signal, threading
-from fusion_dd.executor import DevicePool, run_batch
+from fusion_dd.runner.executor import DevicePool, run_batch
 
 # Ctrl-C as a terminal gives it, whatever the test runner's worker inherited (it may ignore SIGINT).
 signal.signal(signal.SIGINT, signal.default_int_handler)

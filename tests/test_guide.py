@@ -13,7 +13,7 @@ import yaml
 from fusion_dd.config import parse_config
 from fusion_dd.errors import UsageError
 from fusion_dd.guide import partners, rank, record, refined, report_entry, summary_lines
-from fusion_dd.journal import read_records
+from fusion_dd.store.journal import read_records
 from test_cli import CULPRIT, GRAPH, fusion_dd, launches, write_config
 
 LOCALIZE = {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}

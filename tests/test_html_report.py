@@ -213,7 +213,7 @@ def test_screenshot_script_renders_the_page_in_headless_chromium(tmp_path):
 def test_a_search_of_many_trials_draws_them_grouped_not_one_element_each(tmp_path, monkeypatch):
     """Above ONE_ARTIST_PER_TRIAL_UP_TO trials the plots group trials (seconds, not minutes, at 5,000)."""
     from fusion_dd import html_report
-    from fusion_dd.journal import read_records
+    from fusion_dd.store.journal import read_records
 
     write_config(tmp_path, "--culprits", CULPRIT, budget=30)
     assert fusion_dd("search", cwd=tmp_path).returncode == 0

@@ -175,9 +175,9 @@ def test_rules_still_reads_a_directory_of_artifacts(tmp_path):
 
 
 def test_a_deeply_nested_metrics_line_is_an_unreadable_line(tmp_path):
-    from fusion_dd.early_stop import ReportReader
-    from fusion_dd.metrics import MetricSpec, read_metric
-    from fusion_dd.trial import TrialRun
+    from fusion_dd.runner.early_stop import ReportReader
+    from fusion_dd.runner.metrics import MetricSpec, read_metric
+    from fusion_dd.runner.trial import TrialRun
 
     deep = "[" * DEPTH + "]" * DEPTH
     (tmp_path / "metrics.jsonl").write_text(f'{{"step": 1, "loss": 0.5}}\n{deep}\n{{"step": 2, "loss": 0.4, "accuracy": 0.9}}\n')
@@ -208,7 +208,7 @@ def test_search_refuses_a_config_that_is_not_a_readable_file(tmp_path, problem):
 
 def test_trial_files_a_training_replaced_read_as_unreadable(tmp_path):
     # The training runs in its trial dir and can overwrite supervisor.json & co.
-    from fusion_dd.trial import _read_json
+    from fusion_dd.runner.trial import _read_json
 
     (tmp_path / "supervisor.json").write_text('{"a": ' * DEPTH + "1" + "}" * DEPTH)
     os.mkfifo(tmp_path / "status.json")

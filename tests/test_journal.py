@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fusion_dd.errors import UsageError
-from fusion_dd.journal import Journal, JournalLost, move_aside, read_records
-from fusion_dd.state import replay
+from fusion_dd.store.journal import Journal, JournalLost, move_aside, read_records
+from fusion_dd.store.state import replay
 
 
 def test_append_and_replay(tmp_path):
@@ -55,7 +55,7 @@ def test_lock_is_released_when_the_holder_is_killed(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from fusion_dd.journal import Journal;"
+            "import sys, time; from pathlib import Path; from fusion_dd.store.journal import Journal;"
             "j = Journal.open(Path(sys.argv[1])); print('locked', flush=True); time.sleep(60)",
             str(tmp_path),
         ],

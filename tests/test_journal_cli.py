@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from fusion_dd.journal import Journal
+from fusion_dd.store.journal import Journal
 from process_support import eventually
 from test_cli import CULPRIT, FAKE_TRAIN, fusion_dd, launches, start_search, wrap_fake_train, write_config
 

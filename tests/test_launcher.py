@@ -20,9 +20,9 @@ import pytest
 
 from fusion_dd.config import load_config
 from fusion_dd.engine import Engine
-from fusion_dd.launcher import LocalLauncher, Placement, TrialRequest, TrialResult, result_of
-from fusion_dd.metrics import MetricSpec
-from fusion_dd.trial import TrialRun
+from fusion_dd.runner.launcher import LocalLauncher, Placement, TrialRequest, TrialResult, result_of
+from fusion_dd.runner.metrics import MetricSpec
+from fusion_dd.runner.trial import TrialRun
 from test_cli import CULPRIT, write_config
 
 _SPAWN = multiprocessing.get_context("spawn")
@@ -124,7 +124,7 @@ def test_a_request_and_its_result_are_plain_data(tmp_path: Path) -> None:
 
 
 def _spec(engine: Engine, trial_dir: Path):
-    from fusion_dd.state import TrialState
+    from fusion_dd.store.state import TrialState
 
     trial = TrialState(trial_id="t", config=frozenset({CULPRIT}), repeat=0, device=("0",), trial_dir=str(trial_dir),
                        started_at=0.0)

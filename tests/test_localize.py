@@ -10,7 +10,7 @@ import numpy as np
 from fusion_dd.config import LocalizeConfig
 from fusion_dd.integrations import dump_tensors
 from fusion_dd.localize import Localizer, attach, plan, summary_lines
-from fusion_dd.state import SearchState, replay
+from fusion_dd.store.state import SearchState, replay
 
 RULES = ["A", "B", "C", "D"]
 

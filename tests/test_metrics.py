@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusion_dd.errors import UsageError
-from fusion_dd.metrics import MetricSpec, classify, parse_number, read_metric
-from fusion_dd.trial import TrialRun
+from fusion_dd.runner.metrics import MetricSpec, classify, parse_number, read_metric
+from fusion_dd.runner.trial import TrialRun
 
 ACC = MetricSpec.from_text(r"accuracy: (\S+)")
 FROM_FILE = MetricSpec()

@@ -20,7 +20,7 @@ from fusion_dd.rules import Rule, Section
 from fusion_dd.scoring import Preconditions, Threshold
 from fusion_dd.search.culprits import CulpritSearch, CulpritSet
 from fusion_dd.search.oracle import Outcome
-from fusion_dd.state import encode_float, replay
+from fusion_dd.store.state import encode_float, replay
 
 A, B, C = (Rule(name, Section.GRAPH) for name in "ABC")
 EVERYTHING = ["A", "B", "C"]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fusion_dd.shell import script_index, substitute_script
-from fusion_dd.trial import substitute_command
+from fusion_dd.runner.shell import script_index, substitute_script
+from fusion_dd.runner.trial import substitute_command
 
 SEPARATOR = "\x1e"
 # Each context prints the value once, followed by the separator. Comments and a

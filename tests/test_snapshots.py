@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from fusion_dd.snapshots import Snapshots
+from fusion_dd.store.snapshots import Snapshots
 
 
 def test_requests_during_a_write_are_coalesced_into_one_more_write() -> None:

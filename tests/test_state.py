@@ -1,4 +1,4 @@
-"""The search state replayed from hand-made journal records (fusion_dd/state.py).
+"""The search state replayed from hand-made journal records (fusion_dd/store/state.py).
 
 The engine, ``fusion-dd status`` and the report all read a search through
 ``replay``; these tests pin what it makes of the records: which training decides
@@ -14,7 +14,7 @@ import pytest
 from state_support import cancelled, finished, launched, search_started, session_started, started, trial
 
 from fusion_dd.rules import Rule, Section
-from fusion_dd.state import config_names, decode_float, definition_changes, encode_float, replay
+from fusion_dd.store.state import config_names, decode_float, definition_changes, encode_float, replay
 
 A = frozenset({"A"})
 

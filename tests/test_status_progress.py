@@ -1,4 +1,4 @@
-"""``fusion-dd status`` (fusion_dd/status.py) and the progress lines (fusion_dd/progress.py).
+"""``fusion-dd status`` (fusion_dd/cli/status_view.py) and the progress lines (fusion_dd/cli/progress.py).
 
 Status reads a journal written here through ``Journal`` and trial directories
 laid out the way supervisors leave them; progress writes to a string stream,
@@ -17,12 +17,12 @@ import pytest
 from state_support import cancelled, search_started, session_started, started, trial
 
 from fusion_dd.errors import UsageError
-from fusion_dd.journal import Journal
-from fusion_dd.progress import ConsoleEvents
+from fusion_dd.store.journal import Journal
+from fusion_dd.cli.progress import ConsoleEvents
 from fusion_dd.rules import Rule, Section
 from fusion_dd.search.oracle import Outcome
-from fusion_dd.state import replay
-from fusion_dd.status import coordinator_pid, status_lines
+from fusion_dd.store.state import replay
+from fusion_dd.cli.status_view import coordinator_pid, status_lines
 
 
 def write_journal(state_dir: Path, records: list[dict]) -> None:

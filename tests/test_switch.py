@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from fusion_dd.errors import UsageError
 from fusion_dd.rules import Rule, Section
-from fusion_dd.switch import load_switch_file, parse_switch_text, render_switch
+from fusion_dd.backends.cann.switch import load_switch_file, parse_switch_text, render_switch
 
 CONV = Rule("ConvBatchnormFusionPass", Section.GRAPH)
 SOFTMAX = Rule("SoftmaxFusionPass", Section.GRAPH)

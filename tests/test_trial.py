@@ -22,8 +22,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fusion_dd.backends.cann import CannBackend
-from fusion_dd.metrics import MetricSpec, classify, read_metric
-from fusion_dd.trial import (
+from fusion_dd.runner.metrics import MetricSpec, classify, read_metric
+from fusion_dd.runner.trial import (
     RunningTrial,
     TrialRun,
     TrialSpec,
@@ -458,7 +458,7 @@ def test_adopt_a_running_trial_through_a_fresh_handle(tmp_path: Path) -> None:
 _COORDINATOR = """
 import json, sys, time
 from pathlib import Path
-from fusion_dd.trial import TrialSpec, start_trial
+from fusion_dd.runner.trial import TrialSpec, start_trial
 fields = json.loads(sys.argv[1])
 fields["trial_dir"] = Path(fields["trial_dir"])
 fields["base_dir"] = Path(fields["base_dir"])

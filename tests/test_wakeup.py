@@ -1,4 +1,4 @@
-"""Event-driven waits (fusion_dd.wakeup): a wait wakes on the supervisor's exit or a cancellation."""
+"""Event-driven waits (fusion_dd.runner.wakeup): a wait wakes on the supervisor's exit or a cancellation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 import threading
 
-from fusion_dd.wakeup import CancelEvent, watch_exit
+from fusion_dd.runner.wakeup import CancelEvent, watch_exit
 
 
 def test_setting_a_cancel_event_wakes_the_waits_registered_on_it_and_no_forgotten_one() -> None:

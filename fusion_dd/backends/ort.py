@@ -7,7 +7,7 @@ session option ``optimization.disable_specified_optimizers`` (names joined by
 ``FUSION_DD_DISABLED_OPTIMIZERS`` (joined by ``;``, set even when empty so an
 inherited value never leaks in); the training passes
 ``**fusion_dd.integrations.ort_session_kwargs()`` to its sessions and needs
-nothing else (``fusion_dd.integrations.onnxruntime``).
+nothing else (``fusion_dd.integrations.ort``).
 
 The proof: with its log at info level ONNX Runtime prints one line per graph
 transformer it runs, ``GraphTransformer <name> modified: 0|1``; a transformer it

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from fusion_dd.backends.autofuse import DISABLE_PASS, ENABLE, ENABLE_PASS, FLAGS_ENV, parse_flags
+from fusion_dd.backends.cann.autofuse import DISABLE_PASS, ENABLE, ENABLE_PASS, FLAGS_ENV, parse_flags
 from fusion_dd.errors import UsageError
 from fusion_dd.rules import AUTOFUSE_POINTS
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from fusion_dd.errors import UsageError
 from fusion_dd.rules import Rule
-from fusion_dd.switch import SwitchFile, load_switch_file
+from fusion_dd.backends.cann.switch import SwitchFile, load_switch_file
 
 from .passes_autofuse import AutoFuseSwitch
 from .scenarios import DEFAULT_SCENARIO, SCENARIOS, get_scenario

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .data import DataSpec, make_data
-from .executor import Program
+from .graph_executor import Program
 from .graph import Graph
 from .network import (
     NetSpec,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import pytest
 
-from fusion_dd.backends.autofuse import parse_flags, realize, render_flags, user_enables_autofuse
+from fusion_dd.backends.cann.autofuse import parse_flags, realize, render_flags, user_enables_autofuse
 from fusion_dd.backends.cann import CannBackend
 from fusion_dd.rules import Rule, Section
 

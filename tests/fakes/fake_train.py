@@ -157,14 +157,14 @@ def _bug_groups(args: argparse.Namespace) -> list[tuple[list[str], str]]:
     return groups
 
 
-def _load_switch(path: str | None):  # -> fusion_dd.switch.SwitchFile | None
+def _load_switch(path: str | None):  # -> fusion_dd.backends.cann.switch.SwitchFile | None
     if not path:
         return None
     try:
-        from fusion_dd.switch import load_switch_file
+        from fusion_dd.backends.cann.switch import load_switch_file
     except ImportError:  # run from a checkout without installing
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-        from fusion_dd.switch import load_switch_file
+        from fusion_dd.backends.cann.switch import load_switch_file
     return load_switch_file(path)
 
 

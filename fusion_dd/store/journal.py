@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 JOURNAL_NAME = "journal.jsonl"
 LOCK_NAME = "lock"

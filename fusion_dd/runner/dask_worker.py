@@ -1,9 +1,9 @@
 """On a dask worker as it starts: kill leftover fusion-dd trainings on this worker's device.
 
-    dask worker ADDRESS --nthreads 1 --resources device=1 --preload fusion_dd.dask_worker
+    dask worker ADDRESS --nthreads 1 --resources device=1 --preload fusion_dd.runner.dask_worker
 
 Why: a worker that crashes (or is SIGKILLed, or restarted by its nanny) leaves
-its training running without it. The training's watcher (``fusion_dd.dask_reaper``)
+its training running without it. The training's watcher (``fusion_dd.runner.dask_reaper``)
 stops it, with a grace period; but the restarted worker is handed the device at
 once, and a new training must never share the device with an orphan. So before a
 worker takes work it kills every training that a fusion-dd dask task started on
@@ -12,7 +12,7 @@ already counted as lost by its coordinator (and retried as a new trial), so
 nothing of value is killed.
 
 A process counts as such a training only by its environment, which every
-training a dask task starts carries (``fusion_dd.dask_launcher.run_trial``):
+training a dask task starts carries (``fusion_dd.runner.dask_launcher.run_trial``):
 ``FUSION_DD_DASK_DEVICE`` (the device id) and ``FUSION_DD_DASK_WORKER`` (the pid
 and start time of the worker process that started it). A local search's
 trainings, anything else on the host, and the trainings of live workers (this
@@ -21,7 +21,7 @@ touched.
 
 Two ways to run it, both before the worker takes a task:
 
-* ``--preload fusion_dd.dask_worker`` (``dask_setup`` below runs before the worker
+* ``--preload fusion_dd.runner.dask_worker`` (``dask_setup`` below runs before the worker
   registers with the scheduler); the device variable is ``FUSION_DD_DEVICE_ENV``
   in the worker's environment, default ``ASCEND_DEVICE_ID`` (as ``train.device_env``);
 * ``LeftoverCleaner``, a worker plugin the coordinator registers with the
@@ -55,7 +55,7 @@ DEFAULT_DEVICE_ENV = "ASCEND_DEVICE_ID"
 #: Registered under this name, so a later search replaces it rather than adding another.
 PLUGIN_NAME = "fusion-dd-leftovers"
 
-logger = logging.getLogger("fusion_dd.dask_worker")
+logger = logging.getLogger("fusion_dd.runner.dask_worker")
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -161,7 +161,7 @@ def clean_device(device_env: str) -> list[int]:
 
 
 def dask_setup(worker: Any = None) -> None:
-    """``dask worker --preload fusion_dd.dask_worker``: runs before the worker registers, so before any task."""
+    """``dask worker --preload fusion_dd.runner.dask_worker``: runs before the worker registers, so before any task."""
     clean_device(os.environ.get(DEVICE_ENV_VAR) or DEFAULT_DEVICE_ENV)
 
 

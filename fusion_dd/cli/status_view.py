@@ -10,11 +10,11 @@ import fcntl
 import time
 from pathlib import Path
 
-from .errors import UsageError
-from .journal import JOURNAL_NAME, LOCK_NAME, read_records
-from .report import summary_lines
-from .state import SearchState, TrialState, replay
-from .trial import supervised_state
+from ..errors import UsageError
+from ..store.journal import JOURNAL_NAME, LOCK_NAME, read_records
+from ..report import summary_lines
+from ..store.state import SearchState, TrialState, replay
+from ..runner.trial import supervised_state
 
 
 def coordinator_pid(state_dir: Path) -> int | None:
@@ -116,7 +116,7 @@ def _trial_state(state_dir: Path, trial: TrialState) -> tuple[str, dict | None]:
     it ended (its pids mean nothing here, and status must not connect to a cluster)."""
     if not _remote(trial):
         return supervised_state(state_dir / trial.trial_dir)
-    from .trial import STATUS_FILE, _read_json
+    from ..runner.trial import STATUS_FILE, _read_json
 
     status = _read_json(state_dir / trial.trial_dir / STATUS_FILE)
     return ("ended", status) if status is not None else ("running", None)
@@ -143,7 +143,7 @@ def _occupancy(running: list[TrialState]) -> list[str]:
 
 def _estimate_text(state_dir: Path) -> str:
     """The trainings probably left and the finishing time (fusion_dd.estimate), or why there is none."""
-    from .estimate import estimate_from_dir
+    from ..estimate import estimate_from_dir
 
     try:
         found = estimate_from_dir(state_dir)

@@ -18,23 +18,23 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 
-from . import __version__
-from .config import DEFAULT_CONFIG_NAME, SearchConfig, load_config, parse_config, parse_devices
-from .errors import UsageError
-from .journal import JOURNAL_NAME, move_aside, read_records
+from .. import __version__
+from ..config import DEFAULT_CONFIG_NAME, SearchConfig, load_config, parse_config, parse_devices
+from ..errors import UsageError
+from ..store.journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
-from .broken import STATUS as TRAINING_BROKEN
-from .broken import broken_lines
-from .compare.help import COMPARE_HELP
-from .preflight import preflight, trial_values
-from .report import display_path, summary_lines
-from .state import replay
-from .status import status_lines
-from .switch import render_switch
-from .trial import PLACEHOLDERS, resolve_relative, substitute, substitute_command
+from ..runner.broken import STATUS as TRAINING_BROKEN
+from ..runner.broken import broken_lines
+from ..compare.help import COMPARE_HELP
+from ..preflight import preflight, trial_values
+from ..report import display_path, summary_lines
+from ..store.state import replay
+from .status_view import status_lines
+from ..backends.cann.switch import render_switch
+from ..runner.trial import PLACEHOLDERS, resolve_relative, substitute, substitute_command
 
 if TYPE_CHECKING:
-    from .engine import SearchResult
+    from ..engine import SearchResult
 
 # The engine's exit codes (fusion_dd.engine), spelled here so that ``--help`` and the
 # read-only commands need not import the engine (issue 10: a fast CLI start).
@@ -103,7 +103,7 @@ def _install_sigterm() -> None:
     """SIGTERM stops a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130.
 
     The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread
-    (where the engine waits for its trainings, see :mod:`fusion_dd.executor`);
+    (where the engine waits for its trainings, see :mod:`fusion_dd.runner.executor`);
     later ones are ignored, because one stop is enough and a second Ctrl-C must
     not cut short the killing of the trainings or the writing of the journal and
     report. A Python-level no-op rather than ``SIG_IGN``, which child processes
@@ -143,7 +143,7 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     say = lambda line: typer.echo(f"fusion-dd: {line}", err=True)  # noqa: E731
     # rules.from: all_on and rules.closure train before the journal; its search_started record then keeps
     # the candidates, and the all-on training is journaled as the all-on reference (fusion_dd.closure).
-    from .closure import prepare
+    from ..closure import prepare
 
     prepared = prepare(config, say)
     config = prepared.config
@@ -151,7 +151,7 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     # The estimate is of search trainings: a localize-only session has none to estimate.
     events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
     _install_sigterm()
-    from .engine import Engine
+    from ..engine import Engine
 
     engine = None
     try:
@@ -195,7 +195,7 @@ def _write_html_report(state_dir: Path, report: dict[str, Any]) -> str | None:
     if os.environ.get("FUSION_DD_HTML", "1").strip() == "0":
         return None
     try:
-        from .html_report import HTML_NAME, write_html
+        from ..html_report import HTML_NAME, write_html
 
         page, journal = state_dir / HTML_NAME, state_dir / JOURNAL_NAME
         if _newer_than(page, journal):
@@ -235,7 +235,7 @@ def _dry_run(config: SearchConfig) -> None:
     echo = typer.echo
     cluster = None
     if config.train.launcher == "dask":
-        from .dask_launcher import cluster_devices
+        from ..runner.dask_launcher import cluster_devices
 
         # First, so that a scheduler it cannot reach is one error line (exit 2), nothing else.
         cluster = cluster_devices(config.train, config.state_dir)
@@ -255,7 +255,7 @@ def _dry_run(config: SearchConfig) -> None:
         echo("all candidates on:")
         echo(render_switch(rules, rules, config.base_cfg).rstrip())
     else:
-        from .backends import backend_for
+        from ..backends import backend_for
 
         backend = backend_for(config)
         for title, enabled in (("baseline, all candidates off", []), ("all candidates on", rules)):
@@ -311,7 +311,7 @@ def _dry_run(config: SearchConfig) -> None:
 
 def _dry_run_localize(config: SearchConfig) -> None:
     """The command line of a dumping training (localize:), as the first one would run."""
-    from .trial import DUMP_PLACEHOLDERS
+    from ..runner.trial import DUMP_PLACEHOLDERS
 
     assert config.localize is not None
     values = trial_values(config)
@@ -326,7 +326,7 @@ def _dry_run_localize(config: SearchConfig) -> None:
 
 def _dry_run_guide(config: SearchConfig) -> None:
     """What guides the search (search.guide, search.suspects), and the ranking a resumed search journaled."""
-    from .guide import summary_lines as guide_lines
+    from ..guide import summary_lines as guide_lines
 
     echo = typer.echo
     settings = config.search
@@ -348,7 +348,7 @@ def _dry_run_guide(config: SearchConfig) -> None:
     except (UsageError, OSError, KeyError, TypeError, ValueError):
         return
     if state.guide is not None:
-        from .guide import report_entry
+        from ..guide import report_entry
 
         shown = report_entry(state.guide, list(state.refined.values()), [rule.name for rule in config.rules])
         echo("the search in the state directory journaled its guide (a resume replays it):")
@@ -445,7 +445,7 @@ def localize(
         scheduler=scheduler,
     )
     result = run_engine(loaded, localize_only=True)
-    from .engine import EXIT_BUDGET
+    from ..engine import EXIT_BUDGET
 
     missing = (result.report.get("localization") or {}).get("status") == "incomplete"
     raise typer.Exit(result.exit_code or (EXIT_BUDGET if missing else 0))
@@ -470,7 +470,7 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print only the report's JSON document."),
 ) -> None:
     """Rebuild report.json and the summary from the journal, at any time (read-only while a search runs)."""
-    from .report_cli import run_report
+    from .report import run_report
 
     directory = (state_dir or _default_state_dir(config)).resolve()
     raise typer.Exit(run_report(directory, html=html, as_json=as_json))
@@ -495,8 +495,8 @@ def rules(
     ),
 ) -> None:
     """Print the candidate rules found in a compiler's artifacts, or where a rule acted in a graph; or close a config's candidates."""
-    from .ascend import collect_candidates, format_locations, format_rules, graph_paths, load_graphs
-    from .ascend import where as where_rule
+    from ..ascend import collect_candidates, format_locations, format_rules, graph_paths, load_graphs
+    from ..ascend import where as where_rule
 
     if closure:
         _rules_closure(config)
@@ -527,8 +527,8 @@ def rules(
 
 def _rules_closure(config_path: Path | None) -> None:
     """``fusion-dd rules --closure``: the config's candidates plus what fires in their all-off baseline."""
-    from .closure import run_closure
-    from .rules import Section
+    from ..closure import run_closure
+    from ..rules import Section
 
     loaded = _load(config_path, budget=None, devices=None, jobs=None, state_dir=None)
     closure = run_closure(loaded, lambda line: typer.echo(f"fusion-dd: {line}", err=True))
@@ -546,8 +546,8 @@ def _rules_closure(config_path: Path | None) -> None:
 
 def _compiler_rules(compiler: str, sources: list[Path]) -> None:
     """``fusion-dd rules --compiler onnxruntime|xla``: the rules that fired in these logs or dumps, as config."""
-    from .backends import COMPILERS
-    from .compiler_rules import _from_artifacts
+    from ..backends import COMPILERS
+    from ..compiler_rules import _from_artifacts
 
     if compiler not in COMPILERS:
         raise UsageError(f"--compiler: {compiler!r} is not one of {', '.join(COMPILERS)}")
@@ -560,7 +560,7 @@ def _compiler_rules(compiler: str, sources: list[Path]) -> None:
 
     fired, _ = _from_artifacts(_Reader(), [str(Path(source).resolve()) for source in sources], Path.cwd(), compiler)
     if compiler == "onnxruntime":
-        from .backends.ort import UNSWITCHABLE
+        from ..backends.ort import UNSWITCHABLE
 
         stuck = [name for name in fired if name in UNSWITCHABLE]
         if stuck:
@@ -571,7 +571,7 @@ def _compiler_rules(compiler: str, sources: list[Path]) -> None:
 
 def _autofuse_enabled() -> bool:
     """AutoFuse is on in the environment trainings inherit: offer its switch points as candidates."""
-    from .backends.autofuse import FLAGS_ENV, user_enables_autofuse
+    from ..backends.cann.autofuse import FLAGS_ENV, user_enables_autofuse
 
     return user_enables_autofuse(os.environ.get(FLAGS_ENV))
 
@@ -590,7 +590,7 @@ def compare(
     cosine: float = typer.Option(0.99, "--cosine", help="Bad below this cosine (with --max-abs exceeded)."),
     max_abs: float = typer.Option(0.001, "--max-abs", help="Bad above this max abs error (with --cosine)."),
 ) -> None:
-    from .compare.command import run_compare
+    from ..compare.command import run_compare
 
     raise typer.Exit(run_compare(on, off, graph_on, graph_off, out, output_format, step, model, jobs, cosine, max_abs))
 
@@ -606,7 +606,7 @@ def init(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented fusion-dd.yaml for your training."""
-    from .init_config import COMPILER_FRAMEWORKS, FRAMEWORKS, render_compiler_init_config, render_init_config, training_line
+    from .init import COMPILER_FRAMEWORKS, FRAMEWORKS, render_compiler_init_config, render_init_config, training_line
 
     if framework not in FRAMEWORKS and framework not in COMPILER_FRAMEWORKS:
         known = ", ".join([*FRAMEWORKS, *COMPILER_FRAMEWORKS])
@@ -617,7 +617,7 @@ def init(
         argv = shlex.split(command) if command is not None else None
         names: list[str] = []
         if sources:
-            from .compiler_rules import _from_artifacts
+            from ..compiler_rules import _from_artifacts
 
             class _Reader:
                 def error(self, key: str, problem: str) -> UsageError:
@@ -630,7 +630,7 @@ def init(
         return
     found: list = []
     if sources:
-        from .ascend import collect_candidates
+        from ..ascend import collect_candidates
 
         candidates = collect_candidates(sources)
         for warning in candidates.warnings:
@@ -671,8 +671,8 @@ def demo(
     ),
 ) -> None:
     """Run a whole search against the built-in simulated-NPU training and compare it with what was planted."""
-    from .demo import DEFAULT_SCENARIO, SCENARIOS
-    from .demo_config import write_demo_config
+    from ..demo import DEFAULT_SCENARIO, SCENARIOS
+    from ..demo.config import write_demo_config
 
     if list_scenarios:
         for name, entry in SCENARIOS.items():
@@ -723,7 +723,7 @@ def demo_comparison(report: dict[str, Any], planted: Any, damaged: Any = ()) -> 
 
 def _demo_localization(report: dict[str, Any], expected: list[frozenset[str]], damaged: list[Any]) -> list[str]:
     """The layer each planted culprit was localized to, next to the layers the scenario damaged."""
-    from .localize import layer_scopes
+    from ..localize import layer_scopes
 
     by_set = {
         frozenset(rule["name"] for rule in culprit["rules"]): culprit.get("localization") or {}

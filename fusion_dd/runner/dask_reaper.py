@@ -1,4 +1,4 @@
-"""Stops a training whose dask worker died: ``python -S -m fusion_dd.dask_reaper TRIAL_DIR SUPERVISOR_PID``.
+"""Stops a training whose dask worker died: ``python -S -m fusion_dd.runner.dask_reaper TRIAL_DIR SUPERVISOR_PID``.
 
 The dask task starts this watcher next to the training's supervisor, with a pipe
 on its stdin that only the worker process holds. A training must outlive the
@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 
-_SUPERVISOR_MODULE = "fusion_dd.supervisor"
+_SUPERVISOR_MODULE = "fusion_dd.runner.supervisor"
 
 
 def _is_supervisor(pid: int, trial_dir: str) -> bool:
@@ -33,7 +33,7 @@ def _is_supervisor(pid: int, trial_dir: str) -> bool:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m fusion_dd.dask_reaper TRIAL_DIR SUPERVISOR_PID", file=sys.stderr)
+        print("usage: python -m fusion_dd.runner.dask_reaper TRIAL_DIR SUPERVISOR_PID", file=sys.stderr)
         return 2
     trial_dir, pid = argv[0], int(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)

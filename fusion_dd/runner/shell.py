@@ -32,7 +32,7 @@ it is not a full parser: a ``)`` of a ``case`` pattern inside ``$( )`` ends
 that command substitution early in its view, so a placeholder after it, still
 inside the substitution, is quoted for the context around it; and a ``<<-``
 here-document strips leading tabs from the value's lines too. The placeholder
-syntax is :data:`fusion_dd.trial`'s (``{name}`` of a known name); keep them in step.
+syntax is :data:`fusion_dd.runner.trial`'s (``{name}`` of a known name); keep them in step.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
 
 _TOKEN = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-# ``{{name}}`` is a literal ``{name}`` (the same escape as :func:`fusion_dd.trial.substitute`).
+# ``{{name}}`` is a literal ``{name}`` (the same escape as :func:`fusion_dd.runner.trial.substitute`).
 _ESCAPED = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 #: Long options of bash/zsh that take the next argument as their value.
 _LONG_WITH_VALUE = frozenset({"--rcfile", "--init-file"})

@@ -2,7 +2,7 @@
 
 A trial is one training on one configuration. Trainings take hours, so this
 module never runs the training as its own child: it starts
-:mod:`fusion_dd.supervisor` in a new session, which owns the training, enforces
+:mod:`fusion_dd.runner.supervisor` in a new session, which owns the training, enforces
 the timeout and writes ``status.json``. If fusion-dd dies (Ctrl-C, SIGKILL, a
 lost SSH session), the training goes on, and :func:`adopt_trial` picks it up on
 resume (DESIGN.md 4.3).
@@ -31,8 +31,8 @@ from typing import Any, Protocol
 import fusion_dd
 
 from . import shell, strays
-from .errors import UsageError
-from .safe_read import SMALL_FILE_BYTES, loads_json, read_text
+from ..errors import UsageError
+from ..safe_read import SMALL_FILE_BYTES, loads_json, read_text
 from .wakeup import CancelEvent, watch_exit
 from .supervisor import (
     LAUNCH_FILE,
@@ -46,7 +46,7 @@ from .supervisor import (
 SWITCH_FILE = "fusion_switch.cfg"
 METRICS_FILE = "metrics.jsonl"
 #: Written by the coordinator *before* it kills a training that has already
-#: failed (see :mod:`fusion_dd.early_stop`), so that the reason survives a
+#: failed (see :mod:`fusion_dd.runner.early_stop`), so that the reason survives a
 #: coordinator crash between the decision and the collection of the result.
 EARLY_STOP_FILE = "early_stop.json"
 
@@ -64,14 +64,14 @@ REPEAT_ENV = "FUSION_DD_REPEAT"
 #: trial's tensor-dump directory. Ordinary trainings must not dump (it is slow and
 #: big), so ``train.*`` does not know it and no environment variable carries it.
 DUMP_PLACEHOLDERS: Mapping[str, str] = {"dump_dir": "dump"}
-_SUPERVISOR_MODULE = "fusion_dd.supervisor"
+_SUPERVISOR_MODULE = "fusion_dd.runner.supervisor"
 # ``{{name}}`` (or ``{{name}``) is the escape for a literal ``{name}``; tried first.
 _ESCAPED_OR_TOKEN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}?|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class StopRequest(Protocol):
     """What a ``wait`` monitor returns to stop a training early
-    (:class:`fusion_dd.early_stop.StopDecision` is one)."""
+    (:class:`fusion_dd.runner.early_stop.StopDecision` is one)."""
 
     @property
     def kind(self) -> str: ...
@@ -260,7 +260,7 @@ def substitute_command(command: Sequence[str], values: Mapping[str, str]) -> lis
     Each element as :func:`substitute` does, except the script of a shell
     invocation (``bash -c "..."``), where each value is shell-quoted for where
     it stands, so that a path with a space or a ``$(...)`` stays one literal
-    word (:mod:`fusion_dd.shell`).
+    word (:mod:`fusion_dd.runner.shell`).
     """
     script = shell.script_index([str(part) for part in command])
     return [
@@ -480,7 +480,7 @@ class RunningTrial:
         if not self._cancel_sent and (self.trial_dir / EARLY_STOP_FILE).exists():
             if self.poll() is None:
                 self.cancel()
-        # Woken by the supervisor's exit or a cancellation, not by the poll (fusion_dd.wakeup).
+        # Woken by the supervisor's exit or a cancellation, not by the poll (fusion_dd.runner.wakeup).
         wake = threading.Event()
         watched = self.poll() is None and watch_exit(self._process, self.pid, wake)
         if watched and isinstance(cancel, CancelEvent):
@@ -734,7 +734,7 @@ def _kill_strays(trial_dir: Path) -> int:
     They are recognised by ``FUSION_DD_TRIAL_DIR`` in their initial environment,
     which every process of the training inherits (``setsid`` daemons too), so a
     reused pid is never hit. Without the supervisor there is no ancestry to
-    follow: its orphans were re-parented away (see :mod:`fusion_dd.strays`).
+    follow: its orphans were re-parented away (see :mod:`fusion_dd.runner.strays`).
     """
     launch_env = (_read_json(trial_dir / LAUNCH_FILE) or {}).get("env")
     marker = launch_env.get(strays.TRIAL_DIR_ENV) if isinstance(launch_env, dict) else None

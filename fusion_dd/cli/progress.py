@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from .rules import Rule
-from .search.oracle import Outcome
-from .state import TrialState
+from ..rules import Rule
+from ..search.oracle import Outcome
+from ..store.state import TrialState
 
 
 def _config_text(names: frozenset[str], total: int) -> str:
@@ -103,7 +103,7 @@ class ConsoleEvents:
 
     def _final_estimate(self, answered: bool) -> None:
         """The estimate once the session ended (0 when the search has its answer), as a plain line."""
-        from .estimate import Estimate, estimate_from_dir
+        from ..estimate import Estimate, estimate_from_dir
 
         try:
             if answered:
@@ -130,7 +130,7 @@ class ConsoleEvents:
     # -- the estimate ------------------------------------------------------------
 
     def _estimate_loop(self) -> None:
-        from .estimate import estimate_from_dir
+        from ..estimate import estimate_from_dir
 
         while True:
             self._wanted.wait()
@@ -167,7 +167,7 @@ class ConsoleEvents:
         """The last (step, loss) each running training reported in its metrics file."""
         if self._state_dir is None:
             return
-        from .early_stop import ReportReader
+        from ..runner.early_stop import ReportReader
 
         with self._lock:
             running = list(self._running.values())

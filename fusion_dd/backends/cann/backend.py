@@ -8,7 +8,7 @@ fusion decisions. After a trial its ``fusion_result.json`` is the proof that
 the switch file was applied, and its ``effect_times`` say how often each rule
 fused; both become journaled facts through the ``fusion_result`` hook.
 AutoFuse switch points (``rules.AutoFuse``) are rendered into ``AUTOFUSE_FLAGS``
-instead (``fusion_dd.backends.autofuse``).
+instead (``fusion_dd.backends.cann.autofuse``).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..ascend import check_switch_applied, read_trial_results
-from ..errors import UsageError
-from ..hooks import TrialFiles
-from ..rules import Rule, Section
-from ..search.culprits import Chooser, choose_off_by_effect, preferring
-from ..switch import SwitchFile, render_switch
-from . import Rendered
+from ...ascend import check_switch_applied, read_trial_results
+from ...errors import UsageError
+from ...hooks import TrialFiles
+from ...rules import Rule, Section
+from ...search.culprits import Chooser, choose_off_by_effect, preferring
+from .switch import SwitchFile, render_switch
+from .. import Rendered
 from .autofuse import CAPABILITIES, FLAGS_ENV, autofuse_points, realize, render_flags
 
 WORK_PATH_ENV = "ASCEND_WORK_PATH"

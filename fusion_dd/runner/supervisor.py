@@ -1,6 +1,6 @@
 """The tiny process that owns one training, so that no finished training is lost.
 
-fusion-dd (the coordinator) starts ``python -m fusion_dd.supervisor TRIAL_DIR`` in
+fusion-dd (the coordinator) starts ``python -m fusion_dd.runner.supervisor TRIAL_DIR`` in
 a session of its own. The supervisor, not the coordinator, is the training's
 parent: if the coordinator is killed (even with SIGKILL) the supervisor keeps
 going, enforces the timeout, and records how the training ended in
@@ -10,7 +10,7 @@ going, enforces the timeout, and records how the training ended in
 Files in TRIAL_DIR (all JSON files are written atomically: temp file, fsync,
 ``os.replace``, so a reader never sees half a file):
 
-* ``launch.json`` (input, written by :mod:`fusion_dd.trial`): ``argv`` (already
+* ``launch.json`` (input, written by :mod:`fusion_dd.runner.trial`): ``argv`` (already
   resolved), ``workdir``, ``env`` (the complete environment), ``timeout``
   (seconds or null), ``grace`` (seconds between SIGTERM and SIGKILL),
   ``trial_id``.
@@ -37,7 +37,7 @@ import sys
 import time
 
 from . import strays
-from .atomic import write_json_atomic
+from ..store.atomic import write_json_atomic
 
 # No pathlib, no typing: they cost a tenth of the supervisor's start-up, paid once per training.
 TYPE_CHECKING = False
@@ -164,7 +164,7 @@ def _end_training(pgid: int, children: _Children, grace: float, trial_marker: st
     The whole process group, because trainings start data loaders and
     per-device workers that would otherwise keep holding the accelerator; and
     the strays that left the group (``setsid`` daemons), found by ancestry and by
-    the trial's environment marker (:mod:`fusion_dd.strays`). Also after a
+    the trial's environment marker (:mod:`fusion_dd.runner.strays`). Also after a
     normal exit, so nothing of a trial outlives it. Returns at once when
     nothing is left.
     """
@@ -312,7 +312,7 @@ def run(trial_dir: str | PathLike[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m fusion_dd.supervisor TRIAL_DIR", file=sys.stderr)
+        print("usage: python -m fusion_dd.runner.supervisor TRIAL_DIR", file=sys.stderr)
         return 2
     trial_dir = os.path.realpath(args[0])
     try:

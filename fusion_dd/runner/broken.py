@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .state import TrialState
+from ..store.state import TrialState
 
 STATUS = "training_broken"
 #: Reference trainings without any metric that are enough to call a training broken.
 MAX_BROKEN_TRAININGS = 4
 #: Lines of the training's output.log shown on the terminal and kept in the report.
 LOG_TAIL_LINES = 20
-#: How fusion_dd.supervisor's ``_start_error`` words a training that never started:
+#: How fusion_dd.runner.supervisor's ``_start_error`` words a training that never started:
 #: training again cannot help, so these are never retried.
 START_ERROR_PREFIXES = (
     "command not found",

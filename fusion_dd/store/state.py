@@ -13,7 +13,7 @@ from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import Any
 
-from .scoring import Measurement
+from ..scoring import Measurement
 
 ConfigKey = tuple[frozenset[str], int]  # (names of the rules switched on, repeat)
 RESOLVED_KINDS = ("metric", "nonfinite", "diverged")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from .backends.autofuse import ENABLE, FLAGS_ENV
-from .config import DEFAULT_CONFIG_NAME
-from .demo import candidate_rules, train_command
-from .errors import UsageError
-from .rules import Section
+from ..backends.cann.autofuse import ENABLE, FLAGS_ENV
+from ..config import DEFAULT_CONFIG_NAME
+from . import candidate_rules, train_command
+from ..errors import UsageError
+from ..rules import Section
 
 
 def write_demo_config(

@@ -13,7 +13,7 @@ matches it may look for the trial's processes again (pid checks only ever on
 the host that started them: hostname and boot id).
 
 ``LocalLauncher`` is today's behaviour: a supervisor process per trial on this
-machine (``fusion_dd.trial``). A cluster launcher implements the same three
+machine (``fusion_dd.runner.trial``). A cluster launcher implements the same three
 calls (the submitit shape: one interface, implementations side by side).
 """
 
@@ -28,9 +28,9 @@ from typing import Any, Protocol
 
 from .broken import log_tail
 from .early_stop import EarlyStopRule, make_monitor
-from .hooks import ArtifactHook, TrialFiles, collect_artifacts
+from ..hooks import ArtifactHook, TrialFiles, collect_artifacts
 from .metrics import MetricSpec, classify, read_metric
-from .state import encode_float
+from ..store.state import encode_float
 from .trial import STATUS_FILE, RunningTrial, TrialRun, TrialSpec, adopt_trial, start_trial, supervisor_started
 
 LOG_TAIL_LINES = 20
@@ -181,7 +181,7 @@ class LocalHandle:
 
 
 class LocalLauncher:
-    """Trials as supervised process groups on this machine (``fusion_dd.trial``)."""
+    """Trials as supervised process groups on this machine (``fusion_dd.runner.trial``)."""
 
     name = "local"
 
@@ -202,7 +202,7 @@ class LocalLauncher:
             running = adopt_trial(request.trial_dir)  # it ended and said how: no process to look for
             return None if running is None else LocalHandle(running, request, self._placement(request, None))
         if placement and placement.get("launcher") not in (None, "local"):
-            from .errors import UsageError
+            from ..errors import UsageError
 
             # Another launcher runs it, maybe still: only that launcher can tell, and a training
             # still running must never be trained again.

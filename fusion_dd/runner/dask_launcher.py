@@ -4,7 +4,7 @@ One dask task per trial (``train.launcher: dask``, ``--scheduler ADDRESS``). Eac
 task runs where a worker offers a ``device`` resource; that worker is one device
 (or one device group), fixed in its environment under ``train.device_env``, and
 started with ``--nthreads 1 --resources device=1``. The task runs the ordinary
-supervisor and early-stop monitor next to the training (``fusion_dd.trial``) and
+supervisor and early-stop monitor next to the training (``fusion_dd.runner.trial``) and
 returns the ``TrialResult`` record.
 
 Why these pieces:
@@ -18,10 +18,10 @@ Why these pieces:
 * **Orphans.** The supervisor runs in its own session so that the training
   outlives the coordinator (``fire_and_forget``). It must not outlive its
   *worker*: dask has given the device to someone else. A tiny watcher process
-  (``fusion_dd.dask_reaper``) holds a pipe from the worker; when the pipe
+  (``fusion_dd.runner.dask_reaper``) holds a pipe from the worker; when the pipe
   closes without a "done", the worker died and the watcher stops the training.
   A worker that starts (a restarted one included) first kills leftovers on its
-  device whose worker is gone (``fusion_dd.dask_worker``: a plugin the
+  device whose worker is gone (``fusion_dd.runner.dask_worker``: a plugin the
   coordinator registers, or ``--preload``); a task also waits for (then kills)
   leftovers of earlier trainings on its device before it starts its own.
 * **Devices.** The slots the engine schedules over are the cluster's devices,
@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from .dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
-from .errors import UsageError
+from ..errors import UsageError
 from .launcher import Placement, TrialRequest, TrialResult, result_of, this_host
 from .supervisor import STATUS_FILE, SUPERVISOR_FILE, write_json_atomic
 
@@ -111,7 +111,8 @@ def worker_facts(device_env: str, dask_worker: Any = None) -> dict[str, Any]:
     Also imports what a trial's task needs, once per worker here rather than inside the
     first training's start-up (a few tenths of a second of CPU per worker).
     """
-    from . import early_stop, trial  # noqa: F401 - warm-up
+    from . import trial  # noqa: F401 - warm-up
+    from . import early_stop
 
     host, boot_id = this_host()
     return {"host": host, "boot_id": boot_id, "device": os.environ.get(device_env), "pid": os.getpid()}
@@ -214,7 +215,7 @@ def _start_reaper(trial_dir: Path, supervisor_pid: int) -> subprocess.Popen[byte
     from .trial import _supervisor_env
 
     return subprocess.Popen(
-        [sys.executable, "-S", "-m", "fusion_dd.dask_reaper", str(trial_dir), str(supervisor_pid)],
+        [sys.executable, "-S", "-m", "fusion_dd.runner.dask_reaper", str(trial_dir), str(supervisor_pid)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -270,7 +271,7 @@ def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
             f"trial {request.spec.trial_id} was already claimed by worker {held.get('worker_name') or held.get('worker')} "
             f"on {held.get('host')} (dask re-ran the task after its worker died): not trained again"
         )
-    # Marks by which a restarted worker on this device tells our orphans (fusion_dd.dask_worker).
+    # Marks by which a restarted worker on this device tells our orphans (fusion_dd.runner.dask_worker).
     marks = {DEVICE_MARK_ENV: device, WORKER_MARK_ENV: process_mark(os.getpid()) or ""}
     spec = replace(request.spec, device=(device,), env={**request.spec.env, **marks})
     request = replace(request, spec=spec)
@@ -563,7 +564,7 @@ class DaskLauncher:
 
     def _register_cleaner(self) -> None:
         """Once per coordinator: have every worker, and every worker that joins or restarts later, kill
-        leftover trainings on its device before it takes work (fusion_dd.dask_worker; the
+        leftover trainings on its device before it takes work (fusion_dd.runner.dask_worker; the
         ``--preload`` form does the same for workers started with it)."""
         if self._cleaner_registered:
             return

@@ -3,7 +3,7 @@
 A training whose loss went NaN at step 200, or whose loss sits far above the
 baseline's curve, will fail however long it runs; every further minute only
 keeps a device busy. This module decides *when* such a run may be stopped; the
-stopping itself is :meth:`fusion_dd.trial.RunningTrial.wait` (``monitor=``).
+stopping itself is :meth:`fusion_dd.runner.trial.RunningTrial.wait` (``monitor=``).
 
 Three layers, so that the decision can be tested without processes or clocks:
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import UsageError
+from ..errors import UsageError
 from .metrics import parse_number
 from .supervisor import LOG_FILE
 from .trial import METRICS_FILE
@@ -150,7 +150,7 @@ class EarlyStopRule:
 
 @dataclass(frozen=True)
 class StopDecision:
-    """Why a run may be stopped now: its kind (as :func:`fusion_dd.metrics.classify`
+    """Why a run may be stopped now: its kind (as :func:`fusion_dd.runner.metrics.classify`
     will report it), the step it was seen at (None when the report had no step)
     and a one-line reason for the journal and the report."""
 
