@@ -485,27 +485,28 @@ class Engine:
 
     def _warn_fired_although_off(self, trial: TrialState, artifacts: Mapping[str, Mapping[str, Any]]) -> None:
         """Rules that fired although switched off: a warning naming each once per session, never a stop."""
-        new = [name for name in fired_although_off_of(artifacts) if name not in self._fired_off_said]
+        self._say_once(
+            trial, "", fired_although_off_of(artifacts),
+            "warning: trial #{trial}: {names} fired although switched off (cannot be switched off: the compiler "
+            "runs it whatever the switches say, so 'all off' is not fusion-free for it)",
+        )  # fmt: skip
+        self._say_once(
+            trial, "+", known_to_compiler_of(artifacts),
+            "trial #{trial}: the compiler's own artifacts name {names}: not in fusion-dd's list, but real names of "
+            "this build (the warning before the search does not apply)",
+        )  # fmt: skip
+        self._say_once(
+            trial, "?", unknown_to_compiler_of(artifacts),
+            "warning: trial #{trial}: the compiler's own log does not list {names} although switched on: it ignores "
+            "unknown names silently, so switching them proves nothing",
+        )  # fmt: skip
+
+    def _say_once(self, trial: TrialState, kind: str, names: Sequence[str], message: str) -> None:
+        """``message`` about the names not yet said of this ``kind`` in this session, if any."""
+        new = [name for name in names if kind + name not in self._fired_off_said]
         if new:
-            self._fired_off_said.update(new)
-            self.events.message(
-                f"warning: trial #{trial.trial_id}: {', '.join(new)} fired although switched off (cannot be switched "
-                "off: the compiler runs it whatever the switches say, so 'all off' is not fusion-free for it)"
-            )
-        confirmed = [f"+{name}" for name in known_to_compiler_of(artifacts) if f"+{name}" not in self._fired_off_said]
-        if confirmed:
-            self._fired_off_said.update(confirmed)
-            self.events.message(
-                f"trial #{trial.trial_id}: the compiler's own artifacts name {', '.join(n[1:] for n in confirmed)}: "
-                "not in fusion-dd's list, but real names of this build (the warning before the search does not apply)"
-            )
-        unknown = [f"?{name}" for name in unknown_to_compiler_of(artifacts) if f"?{name}" not in self._fired_off_said]
-        if unknown:
-            self._fired_off_said.update(unknown)
-            self.events.message(
-                f"warning: trial #{trial.trial_id}: the compiler's own log does not list {', '.join(n[1:] for n in unknown)} "
-                "although switched on: it ignores unknown names silently, so switching them proves nothing"
-            )
+            self._fired_off_said.update(kind + name for name in new)
+            self.events.message(message.format(trial=trial.trial_id, names=", ".join(new)))
 
     def _launch_batch(
         self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None, role: str | None = None

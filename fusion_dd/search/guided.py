@@ -203,16 +203,8 @@ class Guided(Generic[T]):
                 return None
             batch = pending[: min(width, allowed)]
             pending = pending[len(batch) :]
-            configs = [frozenset({rule}) for rule in batch]
-            outcomes = oracle.outcomes(configs)
-            hit: frozenset[T] | None = None
-            for config, outcome in zip(configs, outcomes):
-                fails = outcome is Outcome.FAIL
-                answers[config] = fails
-                if fails and hit is None:
-                    hit = config
-                if not fails:
-                    misses += 1
+            hit, passed = _ask(oracle, [frozenset({rule}) for rule in batch], answers)
+            misses += passed
             if hit is not None:
                 return hit
         return None
@@ -243,13 +235,8 @@ class Guided(Generic[T]):
         while hit is None and pending and misses < budget:
             batch = pending[: min(width, budget - misses)]
             pending = pending[len(batch) :]
-            for pair, outcome in zip(batch, oracle.outcomes(batch)):
-                fails = outcome is Outcome.FAIL
-                answers[pair] = fails
-                if fails and hit is None:
-                    hit = pair
-                if not fails:
-                    misses += 1
+            hit, passed = _ask(oracle, batch, answers)
+            misses += passed
         if hit is None:
             return None, misses
         mate = frozenset(hit - {top})
@@ -297,3 +284,18 @@ def guided(
     if not prior and refine is None:
         return base
     return Guided(list(prior or ()), base, patience, partners, refine)
+
+
+def _ask(
+    oracle: Oracle[T], configs: Sequence[frozenset[T]], answers: dict[frozenset[T], bool]
+) -> tuple[frozenset[T] | None, int]:
+    """One round of questions, answers noted: (the first configuration that failed, how many passed)."""
+    hit: frozenset[T] | None = None
+    passed = 0
+    for config, outcome in zip(configs, oracle.outcomes(configs)):
+        fails = outcome is Outcome.FAIL
+        answers[config] = fails
+        if fails and hit is None:
+            hit = config
+        passed += not fails
+    return hit, passed
