@@ -230,5 +230,5 @@ def test_a_search_of_many_trials_draws_them_grouped_not_one_element_each(tmp_pat
     assert all(f'id="plot-{plot}"' in grouped for plot in PLOTS)
     timeline = grouped[grouped.index('id="plot-timeline"'):]
     timeline = timeline[: timeline.index("</svg>")]
-    bars = sum(block.count("<path ") for block in re.findall(r'<g id="PolyCollection_\d+">(.*?)</g>', timeline, re.S))
+    bars = sum(block.count("<path ") for block in re.findall(r'<g id="\w*Collection_\d+">(.*?)</g>', timeline, re.S))
     assert bars == len([r for r in records if r["type"] == "trial_started"])
