@@ -953,15 +953,21 @@ class Engine:
         if trial is None or baseline is None or not (dumped(trial.trial_id) and dumped(baseline.trial_id)):
             return {**record, "reason": "no dumped training of this configuration"}
         record["trials"] = [trial.trial_id, baseline.trial_id]
-        try:
-            comparison = self._localizer().compare(trial, baseline)
-        except UsageError as exc:
-            return {**record, "reason": str(exc)}
-        except Exception as exc:  # noqa: BLE001 - a failed comparison costs the guide, never the search
-            return {**record, "reason": f"the comparison failed ({type(exc).__name__}: {exc})"}
+        comparison, reason = self._compare_for_guide(trial, baseline)
+        if comparison is None:
+            return {**record, "reason": reason}
         suspects = list((self.state.guide or {}).get("suspects") or [])  # as journaled, like the first ranking
         made = guidance.refined(comparison, [rule.name for rule in self.rules], names, suspects)
         return {**made, "trials": record["trials"]}
+
+    def _compare_for_guide(self, trial: TrialState, reference: TrialState) -> tuple[Any, str | None]:
+        """The dump comparison of two trials, or (None, why not): a failed comparison costs the guide, never the search."""
+        try:
+            return self._localizer().compare(trial, reference), None
+        except UsageError as exc:
+            return None, str(exc)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            return None, f"the comparison failed ({type(exc).__name__}: {exc})"
 
     def _dump_ranking(self) -> dict[str, Any]:
         """Compare the references' dumps and rank the candidates (trains two dumped runs if needed)."""
@@ -982,12 +988,9 @@ class Engine:
         if off is None or on is None:
             return {"reason": "the dumped reference trainings did not finish"}
         evidence: dict[str, Any] = {"trials": [off.trial_id, on.trial_id]}
-        try:
-            comparison = self._localizer().compare(on, off)
-        except UsageError as exc:
-            return {**evidence, "reason": str(exc)}
-        except Exception as exc:  # noqa: BLE001 - a failed comparison costs the guide, never the search
-            return {**evidence, "reason": f"the comparison failed ({type(exc).__name__}: {exc})"}
+        comparison, reason = self._compare_for_guide(on, off)
+        if comparison is None:
+            return {**evidence, "reason": reason}
         ranking, why = guidance.rank(comparison, [rule.name for rule in self.rules])
         evidence.update({"compared": len(comparison.pairs), "bad": len(comparison.bad), "ranking": ranking,
                          "evidence": why, "partners": guidance.partners(comparison, [r.name for r in self.rules], why)})
