@@ -413,12 +413,25 @@ def resume(
     scheduler: Optional[str] = SchedulerOption,
 ) -> None:
     """Continue an interrupted or budget-exhausted search; finished trainings are never repeated."""
+    loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
+    raise typer.Exit(run_engine(loaded).exit_code)
+
+
+def _journaled_config(
+    state_dir: Path | None,
+    config: Path | None,
+    budget: int | None,
+    devices: str | None,
+    jobs: int | None,
+    launcher: str | None,
+    scheduler: str | None,
+) -> SearchConfig:
+    """The config a search in ``state_dir`` was started with, and this session's command-line overrides."""
     directory = (state_dir or _default_state_dir(config)).resolve()
-    loaded = _resume_config(directory, config).with_overrides(
+    return _resume_config(directory, config).with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=directory, launcher=launcher,
         scheduler=scheduler,
     )
-    raise typer.Exit(run_engine(loaded).exit_code)
 
 
 def _default_state_dir(config_path: Path | None) -> Path:
@@ -439,11 +452,7 @@ def localize(
     scheduler: Optional[str] = SchedulerOption,
 ) -> None:
     """Name the op and layer each culprit of a finished search broke (dumped trainings, see localize: in the config)."""
-    directory = (state_dir or _default_state_dir(config)).resolve()
-    loaded = _resume_config(directory, config).with_overrides(
-        budget=budget, devices=_devices_override(devices, jobs), state_dir=directory, launcher=launcher,
-        scheduler=scheduler,
-    )
+    loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
     result = run_engine(loaded, localize_only=True)
     from ..engine import EXIT_BUDGET
 
