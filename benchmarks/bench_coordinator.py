@@ -200,7 +200,7 @@ def _build_journal(directory: Path, names: list[str], culprits: list[str], budge
 
     wanted = set(culprits)
 
-    def start_trial(spec: TrialSpec) -> RunningTrial:
+    def start_trial(spec: TrialSpec, forkserver: object = None) -> RunningTrial:
         trial_dir = Path(spec.trial_dir).resolve()
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / SWITCH_FILE).write_text(spec.switch_text, encoding="utf-8")
