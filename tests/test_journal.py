@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fusion_dd.errors import UsageError
+from fusion_dd.store import journal as journal_module
 from fusion_dd.store.journal import Journal, JournalLost, move_aside, read_records
 from fusion_dd.store.state import replay
 
@@ -284,8 +285,13 @@ def test_a_journal_read_again_after_an_edit_is_checked_again(tmp_path):
     path = tmp_path / "journal.jsonl"
     with Journal.open(tmp_path) as journal:
         journal.append({"type": "search_started", "definition": {"x": 1}})
-    assert read_records(path)[0]["definition"] == {"x": 1}
-    read_records(path)[0]["definition"]["x"] = 2  # a caller changing its copy changes nobody else's
+    first = read_records(path)[0]
+    assert first["definition"] == {"x": 1}
+    assert read_records(path)[0] is first  # shared by every reader, so read-only:
+    with pytest.raises(TypeError, match="read-only"):
+        first["definition"] = {"x": 2}
+    mine = dict(first)  # a copy is the caller's own
+    mine["definition"] = {"x": 2}
     assert read_records(path)[0]["definition"] == {"x": 1}
     path.write_bytes(path.read_bytes().replace(b'"x": 1', b'"x": 3'))  # same length, other content
     with pytest.raises(UsageError, match="does not match its checksum"):
@@ -322,4 +328,25 @@ def test_a_journal_grown_by_appends_is_verified_from_where_the_last_read_stopped
     lines[1] = lines[1].replace('"index": 1', '"index": 7')
     path.write_text("".join(lines) + lines[3])
     with pytest.raises(UsageError, match=r"journal.jsonl:2: journal line does not match its checksum"):
+        read_records(path)
+
+
+def test_records_this_process_appended_read_back_as_a_fresh_parse_of_the_file_gives_them(tmp_path):
+    """The writer hands its records to the readers' cache; they must be what parsing the file gives, key order too."""
+    path = tmp_path / "journal.jsonl"
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {"b": 1, "a": (1, 2)}})
+        assert len(read_records(path)) == 1
+        journal.append({"type": "note", "z": {"y": 1, "x": 1e-300, "w": Path("p")}, "a": None})
+        journal.append({"type": "note", "index": 2})
+        cached = read_records(path)
+        journal_module._last_scan = None  # forget every parse: the file alone
+        fresh = read_records(path)
+        assert cached == fresh
+        assert [list(record) for record in cached] == [list(record) for record in fresh]
+        assert list(cached[1]["z"]) == list(fresh[1]["z"]) == ["w", "x", "y"]
+        # A line appended and then edited by someone else before the next read is caught.
+        journal.append({"type": "note", "index": 3})
+    path.write_bytes(path.read_bytes().replace(b'"index": 3', b'"index": 4'))
+    with pytest.raises(UsageError, match=r"journal.jsonl:4: journal line does not match its checksum"):
         read_records(path)
