@@ -149,12 +149,13 @@ def _curves(report: dict[str, Any], state: SearchState, state_dir: Path) -> list
         wanted.append((f"culprit {index}: " + " + ".join(sorted(names)), names))
     if report.get("switched_off"):
         wanted.append(("fix", everything - frozenset(report["switched_off"])))
+    first_finished: dict[frozenset[str], TrialState] = {}  # one pass: a search has thousands of trials
+    for candidate in state.trials.values():
+        if candidate.finished is not None:
+            first_finished.setdefault(candidate.config, candidate)
     curves: list[dict[str, Any]] = []  # a list: the order (references first) survives JSON
     for label, names in wanted:
-        trial = next(
-            (t for t in state.trials.values() if t.config == names and t.finished is not None),
-            None,
-        )
+        trial = first_finished.get(names)
         if trial is None:
             continue
         try:
@@ -219,28 +220,82 @@ def _legend(ax: Any, outcomes: Iterable[str]) -> None:
 #: search cost half a minute.
 ONE_ARTIST_PER_TRIAL_UP_TO = 500
 
+#: Beyond ONE_ARTIST_PER_TRIAL_UP_TO trials, a marker is left out where one of the same
+#: kind is already drawn within half a marker of it (on a grid of this many cells across
+#: the data's range: about half a 4-point marker on the page's 10-inch plots): at 5,000
+#: trials most markers only cover others, and each costs the SVG writer as much as a bar.
+THIN_COLUMNS, THIN_ROWS = 280, 100
+
+
+def _thin(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The points that are not drawn over by an earlier one (one per cell of a THIN_COLUMNS x THIN_ROWS grid)."""
+    if not xs:
+        return [], []
+    x0, y0 = min(xs), min(ys)
+    dx = (max(xs) - x0) / THIN_COLUMNS or 1.0
+    dy = (max(ys) - y0) / THIN_ROWS or 1.0
+    seen: set[tuple[int, int]] = set()
+    kept_x: list[float] = []
+    kept_y: list[float] = []
+    for x, y in zip(xs, ys):
+        cell = (round((x - x0) / dx), round((y - y0) / dy))
+        if cell not in seen:
+            seen.add(cell)
+            kept_x.append(x)
+            kept_y.append(y)
+    return kept_x, kept_y
+
+
+def _bars_path(spans: Sequence[tuple[float, float]], bottom: float, height: float) -> Any:
+    """One compound path of rectangles (left, width): the SVG writer's cost is one element, not one per bar."""
+    import numpy as np
+    from matplotlib.path import Path as MplPath
+
+    edges = np.asarray(spans, dtype=float).reshape(-1, 2)
+    left, right = edges[:, 0], edges[:, 0] + edges[:, 1]
+    vertices = np.empty((len(edges), 5, 2))
+    vertices[:, 0] = np.column_stack([left, np.full(len(edges), bottom)])
+    vertices[:, 1] = np.column_stack([right, np.full(len(edges), bottom)])
+    vertices[:, 2] = np.column_stack([right, np.full(len(edges), bottom + height)])
+    vertices[:, 3] = np.column_stack([left, np.full(len(edges), bottom + height)])
+    vertices[:, 4] = vertices[:, 0]
+    codes = np.tile(
+        np.array([MplPath.MOVETO, MplPath.LINETO, MplPath.LINETO, MplPath.LINETO, MplPath.CLOSEPOLY], dtype=MplPath.code_type),
+        len(edges),
+    )
+    return MplPath(vertices.reshape(-1, 2), codes)
+
 
 def _gantt_grouped(ax: Any, trials: Sequence[dict[str, Any]], rows: Mapping[str, int], t0: float, scale: float) -> None:
-    """The Gantt bars as one element per device, outcome, retry and early stop."""
+    """The Gantt bars as one element per device, outcome, retry and early stop (id ``bars-N``)."""
+    from matplotlib.patches import PathPatch
+
     groups: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
     for trial in trials:
         key = (rows.get(trial["device"], 0), trial["outcome"], trial["attempt"] > 1, bool(trial["early_stop"]))
         groups.setdefault(key, []).append(
             ((trial["start"] - t0) / scale, max((trial["end"] - trial["start"]) / scale, 1e-9))
         )
-    for (row, outcome, retry, early), spans in groups.items():
-        ax.broken_barh(
-            spans,
-            (row - 0.35, 0.7),
-            facecolors=OUTCOME_STYLE[outcome][0],
-            edgecolors="black" if retry else "white",
+    for number, ((row, outcome, retry, early), spans) in enumerate(groups.items()):
+        patch = PathPatch(
+            _bars_path(spans, row - 0.35, 0.7),
+            facecolor=OUTCOME_STYLE[outcome][0],
+            edgecolor="black" if retry else "white",
             linewidth=1.6 if retry else 0.5,
             hatch="///" if early else None,
         )
+        patch.set_gid(f"bars-{number}")
+        # add_artist, not add_patch: add_patch walks every bar's outline to update the data
+        # limits (a second per 5,000 bars); the limits are the spans' own.
+        ax.add_artist(patch)
+        patch.set_clip_path(ax.patch)
+        ax.update_datalim([(min(left for left, _ in spans), row - 0.35),
+                           (max(left + width for left, width in spans), row + 0.35)])
+    ax.autoscale_view()
 
 
 def _metrics_grouped(ax: Any, trials: Sequence[dict[str, Any]], low: float) -> None:
-    """The metric per trial as one element per outcome (and finite or not)."""
+    """The metric per trial as one element per outcome (and finite or not), markers drawn over others left out."""
     groups: dict[tuple[str, bool], tuple[list[int], list[float]]] = {}
     for order, trial in enumerate(trials, start=1):
         value = trial["metric"]
@@ -251,7 +306,11 @@ def _metrics_grouped(ax: Any, trials: Sequence[dict[str, Any]], low: float) -> N
         xs.append(order)
         ys.append(value if finite else low)
     for (outcome, finite), (xs, ys) in groups.items():
-        ax.plot(xs, ys, marker="o" if finite else "x", markersize=4, linestyle="none", color=OUTCOME_STYLE[outcome][0])
+        shown_x, shown_y = _thin(xs, ys)
+        ax.plot(shown_x, shown_y, marker="o" if finite else "x", markersize=4, linestyle="none",
+                color=OUTCOME_STYLE[outcome][0])
+        # The axes span every trial, also those whose markers were left out.
+        ax.update_datalim([(min(xs), min(ys)), (max(xs), max(ys))])
 
 
 def _gantt(data: dict[str, Any]) -> str:
@@ -363,8 +422,10 @@ def _path(data: dict[str, Any]) -> str:
         for trial in data["trials"]:
             by_outcome.setdefault(trial["outcome"], []).append(trial)
         for outcome, group in by_outcome.items():
-            ax.plot([(t["start"] - data["t0"]) / scale for t in group], [t["size"] for t in group],
-                    marker="o", linestyle="none", color=OUTCOME_STYLE[outcome][0])
+            every_x, every_y = [(t["start"] - data["t0"]) / scale for t in group], [t["size"] for t in group]
+            xs, ys = _thin(every_x, every_y)
+            ax.plot(xs, ys, marker="o", linestyle="none", color=OUTCOME_STYLE[outcome][0])
+            ax.update_datalim([(min(every_x), min(every_y)), (max(every_x), max(every_y))])
     for trial in data["trials"] if len(data["trials"]) <= ONE_ARTIST_PER_TRIAL_UP_TO else ():
         (line,) = ax.plot(
             [(trial["start"] - data["t0"]) / scale],

@@ -230,5 +230,6 @@ def test_a_search_of_many_trials_draws_them_grouped_not_one_element_each(tmp_pat
     assert all(f'id="plot-{plot}"' in grouped for plot in PLOTS)
     timeline = grouped[grouped.index('id="plot-timeline"'):]
     timeline = timeline[: timeline.index("</svg>")]
-    bars = sum(block.count("<path ") for block in re.findall(r'<g id="\w*Collection_\d+">(.*?)</g>', timeline, re.S))
-    assert bars == len([r for r in records if r["type"] == "trial_started"])
+    # One compound path per group (id bars-N): one rectangle (one "M" subpath) per trial.
+    paths = [d for block in re.findall(r'<g id="bars-\d+">(.*?)</g>', timeline, re.S) for d in re.findall(r' d="([^"]+)"', block)]
+    assert sum(d.count("M ") for d in paths) == len([r for r in records if r["type"] == "trial_started"])
