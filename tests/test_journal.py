@@ -105,13 +105,13 @@ def three_records(tmp_path):
 
 def test_every_line_carries_a_checksum_that_the_reader_removes(tmp_path):
     path = three_records(tmp_path)
-    assert all('"crc": "' in line for line in path.read_text().splitlines())
+    assert all(line.startswith('{"crc":"') for line in path.read_text().splitlines())
     assert sorted(read_records(path)[1]) == ["kind", "trial_id", "type", "value"]
 
 
 def test_a_line_edited_into_other_valid_json_is_refused_with_file_and_line(tmp_path):
     path = three_records(tmp_path)
-    path.write_text(path.read_text().replace('"value": 0.5', '"value": 0.9'))
+    path.write_text(path.read_text().replace('"value":0.5', '"value":0.9'))
     with pytest.raises(UsageError, match=r"journal.jsonl:2: journal line does not match its checksum"):
         read_records(path)
 
@@ -293,7 +293,7 @@ def test_a_journal_read_again_after_an_edit_is_checked_again(tmp_path):
     mine = dict(first)  # a copy is the caller's own
     mine["definition"] = {"x": 2}
     assert read_records(path)[0]["definition"] == {"x": 1}
-    path.write_bytes(path.read_bytes().replace(b'"x": 1', b'"x": 3'))  # same length, other content
+    path.write_bytes(path.read_bytes().replace(b'"x":1', b'"x":3'))  # same length, other content
     with pytest.raises(UsageError, match="does not match its checksum"):
         read_records(path)
 
@@ -325,7 +325,7 @@ def test_a_journal_grown_by_appends_is_verified_from_where_the_last_read_stopped
         read_records(path)
     # An earlier line edited while the file also grew: the verified prefix changed, so all is checked.
     lines = path.read_text().splitlines(keepends=True)[:4]
-    lines[1] = lines[1].replace('"index": 1', '"index": 7')
+    lines[1] = lines[1].replace('"index":1', '"index":7')
     path.write_text("".join(lines) + lines[3])
     with pytest.raises(UsageError, match=r"journal.jsonl:2: journal line does not match its checksum"):
         read_records(path)
@@ -347,6 +347,20 @@ def test_records_this_process_appended_read_back_as_a_fresh_parse_of_the_file_gi
         assert list(cached[1]["z"]) == list(fresh[1]["z"]) == ["w", "x", "y"]
         # A line appended and then edited by someone else before the next read is caught.
         journal.append({"type": "note", "index": 3})
-    path.write_bytes(path.read_bytes().replace(b'"index": 3', b'"index": 4'))
+    path.write_bytes(path.read_bytes().replace(b'"index":3', b'"index":4'))
     with pytest.raises(UsageError, match=r"journal.jsonl:4: journal line does not match its checksum"):
+        read_records(path)
+
+
+def test_lines_in_the_spaced_spelling_of_earlier_versions_are_verified_by_their_content(tmp_path):
+    """Lines written before the checksum came first (keys sorted, spaces) still resume; an edit is still caught."""
+    records = [{"type": "search_started", "definition": {"x": 1}}, {"type": "note", "value": 0.5}]
+    old = [json.dumps({**record, "crc": journal_module.checksum(record)}, sort_keys=True) + "\n" for record in records]
+    path = tmp_path / "journal.jsonl"
+    path.write_text("".join(old))
+    with Journal.open(tmp_path) as journal:  # appends in today's spelling after the old lines
+        journal.append({"type": "note", "value": 0.7})
+    assert [record.get("value") for record in read_records(path)] == [None, 0.5, 0.7]
+    path.write_text(path.read_text().replace('"value": 0.5', '"value": 0.9'))
+    with pytest.raises(UsageError, match=r"journal.jsonl:2: journal line does not match its checksum"):
         read_records(path)

@@ -19,7 +19,10 @@ Record types (``type`` field): ``search_started``, ``session_started``,
 
 Integrity: every line carries ``crc``, the CRC-32 of the canonical JSON of the
 rest of the record, so a line edited into different but valid JSON is refused
-with its file:line instead of being believed. Journals of fusion-dd 0.1.0 have no
+with its file:line instead of being believed. Lines are written as ``{"crc":"...",``
+followed by that canonical text, so that a reader checks the line's own bytes; lines
+in another spelling (fusion-dd 0.1.x wrote sorted keys with spaces) are checked by
+writing their record out canonically, which costs as much as parsing them. Journals of fusion-dd 0.1.0 have no
 checksums; such lines are accepted only as the file's leading lines, and the
 first coordinator that resumes such a journal appends a ``legacy_sealed`` record
 (checksummed) with the SHA-256 of those leading bytes, so that from then on an
@@ -101,9 +104,30 @@ def _encode(record: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
     """
     plain = json.loads(json.dumps(record, allow_nan=False, default=str, sort_keys=True))
     plain.pop(CHECKSUM_KEY, None)
-    crc = checksum(plain)
-    line = (json.dumps({**plain, CHECKSUM_KEY: crc}, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    body = _canonical(plain).encode("utf-8")
+    crc = f"{zlib.crc32(body):08x}".encode("ascii")
+    # The checksum first, then the canonical text it covers: a reader checks the line's own
+    # bytes (_covered) instead of writing the record out again, the costly half of a read.
+    line = _CRC_HEAD + crc + (b'",' + body[1:] if body != b"{}" else b'"}') + b"\n"
     return line, plain
+
+
+#: How a line written since fusion-dd 0.2 begins: ``{"crc":"12345678",`` and then the
+#: canonical JSON of the rest of the record without its opening brace.
+_CRC_HEAD = b'{"' + CHECKSUM_KEY.encode("ascii") + b'":"'
+
+
+def _covered(line: bytes, crc: Any) -> bool:
+    """Whether ``line`` is a checksum followed by the canonical text it covers, and the checksum is right.
+
+    True only for a line as :func:`encode_record` writes it; any other spelling of a
+    record (an older writer's spaces, a line re-indented by a tool) is checked by
+    writing the record out canonically (:func:`checksum`).
+    """
+    head = len(_CRC_HEAD)
+    if not (line.startswith(_CRC_HEAD) and line[head + 8 : head + 10] == b'",' and isinstance(crc, str)):
+        return False
+    return line[head : head + 8] == crc.encode("ascii", "replace") and f"{zlib.crc32(b'{' + line[head + 10 :]):08x}" == crc
 
 
 class Record(dict):  # type: ignore[type-arg]
@@ -190,7 +214,8 @@ def _scan(
                     )
                 legacy = True
             else:
-                if record.pop(CHECKSUM_KEY) != checksum(record):  # the checksum covers the rest
+                crc = record.pop(CHECKSUM_KEY)
+                if not _covered(line, crc) and crc != checksum(record):  # the checksum covers the rest
                     raise UsageError(
                         f"{path}:{number}: journal line does not match its checksum: it was edited or "
                         f"damaged; {_UNTRUSTED}"
