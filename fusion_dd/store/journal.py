@@ -21,7 +21,7 @@ Integrity: every line carries ``crc``, the CRC-32 of the canonical JSON of the
 rest of the record, so a line edited into different but valid JSON is refused
 with its file:line instead of being believed. Lines are written as ``{"crc":"...",``
 followed by that canonical text, so that a reader checks the line's own bytes; lines
-in another spelling (fusion-dd 0.1.x wrote sorted keys with spaces) are checked by
+in another spelling (earlier versions wrote sorted keys with spaces) are checked by
 writing their record out canonically, which costs as much as parsing them. Journals of fusion-dd 0.1.0 have no
 checksums; such lines are accepted only as the file's leading lines, and the
 first coordinator that resumes such a journal appends a ``legacy_sealed`` record
@@ -112,7 +112,7 @@ def _encode(record: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
     return line, plain
 
 
-#: How a line written since fusion-dd 0.2 begins: ``{"crc":"12345678",`` and then the
+#: How a line encode_record writes begins: ``{"crc":"12345678",`` and then the
 #: canonical JSON of the rest of the record without its opening brace.
 _CRC_HEAD = b'{"' + CHECKSUM_KEY.encode("ascii") + b'":"'
 
