@@ -12,7 +12,7 @@ import pytest
 from fusion_dd.errors import UsageError
 from fusion_dd.store import journal as journal_module
 from fusion_dd.store.journal import Journal, JournalLost, move_aside, read_records
-from fusion_dd.store.state import replay
+from fusion_dd.store.state import launched_count, replay
 
 
 def test_append_and_replay(tmp_path):
@@ -263,7 +263,7 @@ def test_budget_and_trial_numbers_kept_as_records_arrive_match_a_count_of_all_tr
             record["kind"] = "metric"
         records.append(record)
         state = replay(records)
-        assert state.launched == sum(1 for trial in state.trials.values() if trial.costs_budget)
+        assert state.launched == sum(1 for trial in state.trials.values() if trial.costs_budget) == launched_count(records)
         numbers = [int(trial_id) for trial_id in state.trials]
         assert state.next_trial_number() == max(numbers, default=0) + 1
 
