@@ -233,13 +233,16 @@ ONE_ARTIST_PER_TRIAL_UP_TO = 500
 THIN_COLUMNS, THIN_ROWS = 280, 100
 
 
-def _thin(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
-    """The points that are not drawn over by an earlier one (one per cell of a THIN_COLUMNS x THIN_ROWS grid)."""
+def _thin(xs: Sequence[float], ys: Sequence[float], coarser: float = 1.0) -> tuple[list[float], list[float]]:
+    """The points that are not drawn over by an earlier one (one per cell of a THIN_COLUMNS x THIN_ROWS grid).
+
+    ``coarser``: cells this many times as large, for markers this many times as large.
+    """
     if not xs:
         return [], []
     x0, y0 = min(xs), min(ys)
-    dx = (max(xs) - x0) / THIN_COLUMNS or 1.0
-    dy = (max(ys) - y0) / THIN_ROWS or 1.0
+    dx = (max(xs) - x0) * coarser / THIN_COLUMNS or 1.0
+    dy = (max(ys) - y0) * coarser / THIN_ROWS or 1.0
     seen: set[tuple[int, int]] = set()
     kept_x: list[float] = []
     kept_y: list[float] = []
@@ -429,7 +432,7 @@ def _path(data: dict[str, Any]) -> str:
             by_outcome.setdefault(trial["outcome"], []).append(trial)
         for outcome, group in by_outcome.items():
             every_x, every_y = [(t["start"] - data["t0"]) / scale for t in group], [t["size"] for t in group]
-            xs, ys = _thin(every_x, every_y)
+            xs, ys = _thin(every_x, every_y, coarser=1.5)  # markers of 6 points, not 4
             ax.plot(xs, ys, marker="o", linestyle="none", color=OUTCOME_STYLE[outcome][0])
             ax.update_datalim([(min(every_x), min(every_y)), (max(every_x), max(every_y))])
     for trial in data["trials"] if len(data["trials"]) <= ONE_ARTIST_PER_TRIAL_UP_TO else ():

@@ -206,7 +206,7 @@ def _write_html_report(state_dir: Path, report: dict[str, Any], state: Any = Non
             # the same page, without its seconds of plotting.
             return f"  html report: {display_path(page)}"
         opened = state if getattr(state, "definition", None) is not None else None  # an engine that opened the journal
-        path = write_html(page, report, read_records(journal), state_dir, opened)
+        path = write_html(page, report, read_records(journal) if opened is None else (), state_dir, opened)
     except Exception as exc:  # noqa: BLE001 - the search's answer is already written
         typer.echo(f"fusion-dd: warning: could not write the HTML report: {type(exc).__name__}: {exc}", err=True)
         return None
