@@ -63,10 +63,16 @@ def _float(value: Any) -> float | None:
 # -- the data -------------------------------------------------------------------------
 
 
-def report_data(report: dict[str, Any], records: Iterable[dict[str, Any]], state_dir: Path) -> dict[str, Any]:
-    """Every number the page plots, from the report and the journal (pure apart from the loss files)."""
-    records = list(records)
-    state = replay(records)
+def report_data(
+    report: dict[str, Any], records: Iterable[dict[str, Any]], state_dir: Path, state: SearchState | None = None
+) -> dict[str, Any]:
+    """Every number the page plots, from the report and the journal (pure apart from the loss files).
+
+    ``state``: the journal's records already replayed (the engine's own state at the
+    end of a run), which spares replaying thousands of trials once more.
+    """
+    if state is None:
+        state = replay(list(records))
     now = time.time()
     entries = {entry["trial_id"]: entry for entry in report.get("trials") or []}
     trials: list[dict[str, Any]] = []
@@ -594,9 +600,11 @@ def _trial_table(data: dict[str, Any]) -> str:
     )
 
 
-def render_html(report: dict[str, Any], records: Iterable[dict[str, Any]], state_dir: Path) -> str:
-    """The whole page as text."""
-    data = report_data(report, records, state_dir)
+def render_html(
+    report: dict[str, Any], records: Iterable[dict[str, Any]], state_dir: Path, state: SearchState | None = None
+) -> str:
+    """The whole page as text (``state``: see :func:`report_data`)."""
+    data = report_data(report, records, state_dir, state)
     utilisation = data["utilisation"]
     plots: list[tuple[str, str, str | None, str]] = [
         ("timeline", "Trainings per device", _gantt(data),
@@ -630,9 +638,11 @@ def render_html(report: dict[str, Any], records: Iterable[dict[str, Any]], state
     )
 
 
-def write_html(path: Path, report: dict[str, Any], records: Sequence[dict[str, Any]], state_dir: Path) -> Path:
-    """Write the page atomically (a browser never sees half a file)."""
-    text = render_html(report, records, state_dir)
+def write_html(
+    path: Path, report: dict[str, Any], records: Sequence[dict[str, Any]], state_dir: Path, state: SearchState | None = None
+) -> Path:
+    """Write the page atomically (a browser never sees half a file); ``state``: see :func:`report_data`."""
+    text = render_html(report, records, state_dir, state)
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")

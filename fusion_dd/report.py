@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,22 +82,34 @@ def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failur
     return entry
 
 
+def _by_config(state: SearchState) -> dict[frozenset[str], list[TrialState]]:
+    """The finished search trainings of each configuration, in journal order (one pass over all trials)."""
+    found: dict[frozenset[str], list[TrialState]] = {}
+    for trial in state.trials.values():
+        if trial.measurement is not None and trial.role != LOCALIZE_ROLE:  # a dumped training answers no search question
+            found.setdefault(frozenset(trial.config), []).append(trial)
+    return found
+
+
 def _backing(
-    state: SearchState, config: frozenset[Rule], claim: Outcome, threshold: Threshold | None, crash_is_failure: bool
+    by_config: Mapping[frozenset[str], Sequence[TrialState]],
+    config: frozenset[Rule],
+    claim: Outcome,
+    threshold: Threshold | None,
+    crash_is_failure: bool,
 ) -> dict[str, int]:
     """How many finished trainings of exactly ``config`` there are, and how many back the claim.
 
     ``trainings`` counts every finished training of the configuration (repeats
     included), ``support`` those whose verdict is ``claim`` (FAIL for a culprit
     set, PASS for the fix): after noise was seen a claim needs two.
+    ``by_config``: :func:`_by_config` of the search, built once per report (a report
+    of hundreds of culprit sets scanned every trial for each).
     """
-    names = frozenset(rule.name for rule in config)
-    verdicts = [
-        threshold.verdict(trial.measurement, crash_is_failure)
-        for trial in state.trials.values()
-        if frozenset(trial.config) == names and trial.measurement is not None and threshold is not None
-        and trial.role != LOCALIZE_ROLE  # a dumped training answers no search question
-    ]
+    if threshold is None:
+        return {"trainings": 0, "support": 0}
+    trials = by_config.get(frozenset(rule.name for rule in config), ())
+    verdicts = [threshold.verdict(trial.measurement, crash_is_failure) for trial in trials if trial.measurement is not None]
     return {"trainings": len(verdicts), "support": sum(verdict is claim for verdict in verdicts)}
 
 
@@ -196,13 +208,14 @@ def build_report(
         if threshold.bitwise:
             report["threshold"]["bitwise"] = True
     if result is not None:
+        by_config = _by_config(state)
         report["culprits"] = [
             {
                 "rules": _rules_json(culprit.rules),
                 "kind": culprit.kind,
                 "switched_off": sorted(rule.name for rule in culprit.switched_off),
                 "reason": culprit.reason,
-                **_backing(state, culprit.rules, Outcome.FAIL, threshold, config.score.crash_is_failure),
+                **_backing(by_config, culprit.rules, Outcome.FAIL, threshold, config.score.crash_is_failure),
             }
             for culprit in result.culprit_sets
         ]
@@ -212,7 +225,7 @@ def build_report(
         report["hitting_set"] = result.hitting_set
         report["may_hide"] = sorted(rule.name for rule in result.may_hide)
         report["fix_verified"] = bool(result.fix_verified)
-        fix_backing = _backing(state, result.fix, Outcome.PASS, threshold, config.score.crash_is_failure)
+        fix_backing = _backing(by_config, result.fix, Outcome.PASS, threshold, config.score.crash_is_failure)
         report["fix_verified_by"] = fix_backing["support"]
         report["fix_trainings"] = fix_backing["trainings"]
         if status == "found":

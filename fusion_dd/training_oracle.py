@@ -53,9 +53,11 @@ class TrainingOracle:
         self._launch = launch
         self._remaining_budget = remaining_budget
         self._asked: dict[frozenset[str], int] = {}
-        # id(config) -> (config, its names): strategies pass the same frozensets again and again,
-        # and naming thousands of rules at every lookup made a replay quadratic.
-        self._names_memo: dict[int, tuple[frozenset[Rule], frozenset[str]]] = {}
+        # config -> its names: strategies pass the same configurations again and again (often as
+        # new frozensets: ``realize`` builds one per question), and naming thousands of rules
+        # at every lookup made a replay quadratic. Keyed by value: hashing and comparing a
+        # frozenset runs in C, naming its rules in Python.
+        self._names_memo: dict[frozenset[Rule], frozenset[str]] = {}
         self.smallest_failing: frozenset[Rule] | None = None
         self.rounds = 0
         # The parallelism each question was asked with (journaled by the engine): the
@@ -70,13 +72,13 @@ class TrainingOracle:
             self.lanes.advance()
 
     def _names(self, config: frozenset[Rule]) -> frozenset[str]:
-        hit = self._names_memo.get(id(config))
-        if hit is not None and hit[0] is config:
-            return hit[1]
+        names = self._names_memo.get(config)
+        if names is not None:
+            return names
         names = _names(config)
-        if len(self._names_memo) >= 1 << 16:  # configurations made afresh on every call would pile up
+        if len(self._names_memo) >= 1 << 16:  # a search of more distinct configurations: start over
             self._names_memo.clear()
-        self._names_memo[id(config)] = (config, names)  # keeps config alive: its id stays its own
+        self._names_memo[config] = names
         return names
 
     # -- verdicts -------------------------------------------------------------

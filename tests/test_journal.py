@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from fusion_dd.errors import UsageError
+from fusion_dd.store import journal as journal_module
 from fusion_dd.store.journal import Journal, JournalLost, move_aside, read_records
-from fusion_dd.store.state import replay
+from fusion_dd.store.state import launched_count, replay
 
 
 def test_append_and_replay(tmp_path):
@@ -104,13 +105,13 @@ def three_records(tmp_path):
 
 def test_every_line_carries_a_checksum_that_the_reader_removes(tmp_path):
     path = three_records(tmp_path)
-    assert all('"crc": "' in line for line in path.read_text().splitlines())
+    assert all(line.startswith('{"crc":"') for line in path.read_text().splitlines())
     assert sorted(read_records(path)[1]) == ["kind", "trial_id", "type", "value"]
 
 
 def test_a_line_edited_into_other_valid_json_is_refused_with_file_and_line(tmp_path):
     path = three_records(tmp_path)
-    path.write_text(path.read_text().replace('"value": 0.5', '"value": 0.9'))
+    path.write_text(path.read_text().replace('"value":0.5', '"value":0.9'))
     with pytest.raises(UsageError, match=r"journal.jsonl:2: journal line does not match its checksum"):
         read_records(path)
 
@@ -262,7 +263,7 @@ def test_budget_and_trial_numbers_kept_as_records_arrive_match_a_count_of_all_tr
             record["kind"] = "metric"
         records.append(record)
         state = replay(records)
-        assert state.launched == sum(1 for trial in state.trials.values() if trial.costs_budget)
+        assert state.launched == sum(1 for trial in state.trials.values() if trial.costs_budget) == launched_count(records)
         numbers = [int(trial_id) for trial_id in state.trials]
         assert state.next_trial_number() == max(numbers, default=0) + 1
 
@@ -284,10 +285,15 @@ def test_a_journal_read_again_after_an_edit_is_checked_again(tmp_path):
     path = tmp_path / "journal.jsonl"
     with Journal.open(tmp_path) as journal:
         journal.append({"type": "search_started", "definition": {"x": 1}})
+    first = read_records(path)[0]
+    assert first["definition"] == {"x": 1}
+    assert read_records(path)[0] is first  # shared by every reader, so read-only:
+    with pytest.raises(TypeError, match="read-only"):
+        first["definition"] = {"x": 2}
+    mine = dict(first)  # a copy is the caller's own
+    mine["definition"] = {"x": 2}
     assert read_records(path)[0]["definition"] == {"x": 1}
-    read_records(path)[0]["definition"]["x"] = 2  # a caller changing its copy changes nobody else's
-    assert read_records(path)[0]["definition"] == {"x": 1}
-    path.write_bytes(path.read_bytes().replace(b'"x": 1', b'"x": 3'))  # same length, other content
+    path.write_bytes(path.read_bytes().replace(b'"x":1', b'"x":3'))  # same length, other content
     with pytest.raises(UsageError, match="does not match its checksum"):
         read_records(path)
 
@@ -319,7 +325,42 @@ def test_a_journal_grown_by_appends_is_verified_from_where_the_last_read_stopped
         read_records(path)
     # An earlier line edited while the file also grew: the verified prefix changed, so all is checked.
     lines = path.read_text().splitlines(keepends=True)[:4]
-    lines[1] = lines[1].replace('"index": 1', '"index": 7')
+    lines[1] = lines[1].replace('"index":1', '"index":7')
     path.write_text("".join(lines) + lines[3])
+    with pytest.raises(UsageError, match=r"journal.jsonl:2: journal line does not match its checksum"):
+        read_records(path)
+
+
+def test_records_this_process_appended_read_back_as_a_fresh_parse_of_the_file_gives_them(tmp_path):
+    """The writer hands its records to the readers' cache; they must be what parsing the file gives, key order too."""
+    path = tmp_path / "journal.jsonl"
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {"b": 1, "a": (1, 2)}})
+        assert len(read_records(path)) == 1
+        journal.append({"type": "note", "z": {"y": 1, "x": 1e-300, "w": Path("p")}, "a": None})
+        journal.append({"type": "note", "index": 2})
+        cached = read_records(path)
+        journal_module._last_scan = None  # forget every parse: the file alone
+        fresh = read_records(path)
+        assert cached == fresh
+        assert [list(record) for record in cached] == [list(record) for record in fresh]
+        assert list(cached[1]["z"]) == list(fresh[1]["z"]) == ["w", "x", "y"]
+        # A line appended and then edited by someone else before the next read is caught.
+        journal.append({"type": "note", "index": 3})
+    path.write_bytes(path.read_bytes().replace(b'"index":3', b'"index":4'))
+    with pytest.raises(UsageError, match=r"journal.jsonl:4: journal line does not match its checksum"):
+        read_records(path)
+
+
+def test_lines_in_the_spaced_spelling_of_earlier_versions_are_verified_by_their_content(tmp_path):
+    """Lines written before the checksum came first (keys sorted, spaces) still resume; an edit is still caught."""
+    records = [{"type": "search_started", "definition": {"x": 1}}, {"type": "note", "value": 0.5}]
+    old = [json.dumps({**record, "crc": journal_module.checksum(record)}, sort_keys=True) + "\n" for record in records]
+    path = tmp_path / "journal.jsonl"
+    path.write_text("".join(old))
+    with Journal.open(tmp_path) as journal:  # appends in today's spelling after the old lines
+        journal.append({"type": "note", "value": 0.7})
+    assert [record.get("value") for record in read_records(path)] == [None, 0.5, 0.7]
+    path.write_text(path.read_text().replace('"value": 0.5', '"value": 0.9'))
     with pytest.raises(UsageError, match=r"journal.jsonl:2: journal line does not match its checksum"):
         read_records(path)

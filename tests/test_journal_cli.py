@@ -106,9 +106,9 @@ def test_a_journal_line_edited_into_other_valid_json_is_refused_with_file_and_li
     number = next(
         index
         for index, line in enumerate(lines, start=1)
-        if '"trial_finished"' in line and '"value": 0.5' in line and index < len(lines)
+        if '"trial_finished"' in line and '"value":0.5' in line and index < len(lines)
     )
-    lines[number - 1] = lines[number - 1].replace('"value": 0.5', '"value": 0.9')
+    lines[number - 1] = lines[number - 1].replace('"value":0.5', '"value":0.9')
     (state / "journal.jsonl").write_text("".join(lines))
     before = len(launches(tmp_path))
     for command in (["resume", "--budget", "60"], ["status"], ["search"]):

@@ -28,7 +28,7 @@ from ..runner.broken import broken_lines
 from ..compare.help import COMPARE_HELP
 from ..preflight import preflight, trial_values
 from ..report import display_path, summary_lines
-from ..store.state import replay
+from ..store.state import launched_count, replay
 from .status_view import status_lines
 from ..backends.cann.switch import render_switch
 from ..runner.trial import PLACEHOLDERS, resolve_relative, substitute, substitute_command
@@ -171,7 +171,7 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
         if close is not None:
             close()
     typer.echo("")
-    html_line = _write_html_report(config.state_dir, result.report)
+    html_line = _write_html_report(config.state_dir, result.report, getattr(engine, "state", None))
     lines = summary_lines(result.report, config.state_dir)
     # Next to the report.json line; "continue with" stays last, where people look for what to do.
     at = next((index + 1 for index, line in enumerate(lines) if line.startswith("  report: ")), len(lines))
@@ -185,8 +185,11 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     return result
 
 
-def _write_html_report(state_dir: Path, report: dict[str, Any]) -> str | None:
+def _write_html_report(state_dir: Path, report: dict[str, Any], state: Any = None) -> str | None:
     """report.html next to report.json at the end of every run; a failure here costs only the page.
+
+    ``state``: the engine's replayed state of the journal at the end of the run (the page
+    then needs no replay of its own).
 
     Returns the summary line that names the page, None when it could not be written or
     ``FUSION_DD_HTML=0`` asks for none (for scripts that only want ``report.json``; the page
@@ -202,7 +205,8 @@ def _write_html_report(state_dir: Path, report: dict[str, Any]) -> str | None:
             # Nothing journaled since the page was drawn (a finished search shown again):
             # the same page, without replaying the journal again.
             return f"  html report: {display_path(page)}"
-        path = write_html(page, report, read_records(journal), state_dir)
+        opened = state if getattr(state, "definition", None) is not None else None  # an engine that opened the journal
+        path = write_html(page, report, read_records(journal) if opened is None else (), state_dir, opened)
     except Exception as exc:  # noqa: BLE001 - the search's answer is already written
         typer.echo(f"fusion-dd: warning: could not write the HTML report: {type(exc).__name__}: {exc}", err=True)
         return None
@@ -225,7 +229,7 @@ def _launched_before(state_dir: Path) -> int:
     reports the problem properly.
     """
     try:
-        return replay(read_records(state_dir / JOURNAL_NAME)).launched
+        return launched_count(read_records(state_dir / JOURNAL_NAME))
     except (UsageError, OSError, KeyError, TypeError, ValueError):
         return 0
 

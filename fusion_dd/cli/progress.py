@@ -9,7 +9,8 @@ plain line per event, nothing redrawn; the estimate is a plain line too, printed
 when its number changes.
 
 The estimate (fusion_dd.estimate) replays the journal, so it is computed on its
-own thread after each finished trial, never on the engine's.
+own thread, never on the engine's: once the session launched its first training
+(a resume replays the search first), then after each finished trial.
 """
 
 from __future__ import annotations
@@ -80,9 +81,13 @@ class ConsoleEvents:
             self._ticker = threading.Thread(target=self._tick, name="fusion-dd-progress", daemon=True)
             self._ticker.start()
         if state_dir is not None:
+            # The first estimate is wanted once the session launches its first training
+            # (trial_started), not now: until then the engine replays the journal, and an
+            # estimate (a replay of its own) would compete with it for the interpreter:
+            # seconds for a journal of thousands of trials, and for nothing when the
+            # replay ends with the answer.
             self._estimator = threading.Thread(target=self._estimate_loop, name="fusion-dd-estimate", daemon=True)
             self._estimator.start()
-            self._wanted.set()
 
     def close(self, final_estimate: bool = True, answered: bool = False) -> None:
         """Stop the live panel and the estimator; ``final_estimate`` is False when the session was refused.
@@ -234,6 +239,9 @@ class ConsoleEvents:
         with self._lock:
             self._running[trial.trial_id] = trial
             self._launched += 1
+            first = self._estimate is None
+        if first:
+            self._wanted.set()  # the replay is over: the first estimate (see start)
         self._line(
             f"[{self._launched}/{self.budget}] start  #{trial.trial_id} on device {','.join(trial.device)}: "
             f"{_config_text(trial.config, self.total_rules)} ({trial.role})"

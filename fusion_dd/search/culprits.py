@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
 from fusion_dd.search.ddmin import ordered
-from fusion_dd.search.hitting import minimum_hitting_set
+from fusion_dd.search.hitting import HittingSet, minimum_hitting_set
 from fusion_dd.search.lanes import Lanes, width_of
 from fusion_dd.search.masks import Answers, Masks
 from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised, majority
@@ -381,6 +381,10 @@ class _Progress(Generic[T]):
     searched: list[frozenset[T]] = field(default_factory=list)  # sets a strategy found (not dense singles)
     # Independent culprits described once (their description depends on nothing else).
     singles: dict[tuple[frozenset[T], bool], CulpritSet[T]] = field(default_factory=dict, repr=False)
+    # For _settle's shortcut: how many sets the last full choice covered, and their rules.
+    settled: int = field(default=0, repr=False)
+    involved: frozenset[T] = field(default=frozenset(), repr=False)
+    singles_only: bool = field(default=True, repr=False)
 
 
 def _settle(
@@ -393,14 +397,40 @@ def _settle(
     Past the loop's round limit (``grow``) the new set only adds the chooser's rule,
     so the switched-off set grows every round and the loop must end.
     """
+    newest = sets[-1]
     if grow:
-        rule, _ = preference.pick(sets[-1])
+        rule, _ = preference.pick(newest)
         progress.switched_off = progress.switched_off | {rule}
         progress.exact = False
+    elif progress.settled == len(sets) - 1 and newest.isdisjoint(progress.involved):
+        # A set sharing no rule with the earlier ones is a component of its own: the minimum
+        # hitting set chooses per component, so the earlier choice stands and only this one
+        # is added (the same answer as recomputing all, without the cost per set found that
+        # made a search of hundreds of culprits quadratic).
+        if len(newest) == 1:  # _loop's sets are inside the universe (a strategy's answer is inside its start)
+            alone = HittingSet(newest, True)  # what minimum_hitting_set gives a lone single, without ranking every rule
+        else:
+            alone = minimum_hitting_set([newest], order, preference)
+        progress.switched_off = progress.switched_off | alone.rules
+        progress.exact = progress.exact and alone.exact
+        if len(newest) == 1 and progress.singles_only:
+            # Every set an independent culprit, so each is switched off: the earlier
+            # descriptions and may_hide (empty) stand; only the new one is described.
+            key = (newest, True)
+            if key not in progress.singles:
+                progress.singles[key] = CulpritSet(
+                    newest, "independent", newest, _reason(newest, newest, sets, progress.switched_off, progress.exact, preference)
+                )
+            progress.found = [*progress.found, progress.singles[key]]
+            progress.settled, progress.involved = len(sets), progress.involved | newest
+            return
     else:
         chosen = minimum_hitting_set(sets, order, preference)
         progress.switched_off = chosen.rules
         progress.exact = chosen.exact
+    progress.settled = len(sets)
+    progress.involved = frozenset().union(*sets)
+    progress.singles_only = all(len(rules) == 1 for rules in sets)
     off = progress.switched_off
 
     def describe(rules: frozenset[T]) -> CulpritSet[T]:

@@ -684,18 +684,23 @@ class NoiseGuard(Generic[T]):
         """
         bit = 1 << self._masks.bit(rule)
         chains = self._antichains()
+        # The maximal passing configurations with and without ``rule``, split once: the
+        # question is asked for every culprit of a search, each over all failing ones.
+        without = [high for high in chains.max_pass if not high & bit]
+        holding = [high for high in chains.max_pass if high & bit]
         passing: list[int] | None = None
-        for holder in self._fail_masks:
+        # Newest first: the training that shows it is usually the boundary that isolated the
+        # rule, late in the search (the answer is the same in any order).
+        for holder in reversed(self._fail_masks):
             if not holder & bit or holder == bit:
                 continue
             rest = holder & ~bit
             # Any passing configuration around ``rest`` lies inside a maximal one; one of those
             # without ``rule`` shows it, none around means none at all; else look at all.
-            around = [high for high in chains.max_pass if rest & ~high == 0]
-            if not around:
-                continue
-            if any(not high & bit for high in around):
+            if any(rest & ~high == 0 for high in without):
                 return True
+            if not any(rest & ~high == 0 for high in holding):
+                continue
             if passing is None:
                 passing = [mask for mask in self._pass_masks if not mask & bit]
             if any(rest & ~mask == 0 for mask in passing):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from json.encoder import encode_basestring_ascii as _encode_string
 from typing import Any
 
 
@@ -54,4 +55,74 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, mode: int = 0o644
 
 def write_json_atomic(path: str | os.PathLike[str], document: Any, mode: int = 0o644, durable: bool = True) -> None:
     """JSON (indented, keys sorted) written atomically, e.g. status.json of a trial."""
-    write_bytes_atomic(path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode, durable)
+    write_bytes_atomic(path, (dumps_indented(document) + "\n").encode("utf-8"), mode, durable)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def dumps_indented(document: Any) -> str:
+    """``json.dumps(document, indent=2, sort_keys=True)``, the same text, faster for big documents.
+
+    The standard library writes indented JSON in pure Python, one call per value: the
+    report of a 5,000-trial search (each trial's configuration a list of hundreds of
+    names) took most of a second. Here a list or dict holding only scalars is written
+    by the C encoder in one call, its separators carrying the indentation.
+    """
+    parts: list[str] = []
+    _indented(document, 0, parts)
+    return "".join(parts)
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, str):
+        return _encode_string(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return json.dumps(value)  # numbers (NaN and the infinities spelled as json.dumps spells them) and the rest
+
+
+def _indented(value: Any, depth: int, out: list[str]) -> None:
+    if isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        inner = "\n" + "  " * (depth + 1)
+        if all(isinstance(key, str) for key in value):
+            keys = sorted(value)
+        else:  # keys json.dumps turns into strings: let it write this dict the standard way
+            out.append(json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n" + "  " * depth))
+            return
+        out.append("{")
+        separator = inner
+        for key in keys:
+            item = value[key]
+            out.append(separator + _encode_string(key) + ": ")
+            if isinstance(item, (dict, list, tuple)):
+                _indented(item, depth + 1, out)
+            else:
+                out.append(_scalar(item))
+            separator = "," + inner
+        out.append("\n" + "  " * depth + "}")
+    elif isinstance(value, (list, tuple)):
+        if not value:
+            out.append("[]")
+            return
+        inner = "\n" + "  " * (depth + 1)
+        if all(isinstance(item, _SCALARS) for item in value):
+            text = json.dumps(value, separators=("," + inner, ": "))
+            out.append("[" + inner + text[1:-1] + "\n" + "  " * depth + "]")
+            return
+        out.append("[")
+        separator = inner
+        for item in value:
+            out.append(separator)
+            _indented(item, depth + 1, out)
+            separator = "," + inner
+        out.append("\n" + "  " * depth + "]")
+    else:
+        out.append(_scalar(value))

@@ -19,7 +19,10 @@ Record types (``type`` field): ``search_started``, ``session_started``,
 
 Integrity: every line carries ``crc``, the CRC-32 of the canonical JSON of the
 rest of the record, so a line edited into different but valid JSON is refused
-with its file:line instead of being believed. Journals of fusion-dd 0.1.0 have no
+with its file:line instead of being believed. Lines are written as ``{"crc":"...",``
+followed by that canonical text, so that a reader checks the line's own bytes; lines
+in another spelling (earlier versions wrote sorted keys with spaces) are checked by
+writing their record out canonically, which costs as much as parsing them. Journals of fusion-dd 0.1.0 have no
 checksums; such lines are accepted only as the file's leading lines, and the
 first coordinator that resumes such a journal appends a ``legacy_sealed`` record
 (checksummed) with the SHA-256 of those leading bytes, so that from then on an
@@ -34,11 +37,13 @@ overwrite the trials (see :meth:`Journal.append`).
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import itertools
 import json
 import os
+import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -86,10 +91,73 @@ def encode_record(record: dict[str, Any]) -> bytes:
     checksum is computed over exactly what a reader will parse back; NaN and
     infinities are refused (``ValueError``) before anything is written.
     """
-    plain = json.loads(json.dumps(record, allow_nan=False, default=str))
+    return _encode(record)[0]
+
+
+def _encode(record: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
+    """The line of :func:`encode_record` and the record a reader parses back from it (checksum removed).
+
+    The round trip sorts the keys at every level, as the line does, so the second
+    value equals ``json.loads(line)`` without its checksum, key order included: the
+    journal's writer hands it to the readers' cache instead of having the line parsed
+    again (a search's last record holds its whole report, megabytes for a long search).
+    """
+    plain = json.loads(json.dumps(record, allow_nan=False, default=str, sort_keys=True))
     plain.pop(CHECKSUM_KEY, None)
-    plain[CHECKSUM_KEY] = checksum(plain)
-    return (json.dumps(plain, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    body = _canonical(plain).encode("utf-8")
+    crc = f"{zlib.crc32(body):08x}".encode("ascii")
+    # The checksum first, then the canonical text it covers: a reader checks the line's own
+    # bytes (_covered) instead of writing the record out again, the costly half of a read.
+    line = _CRC_HEAD + crc + (b'",' + body[1:] if body != b"{}" else b'"}') + b"\n"
+    return line, plain
+
+
+#: How a line encode_record writes begins: ``{"crc":"12345678",`` and then the
+#: canonical JSON of the rest of the record without its opening brace.
+_CRC_HEAD = b'{"' + CHECKSUM_KEY.encode("ascii") + b'":"'
+
+
+def _covered(line: bytes, crc: Any) -> bool:
+    """Whether ``line`` is a checksum followed by the canonical text it covers, and the checksum is right.
+
+    True only for a line as :func:`encode_record` writes it; any other spelling of a
+    record (an older writer's spaces, a line re-indented by a tool) is checked by
+    writing the record out canonically (:func:`checksum`).
+    """
+    head = len(_CRC_HEAD)
+    if not (line.startswith(_CRC_HEAD) and line[head + 8 : head + 10] == b'",' and isinstance(crc, str)):
+        return False
+    return line[head : head + 8] == crc.encode("ascii", "replace") and f"{zlib.crc32(b'{' + line[head + 10 :]):08x}" == crc
+
+
+class Record(dict):  # type: ignore[type-arg]
+    """A journal record as read back: the same object for every reader of the journal, so read-only.
+
+    A command reads its journal several times (the CLI, the lock's legacy check,
+    the engine, the report, the HTML page); parsing 5,000 trials' records each
+    time cost seconds, so every read after the first hands out the records of the
+    first. Changing one would change what every later reader believes, hence the
+    refusal here. Only the record itself is guarded: its nested lists and dicts
+    are shared too and must not be changed either. ``dict(record)`` (or
+    ``copy.copy``/``copy.deepcopy``, or pickling) gives a plain, mutable copy.
+    """
+
+    __slots__ = ()
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a journal record is shared by every reader of the journal and read-only; copy it with dict()")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only  # type: ignore[assignment]
+    pop = popitem = clear = update = setdefault = _read_only  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return copy.deepcopy(dict(self), memo)
 
 
 @dataclass(frozen=True)
@@ -110,7 +178,7 @@ class _Scanned:
 
 def _scan(
     path: Path, data: bytes, start: _Scanned = _Scanned()
-) -> tuple[list[dict[str, Any]], int, _Scanned]:
+) -> tuple[list[Record], int, _Scanned]:
     """Parse and verify a journal's bytes after ``start.end``: (those records, unsealed legacy length, how far).
 
     The second value is, for a journal written wholly without checksums (by
@@ -118,7 +186,7 @@ def _scan(
     every other journal.
     """
     lines = data[start.end :].split(b"\n")
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     offset = start.end  # byte offset of the current line
     legacy = start.legacy  # a line without a checksum was seen
     checked_from = start.checked_from  # line number of the first line with a checksum
@@ -146,7 +214,8 @@ def _scan(
                     )
                 legacy = True
             else:
-                if record.pop(CHECKSUM_KEY) != checksum(record):  # the checksum covers the rest
+                crc = record.pop(CHECKSUM_KEY)
+                if not _covered(line, crc) and crc != checksum(record):  # the checksum covers the rest
                     raise UsageError(
                         f"{path}:{number}: journal line does not match its checksum: it was edited or "
                         f"damaged; {_UNTRUSTED}"
@@ -160,7 +229,7 @@ def _scan(
                         )
                 if record.get("type") == SEALED:
                     _check_seal(path, data, record, begin)
-            records.append(record)
+            records.append(Record(record))
         if offset <= len(data):  # a whole line, its newline included: a later scan starts after it
             reached = _Scanned(offset, number, start.records + len(records), legacy, checked_from)
     return records, (len(data) if legacy and checked_from is None else 0), reached
@@ -177,34 +246,97 @@ def _check_seal(path: Path, data: bytes, seal: dict[str, Any], start: int) -> No
         )
 
 
-#: The last journal verified: (path, how far, its records' lines). A resume reads the
-#: journal several times (the CLI's counter, the config, the lock's legacy check, the
-#: engine, the final estimate), and checking every line's checksum is the costly part.
-_last_scan: tuple[str, bytes, _Scanned] | None = None
+@dataclass
+class _Verified:
+    """The last journal read in this process: its verified bytes, how far the scan got, and its records.
+
+    ``appended``: lines this process's :class:`Journal` wrote after ``data``, with
+    their records; a read that finds exactly those bytes next takes them as they are.
+    """
+
+    path: str
+    data: bytes
+    scanned: _Scanned
+    records: list[Record]
+    appended: list[tuple[bytes, Record]]
+    appended_end: int = 0  # where the next noted line must begin
 
 
-def _scan_cached(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """``_scan``, verifying only the bytes that are new since the last scan of this journal.
+#: A command reads its journal several times (the CLI's config and counter, the lock's
+#: legacy check, the engine, the report and the HTML page, the final estimate): each read
+#: after the first hands out the same records and parses only what was appended since.
+_last_scan: _Verified | None = None
+#: Held while the cache is read or changed: the engine appends on one thread while a
+#: report snapshot or the progress display's estimate reads on another.
+_cache_lock = threading.Lock()
+
+
+def _scan_cached(path: Path, data: bytes) -> tuple[list[Record], int]:
+    """``_scan``, parsing and verifying only the bytes that are new since the last scan of this journal.
 
     Bytes identical to a prefix verified before (compared, not assumed: an edit
-    anywhere in it is a different prefix) are only parsed; an appended tail is
-    verified from where that scan stopped. Parsing again rather than handing out
-    the same records keeps every caller's records its own.
+    anywhere in it is a different prefix, and all of it is verified again) give
+    the records parsed then, the same :class:`Record` objects; lines this process
+    appended give the records it wrote; only the rest is parsed and verified.
     """
+    with _cache_lock:
+        return _scan_cached_locked(path, data)
+
+
+def _scan_cached_locked(path: Path, data: bytes) -> tuple[list[Record], int]:
     global _last_scan
     cached = _last_scan
-    start = _Scanned()
-    known: list[dict[str, Any]] = []
-    if cached is not None and cached[0] == str(path) and data.startswith(cached[1]):
-        start = cached[2]
-        for line in cached[1].split(b"\n"):
-            if line.strip():
-                record = json.loads(line)
-                record.pop(CHECKSUM_KEY, None)
-                known.append(record)
-    records, legacy, reached = _scan(path, data, start)
-    _last_scan = (str(path), data[: reached.end], reached)
-    return known + records, legacy
+    if cached is None or cached.path != str(path) or not data.startswith(cached.data):
+        records, legacy, reached = _scan(path, data)
+        _last_scan = _Verified(str(path), data[: reached.end], reached, records, [])
+        return list(records), legacy
+    if cached.appended:
+        _take_appended(cached, data)
+    new, legacy, reached = _scan(path, data, cached.scanned)
+    records = cached.records + new  # a complete last line without its newline is read, not yet kept
+    cached.records.extend(new[: reached.records - cached.scanned.records])
+    if reached.end != cached.scanned.end:
+        cached.data = data[: reached.end]
+    cached.scanned = reached
+    return records, legacy
+
+
+def _take_appended(cached: _Verified, data: bytes) -> None:
+    """Fold the lines this process appended into the cache when the file holds exactly them next."""
+    end = cached.scanned.end
+    lines = b"".join(line for line, _ in cached.appended)
+    if data[end : end + len(lines)] == lines:
+        cached.data = data[: end + len(lines)]
+        cached.records.extend(record for _, record in cached.appended)
+        scanned = cached.scanned
+        cached.scanned = _Scanned(
+            end + len(lines),
+            scanned.lines + len(cached.appended),
+            scanned.records + len(cached.appended),
+            scanned.legacy,
+            scanned.checked_from if scanned.checked_from is not None else scanned.lines + 1,
+        )
+    cached.appended = []
+
+
+def _note_appended(path: Path, offset: int, line: bytes, record: dict[str, Any]) -> None:
+    """A :class:`Journal` wrote ``line`` at ``offset``: remember its record for the next read.
+
+    Only when the cache is of this journal and ends exactly where the line begins
+    (after any lines noted before it), and the cached lines are checksummed: the
+    first checksummed line after 0.1.0 lines is a seal, which a read must check.
+    """
+    with _cache_lock:
+        cached = _last_scan
+        if cached is None or cached.path != str(path) or (cached.scanned.legacy and cached.scanned.checked_from is None):
+            return
+        if not cached.appended:
+            cached.appended_end = cached.scanned.end
+        if cached.appended_end != offset:
+            cached.appended = []
+            return
+        cached.appended.append((line, Record(record)))
+        cached.appended_end += len(line)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -322,12 +454,14 @@ class Journal:
         """
         if self._file is None:
             raise RuntimeError("journal is not open")
-        line = encode_record(record)
+        line, plain = _encode(record)
         self.check_in_place()
+        offset = self._size
         self._file.write(line)
         self._file.flush()
         os.fsync(self._file.fileno())
         self._size = os.fstat(self._file.fileno()).st_size
+        _note_appended(self.path, offset, line, plain)
 
     def check_in_place(self) -> None:
         """Raise :class:`JournalLost` unless the path still names the file we append to.

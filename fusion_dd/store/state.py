@@ -245,6 +245,28 @@ def replay(records: Iterable[dict[str, Any]]) -> SearchState:
     return state
 
 
+def launched_count(records: Iterable[dict[str, Any]]) -> int:
+    """``replay(records).launched`` without building the state (see :attr:`TrialState.costs_budget`).
+
+    For the CLI's counter, which starts before the engine replays the journal: a
+    replay of thousands of trials hashes every configuration, this only follows ids.
+    """
+    costs: dict[str, bool] = {}  # trial id -> counts against the budget
+    finished: set[str] = set()
+    for record in records:
+        kind = record.get("type")
+        if kind == "trial_started":
+            costs[record["trial_id"]] = True  # a restarted id is a new, open trial
+            finished.discard(record["trial_id"])
+        elif kind == "trial_finished":
+            if record["trial_id"] in costs:
+                finished.add(record["trial_id"])
+        elif kind == "trial_cancelled":
+            if record["trial_id"] in costs and record["trial_id"] not in finished:
+                costs[record["trial_id"]] = record.get("launched") is not False
+    return sum(costs.values())
+
+
 def definition_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Which parts of a search definition differ, named as config keys."""
     names = {
