@@ -156,12 +156,12 @@ class Engine:
     def state_dir(self) -> Path:
         return self.config.state_dir
 
-    def _append(self, record: dict[str, Any]) -> None:
-        """Journal a record (durably) and apply it to the live state, atomically."""
+    def _append(self, record: dict[str, Any], durable: bool = True) -> None:
+        """Journal a record (durably unless told: see ``Journal.append``) and apply it to the live state, atomically."""
         assert self._journal is not None
         record.setdefault("time", time.time())
         with self._journal_lock:
-            self._journal.append(record)
+            self._journal.append(record, durable)
             self.state.apply(record)
 
     def _open(self) -> None:
@@ -325,7 +325,8 @@ class Engine:
                     "trial_id": trial_id,
                     "supervisor_pid": _pid_of(handle.placement.job_id),
                     "placement": handle.placement.to_json(),
-                }
+                },
+                durable=False,  # the trial's files say it started (ever_started) if a crash loses this
             )
         except BaseException:
             handle.cancel()  # a training that nothing can record must not run on
@@ -818,7 +819,7 @@ class Engine:
         lanes = LanePlan(
             current=lambda: self._device_count() - len(self._retired),
             recorded=self.state.lanes,
-            on_new=lambda index, width: self._append({"type": "question", "index": index, "width": width}),
+            on_new=lambda index, width: self._append({"type": "question", "index": index, "width": width}, durable=False),
         )
         assert self._oracle is not None
         self._oracle.threshold = pre.threshold

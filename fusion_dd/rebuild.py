@@ -51,7 +51,7 @@ class _Replay(Engine):
     def _open(self) -> None:
         self.state = self._given
 
-    def _append(self, record: dict[str, Any]) -> None:
+    def _append(self, record: dict[str, Any], durable: bool = True) -> None:
         self.state.apply(record)  # in memory only: a replay must not change the search
 
     def remaining_budget(self) -> int:

@@ -364,3 +364,17 @@ def test_lines_in_the_spaced_spelling_of_earlier_versions_are_verified_by_their_
     path.write_text(path.read_text().replace('"value": 0.5', '"value": 0.9'))
     with pytest.raises(UsageError, match=r"journal.jsonl:2: journal line does not match its checksum"):
         read_records(path)
+
+
+def test_a_record_appended_without_fsync_reads_back_and_the_next_durable_one_syncs_both(tmp_path, monkeypatch):
+    """Questions and launch placements skip their own fsync: the next durable record writes them too."""
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(journal_module.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    with Journal.open(tmp_path) as journal:
+        before = len(synced)
+        journal.append({"type": "question", "index": 0, "width": 2, "time": 1.0}, durable=False)
+        assert len(synced) == before
+        journal.append({"type": "note", "time": 2.0})
+        assert len(synced) == before + 1
+    assert [record["type"] for record in read_records(tmp_path / "journal.jsonl")][-2:] == ["question", "note"]

@@ -444,8 +444,14 @@ class Journal:
     def records(self) -> list[dict[str, Any]]:
         return read_records(self.path)
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: dict[str, Any], durable: bool = True) -> None:
         """Write one record durably: one write call, flush, fsync.
+
+        ``durable=False`` skips the fsync for a record whose loss in a crash of the
+        machine costs nothing: the next durable record's fsync writes it too (one file,
+        in order), and a crash before that loses it together with all that depends on
+        it (a question's width, a launch's placement: resume then asks, or looks, again).
+        At a few records per training of a fraction of a second, an fsync matters.
 
         First checks that the open file is still the one at the journal's path
         (:meth:`check_in_place`); once it is not, every append raises
@@ -459,7 +465,8 @@ class Journal:
         offset = self._size
         self._file.write(line)
         self._file.flush()
-        os.fsync(self._file.fileno())
+        if durable:
+            os.fsync(self._file.fileno())
         self._size = os.fstat(self._file.fileno()).st_size
         _note_appended(self.path, offset, line, plain)
 
