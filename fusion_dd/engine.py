@@ -752,16 +752,17 @@ class Engine:
             self._append({"type": "search_stopped", "reason": "interrupted"})
             return self._stop("interrupted", EXIT_INTERRUPTED, self._known_preconditions(), None)
         finally:
-            self._release_launcher()
+            self._launcher_run_ended()
             self._snapshots.close()
             if self._journal is not None:
                 self._journal.close()
 
-    def _release_launcher(self) -> None:
+    def _launcher_run_ended(self) -> None:
         """Free what the launcher keeps between trials (it may be used again)."""
-        release = getattr(self.launcher, "release", None)
-        if callable(release):
-            release()
+        # Optional in the protocol (not DaskLauncher.release, which gives a worker back).
+        run_ended = getattr(self.launcher, "run_ended", None)
+        if callable(run_ended):
+            run_ended()
 
     def _preconditions(
         self, references: tuple[list[Measurement], list[Measurement]]
@@ -1042,7 +1043,7 @@ class Engine:
         except SwitchIgnored as exc:
             raise UsageError(str(exc)) from None
         finally:
-            self._release_launcher()
+            self._launcher_run_ended()
             if self._journal is not None:
                 self._journal.close()
 

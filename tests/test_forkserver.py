@@ -135,19 +135,19 @@ def test_a_server_that_cannot_answer_makes_the_launcher_start_interpreters(tmp_p
     served.close()
 
 
-def test_the_local_launcher_releases_its_server_and_starts_a_new_one_when_needed(tmp_path: Path) -> None:
+def test_the_local_launcher_stops_its_server_at_the_end_of_a_run_and_starts_a_new_one_when_needed(tmp_path: Path) -> None:
     launcher = LocalLauncher()
     first = start_trial(spec_for(tmp_path, "t7", "--steps", "1"), launcher._forkserver)
     assert first.wait(poll=0.05).exit_code == 0
     process = launcher._forkserver._process
     assert process is not None
-    launcher.release()
+    launcher.run_ended()
     assert process.wait(timeout=30) == 0  # it saw the end of its requests and exited
     second = start_trial(spec_for(tmp_path, "t8", "--steps", "2", "--sleep", "0.5"), launcher._forkserver)
     assert "fusion_dd.runner.forkserver" in cmdline(second.pid)
     assert launcher._forkserver._process is not None and launcher._forkserver._process.pid != process.pid
     assert second.wait(poll=0.05).exit_code == 0
-    launcher.release()
+    launcher.run_ended()
 
 
 def test_a_forked_supervisor_ignores_the_coordinators_terminal(tmp_path: Path, server: ForkServer) -> None:

@@ -142,7 +142,7 @@ class Launcher(Protocol):
         """Whether the trial's training was ever started (for a trial with no journaled launch)."""
         ...
 
-    # Optional: ``release()``, called when a run of the engine ends, frees what the launcher
+    # Optional: ``run_ended()``, called when a run of the engine ends, frees what the launcher
     # keeps between trials (the local fork server); the launcher must still work afterwards.
 
 
@@ -208,7 +208,7 @@ class LocalLauncher:
         self.host, self.boot_id = this_host()
         self._forkserver = ForkServer(supervisor_env())
 
-    def release(self) -> None:
+    def run_ended(self) -> None:
         """Stop the fork server until the next trial (running supervisors are not affected)."""
         self._forkserver.close()
 
