@@ -511,7 +511,7 @@ def test_ctrl_c_stops_every_remote_training_and_frees_the_devices(tmp_path, clus
     try:
         wait_until(lambda: len(launched_trial_ids(tmp_path)) == 2, 60, "the references never started")
         journal_path = tmp_path / ".fusion-dd" / "journal.jsonl"
-        wait_until(lambda: journal_path.read_text().count('"type": "trial_launched"') == 2, 30, "not journaled")
+        wait_until(lambda: journal_path.read_text().replace(' ', '').count('"type":"trial_launched"') == 2, 30, "not journaled")
         status = run_fusion_dd("status", cwd=tmp_path)
         occupied = status.stdout[status.stdout.index("devices in use, per host:"):]
         assert "device 0 #000" in occupied and "device 1 #000" in occupied, status.stdout
