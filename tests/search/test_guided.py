@@ -8,13 +8,13 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from search_helpers import is_one_minimal_failing, no_repeats
 
 from fusion_dd.search import bisect, ddmin, find_culprits
 from fusion_dd.search.guided import Guided, guided, prior_order
 from fusion_dd.search.lanes import LanePlan
 from fusion_dd.search.oracle import BudgetExhausted, Outcome
 from fusion_dd.search.simulate import SimulatedOracle, sets_model
+from tests.search.search_helpers import is_one_minimal_failing, no_repeats
 
 F = frozenset
 

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle_support import MARGIN, NEAR_FAIL, NEAR_PASS, TrainingLab, rules
 
 from fusion_dd.rules import Rule
 from fusion_dd.search.oracle import BudgetExhausted, Observation, Outcome, supports_repeats
 from fusion_dd.search.simulate import NoiseModel, SimulatedOracle, flip_noise, or_model
+from tests.support.oracle import MARGIN, NEAR_FAIL, NEAR_PASS, TrainingLab, rules
 
 A, B, C, D = rules("A", "B", "C", "D")
 UNIVERSE = (A, B, C, D)
