@@ -22,6 +22,8 @@ import pytest
 from tests.support import REPO
 from tests.support.fake_training import run_fusion_dd
 
+pytestmark = pytest.mark.compilers
+
 EXAMPLES = REPO / "examples"
 
 

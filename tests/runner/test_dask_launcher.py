@@ -257,6 +257,7 @@ def assert_found(tmp_path: Path) -> dict:
     return report
 
 
+@pytest.mark.cluster
 def test_a_search_on_the_cluster_trains_what_a_local_one_does_on_the_devices_it_journals(tmp_path, cluster):
     local = tmp_path / "local"
     local.mkdir()
@@ -308,6 +309,7 @@ def test_a_search_on_the_cluster_trains_what_a_local_one_does_on_the_devices_it_
         assert all(end <= later_start for (_, end), (later_start, _) in zip(times, times[1:])), device
 
 
+@pytest.mark.cluster
 def test_devices_no_worker_offers_are_refused_with_the_cluster_listed(tmp_path, cluster):
     dask_config(tmp_path, cluster, devices=[7])
     result = run_fusion_dd("search", cwd=tmp_path)
@@ -317,6 +319,7 @@ def test_devices_no_worker_offers_are_refused_with_the_cluster_listed(tmp_path, 
     assert not (tmp_path / "launch.log").exists()
 
 
+@pytest.mark.cluster
 def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_reach_the_scheduler(tmp_path, cluster, monkeypatch):
     dask_config(tmp_path, cluster)
     result = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
@@ -348,6 +351,7 @@ def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_re
         DaskLauncher("tcp://127.0.0.1:notaport", tmp_path, "ASCEND_DEVICE_ID")
 
 
+@pytest.mark.cluster
 def test_a_starting_worker_kills_leftover_trainings_on_its_device_before_it_takes_work(cluster):
     from fusion_dd.runner.dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
 
@@ -388,6 +392,7 @@ def test_a_starting_worker_kills_leftover_trainings_on_its_device_before_it_take
             child.wait()
 
 
+@pytest.mark.cluster
 def test_a_trial_the_scheduler_forgot_is_adopted_on_its_worker_and_not_trained_again(tmp_path, cluster):
     """The path of a scheduler restart that the worker outlived: the scheduler no longer holds the
     task, the training still runs; resume checks on the recorded worker (pids only there) and waits."""
@@ -425,6 +430,7 @@ def test_a_trial_the_scheduler_forgot_is_adopted_on_its_worker_and_not_trained_a
     assert (tmp_path / "starts").read_text() == "x\n", "trained twice"
 
 
+@pytest.mark.cluster
 def test_a_state_directory_a_worker_cannot_see_is_refused_before_any_training(tmp_path, cluster):
     refusal = unshare_refusal("-m")
     if refusal is not None:
@@ -446,6 +452,7 @@ def test_a_state_directory_a_worker_cannot_see_is_refused_before_any_training(tm
     assert not (hidden / ".fusion-dd" / "trials").exists()
 
 
+@pytest.mark.cluster
 def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_a_new_one(
     tmp_path, cluster, separate_pid_namespaces
 ):
@@ -481,6 +488,7 @@ def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_
     assert baseline[0] == "0001" and len(baseline) == 2  # retried as a new trial
 
 
+@pytest.mark.cluster
 def test_a_killed_coordinator_resumes_by_adopting_the_running_trainings(tmp_path, cluster, separate_pid_namespaces):
     slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") in ("0001", "0002"): time.sleep(6)\n'
     dask_config(tmp_path, cluster, slow)
@@ -504,6 +512,7 @@ def test_a_killed_coordinator_resumes_by_adopting_the_running_trainings(tmp_path
     assert {"0001", "0002"} <= finished
 
 
+@pytest.mark.cluster
 def test_ctrl_c_stops_every_remote_training_and_frees_the_devices(tmp_path, cluster):
     dask_config(tmp_path, cluster, "time.sleep(300)\n")
     trials = tmp_path / ".fusion-dd" / "trials"
