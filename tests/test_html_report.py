@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,11 +19,19 @@ HTML = {"FUSION_DD_HTML": "1"}  # the suite's CLI runs leave the page out (tests
 
 SCREENSHOT = REPO / "scripts" / "screenshot_report.py"
 
-def test_search_writes_an_html_report_whose_plots_match_the_journal(tmp_path):
-    write_config(tmp_path, "--culprits", CULPRIT, "--pair", f"{GRAPH[3]}+{UB[2]}", "--steps", "8")
-    result = run_fusion_dd("search", cwd=tmp_path, env=HTML)
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One finished search with its page (a culprit and an interacting pair), for every test that reads one."""
+    folder = tmp_path_factory.mktemp("searched")
+    write_config(folder, "--culprits", CULPRIT, "--pair", f"{GRAPH[3]}+{UB[2]}", "--steps", "8")
+    result = run_fusion_dd("search", cwd=folder, env=HTML)
     assert result.returncode == 0, result.stderr
-    state = tmp_path / ".fusion-dd"
+    return folder, result
+
+
+def test_search_writes_an_html_report_whose_plots_match_the_journal(searched, tmp_path):
+    folder, result = searched
+    state = folder / ".fusion-dd"
     assert "html report: .fusion-dd/report.html" in result.stdout
     page = check_html_report(state / "report.html", state)
     # Loss curves: the baseline, all-on, one probe per culprit set and the fix, each with the
@@ -42,15 +51,16 @@ def test_search_writes_an_html_report_whose_plots_match_the_journal(tmp_path):
         assert len(re.findall(r"\sL ", drawn)) == len(expected) - 1
 
     # fusion-dd report --html writes the same page anywhere.
-    again = run_fusion_dd("report", "--html", str(tmp_path / "copy.html"), cwd=tmp_path)
+    again = run_fusion_dd("report", "--html", str(tmp_path / "copy.html"), cwd=folder)
     assert again.returncode == 0, again.stderr
     check_html_report(tmp_path / "copy.html", state)
 
 
 def test_fusion_dd_html_0_writes_no_page(tmp_path):
-    write_config(tmp_path, "--culprits", CULPRIT, budget=30)
+    write_config(tmp_path, "--culprits", "", budget=10)  # no failure: two trainings, then the report
     result = run_fusion_dd("search", cwd=tmp_path, env={"FUSION_DD_HTML": "0"})
     assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())["status"] == "no_failure"
     assert "html report" not in result.stdout and not (tmp_path / ".fusion-dd" / "report.html").exists()
     assert (tmp_path / ".fusion-dd" / "report.json").exists()
 
@@ -65,13 +75,12 @@ def test_a_refused_search_still_gets_a_page(tmp_path):
     assert page.ids["status"]["class"] == "status bad" and "culprits" not in page.tables
 
 
-def test_screenshot_script_renders_the_page_in_headless_chromium(tmp_path):
+def test_screenshot_script_renders_the_page_in_headless_chromium(searched, tmp_path):
     """scripts/screenshot_report.py: a PNG of a report page; skipped (exit 77) without a browser."""
-    write_config(tmp_path, "--culprits", CULPRIT, budget=30)
-    assert run_fusion_dd("search", cwd=tmp_path, env=HTML).returncode == 0
+    folder, _ = searched
     out = tmp_path / "shot.png"
     result = subprocess.run(
-        [sys.executable, str(SCREENSHOT), str(tmp_path / ".fusion-dd" / "report.html"), str(out), "--height", "900"],
+        [sys.executable, str(SCREENSHOT), str(folder / ".fusion-dd" / "report.html"), str(out), "--height", "900"],
         env=cli_env(), capture_output=True, text=True, timeout=240,
     )
     if result.returncode == 77:
@@ -83,14 +92,13 @@ def test_screenshot_script_renders_the_page_in_headless_chromium(tmp_path):
     assert (width, height) == (1200, 900)
 
 
-def test_a_search_of_many_trials_draws_them_grouped_not_one_element_each(tmp_path, monkeypatch):
+def test_a_search_of_many_trials_draws_them_grouped_not_one_element_each(searched, monkeypatch):
     """Above ONE_ARTIST_PER_TRIAL_UP_TO trials the plots group trials (seconds, not minutes, at 5,000)."""
     from fusion_dd import html_report
     from fusion_dd.store.journal import read_records
 
-    write_config(tmp_path, "--culprits", CULPRIT, budget=30)
-    assert run_fusion_dd("search", cwd=tmp_path).returncode == 0
-    state = tmp_path / ".fusion-dd"
+    folder, _ = searched
+    state = folder / ".fusion-dd"
     report = json.loads((state / "report.json").read_text())
     records = read_records(state / "journal.jsonl")
     single = html_report.render_html(report, records, state)

@@ -22,7 +22,6 @@ from tests.support.fake_training import FAKE_TRAIN, run_fusion_dd, wrapper_scrip
 README = REPO / "README.md"
 
 
-
 def report(tmp_path: Path) -> dict:
     return json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
 
@@ -148,7 +147,6 @@ def readme_example() -> str:
 # prints its final metric. SoftmaxFusionPass switched on breaks its accuracy.
 EXAMPLE_TRAIN = """\
 import json, sys
-from tests.support import REPO
 path = sys.argv[sys.argv.index("--fusion-switch") + 1]
 switch = json.load(open(path))["Switch"]
 on = {name for section in switch.values() for name, state in section.items() if name != "ALL" and state == "on"}
