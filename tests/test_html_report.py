@@ -15,7 +15,7 @@ from tests.support.cli import CULPRIT, GRAPH, UB, write_config
 from tests.support.fake_training import cli_env, run_fusion_dd
 from tests.support.html_page import PLOTS, check_html_report, group
 
-HTML = {"FUSION_DD_HTML": "1"}  # the suite's CLI runs leave the page out (tests/fake_training.py)
+HTML = {"FUSION_DD_HTML": "1"}  # the suite's CLI runs leave the page out (tests/support/fake_training.py)
 
 SCREENSHOT = REPO / "scripts" / "screenshot_report.py"
 

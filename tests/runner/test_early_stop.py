@@ -39,7 +39,7 @@ from fusion_dd.runner.metrics import MetricSpec, classify, read_metric
 from fusion_dd.runner.supervisor import write_json_atomic
 from fusion_dd.runner.trial import TrialRun, TrialSpec, adopt_trial, start_trial
 from tests.support.fake_training import FAKE_TRAIN
-from tests.support.processes import eventually, group_gone
+from tests.support.processes import eventually, group_gone, training_pgid
 
 ACC = MetricSpec.from_text(r"accuracy: (\S+)")
 STEP_LOSS = re.compile(r"step (\d+) loss (\S+)")
@@ -381,14 +381,6 @@ def make_spec(tmp_path: Path, name: str, *fake_args: str, **overrides: object) -
     )
     fields.update(overrides)
     return TrialSpec(**fields)
-
-
-
-
-
-
-def training_pgid(trial_dir: Path) -> int:
-    return json.loads((trial_dir / "supervisor.json").read_text())["training_pgid"]
 
 
 def wait_for_step(trial_dir: Path, step: int) -> None:

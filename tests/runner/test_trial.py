@@ -31,7 +31,7 @@ from fusion_dd.runner.trial import (
     substitute,
 )
 from tests.support.fake_training import FAKE_TRAIN
-from tests.support.processes import eventually, group_gone, pid_gone
+from tests.support.processes import eventually, group_gone, pid_gone, training_pgid
 
 ACC = MetricSpec.from_text(r"accuracy: (\S+)")
 SWITCH_A_ON = json.dumps({"Switch": {"GraphFusion": {"A": "on", "B": "off"}}})
@@ -64,16 +64,6 @@ def run_trial(spec: TrialSpec) -> TrialRun:
 
 def kind_of(run: TrialRun, spec: MetricSpec = ACC) -> tuple[str, str]:
     return classify(run, read_metric(run, spec))
-
-
-
-
-
-
-
-
-def training_pgid(trial_dir: Path) -> int:
-    return json.loads((trial_dir / "supervisor.json").read_text())["training_pgid"]
 
 
 def wait_for_training_start(trial_dir: Path) -> None:

@@ -6,7 +6,7 @@ new run over the same finished trainings asks exactly the (configuration, repeat
 pairs the first run asked, and trains only those that never finished. Every test
 here runs against ``SimulatedOracle`` (fusion_dd/search/simulate.py) and against
 ``TrainingOracle`` (fusion_dd/training_oracle.py) driven by an in-memory journal
-and launcher (tests/oracle_support.py), with one device: both must give the same
+and launcher (tests/support/oracle.py), with one device: both must give the same
 answers, list the same trainings and train the same pairs.
 """
 

@@ -7,6 +7,7 @@ training that survived its kill.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -55,3 +56,8 @@ def pid_gone(pid: int) -> bool:
         return True
     fields = _stat_fields(Path(f"/proc/{pid}"))
     return fields is not None and fields[0] == "Z"
+
+
+def training_pgid(trial_dir: Path) -> int:
+    """The process group of the training a supervisor started, from its ``supervisor.json``."""
+    return json.loads((trial_dir / "supervisor.json").read_text())["training_pgid"]
