@@ -19,6 +19,25 @@ pytest.register_assert_rewrite("tests.support")
 
 from tests.support.fake_training import FAKE_TRAIN, fake_command, run_fusion_dd  # noqa: E402
 
+#: What a file that runs searches (or whole trainings) has among its names.
+_SEARCHING = ("run_fusion_dd", "start_fusion_dd", "sigkill_search_when", "Engine", "start_trial", "prefetch")
+
+
+def _runs_searches(item: pytest.Item) -> bool:
+    module = getattr(item, "module", None)
+    if module is not None and any(name in vars(module) for name in _SEARCHING):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    chains = info.name2fixturedefs.values() if info is not None else ()
+    return any(fixture.scope == "module" for chain in chains for fixture in chain)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files that run searches first (stable: otherwise in collection order); see the module docstring."""
+    slow_files = {item.nodeid.split("::", 1)[0] for item in items if _runs_searches(item)}
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow_files)
+
 
 @pytest.fixture(autouse=True)
 def _single_threaded_blas(monkeypatch: pytest.MonkeyPatch) -> None:

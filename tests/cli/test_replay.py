@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-
 from tests.support.cli import CULPRIT, GRAPH, UB, launches, write_config
 from tests.support.fake_training import run_fusion_dd, sigkill_search_when
 

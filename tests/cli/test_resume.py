@@ -15,10 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import CULPRIT, GRAPH, launches, start_search, write_config
-from tests.support.fake_training import (
-    run_fusion_dd,
-    sigkill_search_when,
-)
+from tests.support.fake_training import run_fusion_dd, sigkill_search_when
 
 
 def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
