@@ -751,9 +751,16 @@ class Engine:
             self._append({"type": "search_stopped", "reason": "interrupted"})
             return self._stop("interrupted", EXIT_INTERRUPTED, self._known_preconditions(), None)
         finally:
+            self._release_launcher()
             self._snapshots.close()
             if self._journal is not None:
                 self._journal.close()
+
+    def _release_launcher(self) -> None:
+        """Free what the launcher keeps between trials (it may be used again)."""
+        release = getattr(self.launcher, "release", None)
+        if callable(release):
+            release()
 
     def _preconditions(
         self, references: tuple[list[Measurement], list[Measurement]]
@@ -1034,6 +1041,7 @@ class Engine:
         except SwitchIgnored as exc:
             raise UsageError(str(exc)) from None
         finally:
+            self._release_launcher()
             if self._journal is not None:
                 self._journal.close()
 

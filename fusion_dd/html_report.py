@@ -6,10 +6,11 @@ Written at the end of every run (``report.html`` in the state directory), by
 end times, devices); the loss curves are read from the trials' metrics files
 when the page is built: a report shows them, no decision rests on them.
 
-The plots are matplotlib figures saved as SVG and inlined, so the page opens
-offline in any browser: no raster image, no script. matplotlib is imported here
-only, lazily, so that the CLI starts fast. Each plotted trial is an SVG group
-whose id names the trial (``gantt-0007``, ``metric-0007``, ``path-0007``), and the
+The plots are SVG written here with the small toolkit of ``fusion_dd.svg`` and
+inlined, so the page opens offline in any browser: no raster image, no script,
+no dependency, and milliseconds instead of the second or two that matplotlib
+cost at the end of every search. Each plotted trial is an SVG group (with a
+tooltip) whose id names the trial (``gantt-0007``, ``metric-0007``, ``path-0007``), and the
 plotted numbers are embedded once more as JSON (``<script type="application/json"
 id="fusion-dd-data">``, data only, never executed) so that tests and programs can
 check them against the journal.
@@ -18,18 +19,20 @@ check them against the journal.
 from __future__ import annotations
 
 import html
-import io
 import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import svg
 from .store.state import SearchState, TrialState, replay
 
 HTML_NAME = "report.html"
+
+AXIS_GRAY = "#555555"
 
 # Outcome -> (color, label); colorblind-friendly (Okabe-Ito).
 OUTCOME_STYLE: dict[str, tuple[str, str]] = {
@@ -150,11 +153,12 @@ def _curves(report: dict[str, Any], state: SearchState, state_dir: Path) -> list
     if report.get("switched_off"):
         wanted.append(("fix", everything - frozenset(report["switched_off"])))
     curves: list[dict[str, Any]] = []  # a list: the order (references first) survives JSON
+    first_finished: dict[frozenset[str], TrialState] = {}  # one pass: a search may have hundreds of culprit sets
+    for t in state.trials.values():
+        if t.finished is not None:
+            first_finished.setdefault(t.config, t)
     for label, names in wanted:
-        trial = next(
-            (t for t in state.trials.values() if t.config == names and t.finished is not None),
-            None,
-        )
+        trial = first_finished.get(names)
         if trial is None:
             continue
         try:
@@ -178,6 +182,23 @@ def _curves(report: dict[str, Any], state: SearchState, state_dir: Path) -> list
 
 # -- the plots --------------------------------------------------------------------------
 
+WIDTH = 1000  # pixels of every plot; the page scales them down to its width
+
+#: Up to this many trials, every trial is an SVG group of its own, with an id naming it
+#: (``gantt-0007``, ``metric-0007``, ``path-0007``) and a tooltip (the page's tests and a
+#: reader's browser tools find each). Beyond it, trials of one kind are drawn as one
+#: element (one path of many bars or markers), so that the page of a 5,000-trial search
+#: stays small and quick to open.
+ONE_ARTIST_PER_TRIAL_UP_TO = 500
+
+#: The colors of the loss curves, in order (matplotlib's default cycle, "tab10").
+CURVE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                "#bcbd22", "#17becf")
+
+LEGEND_CURVES = 12  # legend rows of the loss plot at most
+
+MIN_BAR = 1.0  # pixels: an instant training is still a visible sliver in the timeline
+
 
 def _time_unit(seconds: float) -> tuple[float, str]:
     if seconds >= 3 * 3600:
@@ -187,230 +208,287 @@ def _time_unit(seconds: float) -> tuple[float, str]:
     return 1.0, "s"
 
 
-def _svg(figure: Any) -> str:
-    import matplotlib.pyplot as plt
-
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", bbox_inches="tight")
-    plt.close(figure)
-    text = buffer.getvalue()
-    return text[text.index("<svg") :]
-
-
-def _legend(ax: Any, outcomes: Iterable[str]) -> None:
-    from matplotlib.patches import Patch
-
+def _outcome_entries(outcomes: Iterable[str], kind: str = "box") -> list[svg.Entry]:
     present = set(outcomes)
-    shown = [name for name in OUTCOME_STYLE if name in present]
-    if shown:
-        ax.legend(
-            handles=[Patch(color=OUTCOME_STYLE[name][0], label=OUTCOME_STYLE[name][1]) for name in shown],
-            loc="upper left",
-            bbox_to_anchor=(1.01, 1.0),
-            fontsize=8,
-            frameon=False,
-        )
+    return [svg.Entry(OUTCOME_STYLE[name][1], OUTCOME_STYLE[name][0], kind) for name in OUTCOME_STYLE if name in present]
 
 
-#: Up to this many trials, every trial is an SVG element of its own, with an id naming it
-#: (``gantt-0007``, ``metric-0007``, ``path-0007``: the page's tests and a reader's
-#: browser tools find each). Beyond it, trials of one kind are drawn as one element:
-#: matplotlib spends milliseconds per element, which made the page of a 5,000-trial
-#: search cost half a minute.
-ONE_ARTIST_PER_TRIAL_UP_TO = 500
+def _tooltip(trial: dict[str, Any]) -> str:
+    """What a reader's pointer shows over a trial's mark (an SVG ``<title>``)."""
+    bits = [f"#{trial['trial_id']} {trial['role']}", trial["outcome"]]
+    if trial["metric"] is not None:
+        bits.append(f"metric {trial['metric']:.6g}")
+    bits += [f"{trial['size']} rules on", f"device {trial['device']}", f"{trial['end'] - trial['start']:.1f} s"]
+    if trial["early_stop"]:
+        bits.append("stopped early")
+    if trial["attempt"] > 1:
+        bits.append(f"attempt {trial['attempt']}")
+    return f"<title>{svg.esc(', '.join(bits))}</title>"
 
 
-def _gantt_grouped(ax: Any, trials: Sequence[dict[str, Any]], rows: Mapping[str, int], t0: float, scale: float) -> None:
-    """The Gantt bars as one element per device, outcome, retry and early stop."""
-    groups: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
-    for trial in trials:
-        key = (rows.get(trial["device"], 0), trial["outcome"], trial["attempt"] > 1, bool(trial["early_stop"]))
-        groups.setdefault(key, []).append(
-            ((trial["start"] - t0) / scale, max((trial["end"] - trial["start"]) / scale, 1e-9))
-        )
-    for (row, outcome, retry, early), spans in groups.items():
-        ax.broken_barh(
-            spans,
-            (row - 0.35, 0.7),
-            facecolors=OUTCOME_STYLE[outcome][0],
-            edgecolors="black" if retry else "white",
-            linewidth=1.6 if retry else 0.5,
-            hatch="///" if early else None,
-        )
-
-
-def _metrics_grouped(ax: Any, trials: Sequence[dict[str, Any]], low: float) -> None:
-    """The metric per trial as one element per outcome (and finite or not)."""
-    groups: dict[tuple[str, bool], tuple[list[int], list[float]]] = {}
-    for order, trial in enumerate(trials, start=1):
-        value = trial["metric"]
-        finite = value is not None and math.isfinite(value)
-        if not finite and trial["outcome"] in ("cancelled", "running"):
-            continue
-        xs, ys = groups.setdefault((trial["outcome"], finite), ([], []))
-        xs.append(order)
-        ys.append(value if finite else low)
-    for (outcome, finite), (xs, ys) in groups.items():
-        ax.plot(xs, ys, marker="o" if finite else "x", markersize=4, linestyle="none", color=OUTCOME_STYLE[outcome][0])
+def _drawable(trial: dict[str, Any]) -> tuple[bool, bool]:
+    """(has a mark in the metric plot, its metric is finite): cancelled or running trials without one have none."""
+    value = trial["metric"]
+    finite = value is not None and math.isfinite(value)
+    return finite or trial["outcome"] not in ("cancelled", "running"), finite
 
 
 def _gantt(data: dict[str, Any]) -> str:
-    import matplotlib.pyplot as plt
-
     trials, devices = data["trials"], data["devices"] or ["?"]
     scale, unit = _time_unit(data["wall_seconds"])
-    figure, ax = plt.subplots(figsize=(10, 0.6 + 0.45 * len(devices)))
+    span = data["wall_seconds"] / scale
+    row_height = 28.0
+    labels = [f"device {name}" for name in devices]
+    entries = _outcome_entries(trial["outcome"] for trial in trials)
+    if any(trial["early_stop"] for trial in trials):
+        entries.append(svg.Entry("stopped early", "#bbbbbb", hatch=True))
+    if any(trial["attempt"] > 1 for trial in trials):
+        entries.append(svg.Entry("a retry", "#bbbbbb", edge="#000000"))
+    box, at, height = svg.layout(WIDTH, row_height * len(devices) + 8, y_labels=labels, ylabel=False, entries=entries)
+    x = svg.Linear(*svg.padded(0.0, span or 1.0, 0.02))
+    x.place(box.left, box.right)
     rows = {name: index for index, name in enumerate(devices)}
+
+    def middle(device: str) -> float:
+        return box.top + 4 + row_height * (rows.get(device, 0) + 0.5)
+
+    bar = row_height * 0.7
+    body: list[str] = []
     if len(trials) > ONE_ARTIST_PER_TRIAL_UP_TO:
-        _gantt_grouped(ax, trials, rows, data["t0"], scale)
-    for trial in trials if len(trials) <= ONE_ARTIST_PER_TRIAL_UP_TO else ():
-        left = (trial["start"] - data["t0"]) / scale
-        width = max((trial["end"] - trial["start"]) / scale, 1e-9)
-        bar = ax.barh(
-            rows.get(trial["device"], 0),
-            width,
-            left=left,
-            height=0.7,
-            color=OUTCOME_STYLE[trial["outcome"]][0],
-            edgecolor="black" if trial["attempt"] > 1 else "white",
-            linewidth=1.6 if trial["attempt"] > 1 else 0.5,
-            hatch="///" if trial["early_stop"] else None,
-        )
-        bar.patches[0].set_gid(f"gantt-{trial['trial_id']}")
-        if data["wall_seconds"] and width / (data["wall_seconds"] / scale) > 0.035:
-            ax.text(left + width / 2, rows.get(trial["device"], 0), trial["trial_id"].lstrip("0") or "0",
-                    ha="center", va="center", fontsize=7, color="white")
-    ax.set_yticks(range(len(devices)), [f"device {name}" for name in devices])
-    ax.invert_yaxis()
-    ax.set_xlabel(f"time since the first training ({unit}); hatched: stopped early; black edge: a retry")
-    _legend(ax, (trial["outcome"] for trial in trials))
-    return _svg(figure)
+        groups: dict[tuple[int, str, bool, bool], list[str]] = {}
+        for trial in trials:
+            left = x((trial["start"] - data["t0"]) / scale)
+            width = max(x((trial["end"] - data["t0"]) / scale) - left, MIN_BAR)
+            key = (rows.get(trial["device"], 0), trial["outcome"], trial["attempt"] > 1, bool(trial["early_stop"]))
+            groups.setdefault(key, []).append(
+                f"M{svg.num(left)} {svg.num(middle(trial['device']) - bar / 2)}h{svg.num(width)}v{svg.num(bar)}h{svg.num(-width)}z"
+            )
+        for (row, outcome, retry, early), segments in sorted(groups.items()):
+            d = "".join(segments)
+            note = f"{len(segments)} trainings: {outcome} on device {devices[row] if row < len(devices) else '?'}"
+            note += ", retries" if retry else ""
+            note += ", stopped early" if early else ""
+            edge = 'stroke="#000000" stroke-width="1.2"' if retry else 'stroke="none"'
+            body.append(f'<path class="bars" d="{d}" fill="{OUTCOME_STYLE[outcome][0]}" {edge}><title>{svg.esc(note)}</title></path>')
+            if early:
+                body.append(f'<path d="{d}" fill="url(#{svg.HATCH_ID})" stroke="none"/>')
+    else:
+        for trial in trials:
+            left = x((trial["start"] - data["t0"]) / scale)
+            width = max(x((trial["end"] - data["t0"]) / scale) - left, MIN_BAR)
+            top = middle(trial["device"]) - bar / 2
+            retry = trial["attempt"] > 1
+            edge = 'stroke="#000000" stroke-width="1.6"' if retry else 'stroke="#ffffff" stroke-width="0.5"'
+            geometry = f'x="{svg.num(left)}" y="{svg.num(top)}" width="{svg.num(width)}" height="{svg.num(bar)}"'
+            parts = [f'<g id="gantt-{svg.esc(trial["trial_id"])}">', _tooltip(trial),
+                     f'<rect {geometry} fill="{OUTCOME_STYLE[trial["outcome"]][0]}" {edge}/>']
+            if trial["early_stop"]:
+                parts.append(f'<rect {geometry} fill="url(#{svg.HATCH_ID})"/>')
+            if span and (trial["end"] - trial["start"]) / scale / span > 0.035:
+                parts.append(svg.text(left + width / 2, middle(trial["device"]), trial["trial_id"].lstrip("0") or "0",
+                                      size=8, anchor="middle", color="#ffffff"))
+            parts.append("</g>")
+            body.append("".join(parts))
+    categories = [(middle(name), label) for name, label in zip(devices, labels)]
+    frame = svg.axes(box, x, None, categories=categories,
+                     xlabel=f"time since the first training ({unit}); hatched: stopped early; black edge: a retry")
+    hatch = svg.hatch_pattern() if any(trial["early_stop"] for trial in trials) else ""
+    return svg.figure(WIDTH, height, "Trainings per device", [frame, *body, svg.legend(*at, entries)], defs=hatch)
 
 
 def _metrics(data: dict[str, Any]) -> str:
-    import matplotlib.pyplot as plt
-
-    figure, ax = plt.subplots(figsize=(10, 3.6))
-    values = [trial["metric"] for trial in data["trials"] if trial["metric"] is not None and math.isfinite(trial["metric"])]
+    trials = data["trials"]
+    values = [trial["metric"] for trial in trials if trial["metric"] is not None and math.isfinite(trial["metric"])]
     low = min(values) if values else 0.0
-    if len(data["trials"]) > ONE_ARTIST_PER_TRIAL_UP_TO:
-        _metrics_grouped(ax, data["trials"], low)
-    for order, trial in enumerate(data["trials"] if len(data["trials"]) <= ONE_ARTIST_PER_TRIAL_UP_TO else (), start=1):
-        value = trial["metric"]
-        finite = value is not None and math.isfinite(value)
-        if not finite and trial["outcome"] in ("cancelled", "running"):
-            continue
-        (line,) = ax.plot(
-            [order],
-            [value if finite else low],
-            marker="o" if finite else "x",
-            markersize=6,
-            linestyle="none",
-            color=OUTCOME_STYLE[trial["outcome"]][0],
-        )
-        line.set_gid(f"metric-{trial['trial_id']}")
-    if data["baseline"] is not None and data["baseline_spread"]:
-        ax.axhspan(data["baseline"] - data["baseline_spread"], data["baseline"] + data["baseline_spread"],
-                   color="#56B4E9", alpha=0.2, label="baseline spread")
-    if data["baseline"] is not None:
-        ax.axhline(data["baseline"], color="#56B4E9", linewidth=1, label=f"baseline {data['baseline']:.6g}")
-    if data["threshold"] is not None:
-        ax.axhline(data["threshold"], color="#D55E00", linestyle="--", linewidth=1,
-                   label=f"threshold {data['threshold']:.6g} (fails {'below' if data['goal'] == 'max' else 'above'})")
-    ax.set_xlabel("trial (in start order); x: no finite metric (crash, NaN, timeout)")
-    ax.set_ylabel("metric")
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    return _svg(figure)
+    span = list(values)
+    baseline, spread, threshold = data["baseline"], data["baseline_spread"], data["threshold"]
+    entries: list[svg.Entry] = []
+    if baseline is not None and spread:
+        span += [baseline - spread, baseline + spread]
+        entries.append(svg.Entry("baseline spread", "#56B4E9", "band"))
+    if baseline is not None:
+        span.append(baseline)
+        entries.append(svg.Entry(f"baseline {baseline:.6g}", "#56B4E9", "line"))
+    if threshold is not None:
+        span.append(threshold)
+        fails = "below" if data["goal"] == "max" else "above"
+        entries.append(svg.Entry(f"threshold {threshold:.6g} (fails {fails})", "#D55E00", "line", dash="5 3"))
+    span = [value for value in span if math.isfinite(value)]
+    y = svg.Linear(*svg.padded(min(span, default=0.0), max(span, default=1.0)))
+    drawn = [(order, trial) for order, trial in enumerate(trials, start=1) if _drawable(trial)[0]]
+    entries += _outcome_entries((trial["outcome"] for _, trial in drawn), "marker")
+    if any(not _drawable(trial)[1] for _, trial in drawn):
+        entries.append(svg.Entry("no finite metric", AXIS_GRAY, "cross"))
+    box, at, height = svg.layout(WIDTH, 240, y_labels=[label for _, label in y.ticks()[0]], ylabel=True, entries=entries)
+    x = svg.Linear(*svg.padded(1.0, float(max(len(trials), 1))), integer=True)
+    x.place(box.left, box.right)
+    y.place(box.bottom, box.top)
+    body: list[str] = []
+    if baseline is not None and spread:
+        top, bottom = y(baseline + spread), y(baseline - spread)
+        body.append(f'<rect x="{svg.num(box.left)}" y="{svg.num(top)}" width="{svg.num(box.right - box.left)}" '
+                    f'height="{svg.num(bottom - top)}" fill="#56B4E9" fill-opacity="0.2"/>')
+    if baseline is not None:
+        body.append(svg.line(box.left, y(baseline), box.right, y(baseline), "#56B4E9"))
+    if threshold is not None:
+        body.append(svg.line(box.left, y(threshold), box.right, y(threshold), "#D55E00", dash="5 3"))
+    if len(trials) > ONE_ARTIST_PER_TRIAL_UP_TO:
+        groups: dict[tuple[str, bool], dict[str, None]] = {}
+        for order, trial in drawn:
+            finite = _drawable(trial)[1]
+            px, py = x(order), y(trial["metric"] if finite else low)
+            mark = svg.dot_path(px, py) if finite else svg.cross_path(px, py, 2.5)
+            groups.setdefault((trial["outcome"], finite), {})[mark] = None  # one mark per pixel spot
+        for (outcome, finite), marks in sorted(groups.items()):
+            color = OUTCOME_STYLE[outcome][0]
+            pen = 'stroke-width="5" stroke-linecap="round"' if finite else 'stroke-width="1.2"'
+            body.append(f'<path class="marks" d="{"".join(marks)}" fill="none" stroke="{color}" {pen}/>')
+    else:
+        for order, trial in drawn:
+            finite = _drawable(trial)[1]
+            px, py = x(order), y(trial["metric"] if finite else low)
+            color = OUTCOME_STYLE[trial["outcome"]][0]
+            mark = (f'<circle cx="{svg.num(px)}" cy="{svg.num(py)}" r="4" fill="{color}"/>' if finite else
+                    f'<path d="{svg.cross_path(px, py, 4)}" stroke="{color}" stroke-width="1.6" fill="none"/>')
+            body.append(f'<g id="metric-{svg.esc(trial["trial_id"])}">{_tooltip(trial)}{mark}</g>')
+    frame = svg.axes(box, x, y, xlabel="trial (in start order); x: no finite metric (crash, NaN, timeout)", ylabel="metric")
+    return svg.figure(WIDTH, height, "Metric of every trial against the threshold", [frame, *body, svg.legend(*at, entries)])
 
 
 def _losses(data: dict[str, Any]) -> str | None:
-    import matplotlib.pyplot as plt
-
-    if not data["curves"]:
+    curves = [
+        (entry, [(step, loss) for step, loss in entry["points"] if math.isfinite(step) and math.isfinite(loss)])
+        for entry in data["curves"]
+    ]
+    if not any(points for _, points in curves):
         return None
-    figure, ax = plt.subplots(figsize=(10, 3.8))
-    for index, entry in enumerate(data["curves"]):
-        label = entry["label"]
-        steps = [point[0] for point in entry["points"]]
-        losses = [point[1] for point in entry["points"]]
-        style = "-" if index < 2 else ("--" if not label.startswith("fix") else ":")
-        (line,) = ax.plot(steps, losses, linestyle=style, linewidth=1.5, label=label)
-        line.set_gid(f"loss-{index}")
-    positive = all(point[1] > 0 for entry in data["curves"] for point in entry["points"])
+    everything = [point for _, points in curves for point in points]
+    positive = all(loss > 0 for _, loss in everything)
+    steps = [step for step, _ in everything]
+    losses = [loss for _, loss in everything]
     if positive:
-        ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss" + (" (log scale)" if positive else ""))
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    return _svg(figure)
+        y: svg.Linear = svg.Log(*svg.log_padded(min(losses), max(losses)))
+    else:
+        y = svg.Linear(*svg.padded(min(losses), max(losses)))
+    entries = []
+    styles = []
+    for index, (entry, _) in enumerate(curves):
+        dash = None if index < 2 else ("2 3" if entry["label"].startswith("fix") else "6 4")
+        color = CURVE_COLORS[index % len(CURVE_COLORS)]
+        styles.append((color, dash))
+        entries.append(svg.Entry(entry["label"], color, "line", dash=dash))
+    if len(entries) > LEGEND_CURVES:  # hundreds of culprit sets: the rest are named by their tooltips
+        entries = entries[: LEGEND_CURVES - 1] + [
+            svg.Entry(f"and {len(entries) - LEGEND_CURVES + 1} more curves (point at one for its name)", "#999999", "line")
+        ]
+    box, at, height = svg.layout(WIDTH, 250, y_labels=[label for _, label in y.ticks()[0]], ylabel=True, entries=entries)
+    x = svg.Linear(*svg.padded(min(steps), max(steps)))
+    x.place(box.left, box.right)
+    y.place(box.bottom, box.top)
+    body = []
+    for index, ((entry, points), (color, dash)) in enumerate(zip(curves, styles)):
+        dashing = f' stroke-dasharray="{dash}"' if dash else ""
+        d = svg.polyline_path((x(step), y(loss)) for step, loss in points)
+        body.append(f'<g id="loss-{index}"><title>{svg.esc(entry["label"])}</title>'
+                    f'<path d="{d}" fill="none" stroke="{color}" stroke-width="1.5"{dashing}/></g>')
+    frame = svg.axes(box, x, y, xlabel="step", ylabel="loss" + (" (log scale)" if positive else ""))
+    return svg.figure(WIDTH, height, "Loss curves", [frame, *body, svg.legend(*at, entries)])
 
 
 def _path(data: dict[str, Any]) -> str:
-    import matplotlib.pyplot as plt
-
+    trials = data["trials"]
     scale, unit = _time_unit(data["wall_seconds"])
-    figure, ax = plt.subplots(figsize=(10, 3.6))
     smallest: list[tuple[float, int]] = []
     best: int | None = None
-    for trial in sorted(data["trials"], key=lambda t: t["end"]):
+    for trial in sorted(trials, key=lambda t: t["end"]):
         if trial["outcome"] == "fail" and (best is None or trial["size"] < best):
             best = trial["size"]
             smallest.append(((trial["end"] - data["t0"]) / scale, best))
-    if len(data["trials"]) > ONE_ARTIST_PER_TRIAL_UP_TO:
-        by_outcome: dict[str, list[dict[str, Any]]] = {}
-        for trial in data["trials"]:
-            by_outcome.setdefault(trial["outcome"], []).append(trial)
-        for outcome, group in by_outcome.items():
-            ax.plot([(t["start"] - data["t0"]) / scale for t in group], [t["size"] for t in group],
-                    marker="o", linestyle="none", color=OUTCOME_STYLE[outcome][0])
-    for trial in data["trials"] if len(data["trials"]) <= ONE_ARTIST_PER_TRIAL_UP_TO else ():
-        (line,) = ax.plot(
-            [(trial["start"] - data["t0"]) / scale],
-            [trial["size"]],
-            marker="o",
-            linestyle="none",
-            color=OUTCOME_STYLE[trial["outcome"]][0],
-        )
-        line.set_gid(f"path-{trial['trial_id']}")
+    entries = _outcome_entries((trial["outcome"] for trial in trials), "marker")
     if smallest:
-        end = max(data["wall_seconds"] / scale, smallest[-1][0])
-        xs = [point[0] for point in smallest] + [end]
-        ys = [point[1] for point in smallest] + [smallest[-1][1]]
-        ax.step(xs, ys, where="post", color="#D55E00", linewidth=1, label="smallest failing so far")
-        ax.legend(loc="upper right", fontsize=8, frameon=False)
-    ax.set_xlabel(f"training start ({unit} since the first)")
-    ax.set_ylabel("rules switched on")
-    return _svg(figure)
+        entries.append(svg.Entry("smallest failing so far", "#D55E00", "line"))
+    top = max((trial["size"] for trial in trials), default=1)
+    y = svg.Linear(*svg.padded(0.0, float(max(top, 1))), integer=True)
+    box, at, height = svg.layout(WIDTH, 240, y_labels=[label for _, label in y.ticks()[0]], ylabel=True, entries=entries)
+    end = data["wall_seconds"] / scale
+    x = svg.Linear(*svg.padded(0.0, max(end, smallest[-1][0] if smallest else 0.0) or 1.0))
+    x.place(box.left, box.right)
+    y.place(box.bottom, box.top)
+    body: list[str] = []
+    if smallest:
+        points: list[tuple[float, float]] = []
+        for index, (when, size) in enumerate(smallest):
+            if index:
+                points.append((x(when), y(smallest[index - 1][1])))
+            points.append((x(when), y(size)))
+        points.append((x(max(end, smallest[-1][0])), y(smallest[-1][1])))
+        body.append(f'<path id="smallest-failing" d="{svg.polyline_path(points)}" fill="none" stroke="#D55E00" stroke-width="1.2"/>')
+    if len(trials) > ONE_ARTIST_PER_TRIAL_UP_TO:
+        groups: dict[str, dict[str, None]] = {}
+        for trial in trials:
+            px, py = x((trial["start"] - data["t0"]) / scale), y(trial["size"])
+            groups.setdefault(trial["outcome"], {})[svg.dot_path(px, py)] = None  # one mark per pixel spot
+        for outcome, marks in sorted(groups.items()):
+            body.append(f'<path class="marks" d="{"".join(marks)}" fill="none" stroke="{OUTCOME_STYLE[outcome][0]}" '
+                        'stroke-width="5" stroke-linecap="round"/>')
+    else:
+        for trial in trials:
+            px, py = x((trial["start"] - data["t0"]) / scale), y(trial["size"])
+            body.append(f'<g id="path-{svg.esc(trial["trial_id"])}">{_tooltip(trial)}<circle cx="{svg.num(px)}" '
+                        f'cy="{svg.num(py)}" r="4" fill="{OUTCOME_STYLE[trial["outcome"]][0]}"/></g>')
+    frame = svg.axes(box, x, y, xlabel=f"training start ({unit} since the first)", ylabel="rules switched on")
+    return svg.figure(WIDTH, height, "Path of the search", [frame, *body, svg.legend(*at, entries)])
 
 
 def _budget(data: dict[str, Any]) -> str:
-    import matplotlib.pyplot as plt
-
     scale, unit = _time_unit(data["wall_seconds"])
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2), gridspec_kw={"width_ratios": [3, 2]})
+    end = data["wall_seconds"] / scale
     starts = sorted((trial["start"] - data["t0"]) / scale for trial in data["trials"])
-    if starts:
-        left.step(starts + [data["wall_seconds"] / scale], list(range(1, len(starts) + 1)) + [len(starts)],
-                  where="post", color="#0072B2", label="trainings started")
+    entries = [svg.Entry("trainings started", "#0072B2", "line")]
     if data["budget"]:
-        left.axhline(data["budget"], color="black", linestyle="--", linewidth=1, label=f"budget {data['budget']}")
-    left.set_xlabel(f"time ({unit})")
-    left.set_ylabel("trainings")
-    left.legend(fontsize=8, frameon=False, loc="center right")
+        entries.append(svg.Entry(f"budget {data['budget']}", "#000000", "line", dash="5 3"))
+    most = max(len(starts), int(data["budget"] or 0), 1)
+    y = svg.Linear(*svg.padded(0.0, float(most)), integer=True)
+    left = svg.Box(30 + max(svg.text_width(label) for _, label in y.ticks()[0]) + 10, 28, 540, 228)
+    x = svg.Linear(*svg.padded(0.0, end or 1.0))
+    x.place(left.left, left.right)
+    y.place(left.bottom, left.top)
+    body = [svg.axes(left, x, y, xlabel=f"time ({unit})", ylabel="trainings")]
+    if data["budget"]:
+        body.append(svg.line(left.left, y(data["budget"]), left.right, y(data["budget"]), "#000000", dash="5 3"))
+    if starts:
+        # One step per pixel column at most: a search of thousands of trainings stays a short path.
+        points: list[tuple[float, float]] = []
+        count = 0
+        for start in starts:
+            px = round(x(start) * 2) / 2
+            if not points or points[-1][0] != px:
+                points.append((px, y(count)))
+            count += 1
+            points.append((px, y(count)))
+            if len(points) >= 3 and points[-2][0] == px and points[-3][0] == px:
+                del points[-2]
+        points.append((x(max(end, starts[-1])), y(count)))
+        body.append(f'<path id="trainings-started" d="{svg.polyline_path(points)}" fill="none" stroke="#0072B2" stroke-width="1.5"/>')
+    body.append(svg.legend(left.right + 14, left.top, entries))
     devices = data["devices"] or ["?"]
     wall = data["wall_seconds"] or 1.0
     fractions = [data["busy_seconds"].get(name, 0.0) / wall for name in devices]
-    bars = right.bar(range(len(devices)), fractions, color="#0072B2")
-    for name, patch in zip(devices, bars.patches):
-        patch.set_gid(f"util-{name}")
-    right.set_xticks(range(len(devices)), [f"dev {name}" for name in devices], fontsize=8)
-    right.set_ylim(0, 1.05)
-    right.set_ylabel("busy / wall time")
+    right = svg.Box(770, 28, WIDTH - 16, 228)
+    share = svg.Linear(0.0, 1.05)
+    share.place(right.bottom, right.top)
+    column = (right.right - right.left) / len(devices)
+    columns = [(right.left + column * (index + 0.5), f"dev {name}") for index, name in enumerate(devices)]
     overall = data["utilisation"]
-    right.set_title(f"utilisation {overall:.0%}" if overall is not None else "utilisation -", fontsize=9)
-    return _svg(figure)
+    body.append(svg.axes(right, None, share, xcategories=columns, ylabel="busy / wall time", ylabel_x=right.left - 44,
+                         title=f"utilisation {overall:.0%}" if overall is not None else "utilisation -"))
+    for index, (name, fraction) in enumerate(zip(devices, fractions)):
+        middle = right.left + column * (index + 0.5)
+        top = share(min(fraction, 1.05))
+        body.append(f'<g id="util-{svg.esc(name)}"><title>{svg.esc(f"device {name}: busy {fraction:.0%} of the wall time")}</title>'
+                    f'<rect x="{svg.num(middle - column * 0.4)}" y="{svg.num(top)}" width="{svg.num(column * 0.8)}" '
+                    f'height="{svg.num(right.bottom - top)}" fill="#0072B2"/></g>')
+    return svg.figure(WIDTH, 272, "Budget and device utilisation", body)
 
 
 # -- the page -----------------------------------------------------------------------------
@@ -518,11 +596,6 @@ def _trial_table(data: dict[str, Any]) -> str:
 
 def render_html(report: dict[str, Any], records: Iterable[dict[str, Any]], state_dir: Path) -> str:
     """The whole page as text."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable
-    matplotlib.rcParams["svg.hashsalt"] = "fusion-dd"  # stable ids across runs
     data = report_data(report, records, state_dir)
     utilisation = data["utilisation"]
     plots: list[tuple[str, str, str | None, str]] = [

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from fusion_dd import html_report
 from tests.support import REPO
 from tests.support.cli import CULPRIT, GRAPH, UB, write_config
 from tests.support.fake_training import cli_env, run_fusion_dd
-from tests.support.html_page import PLOTS, check_html_report, group
+from tests.support.html_page import PLOTS, check_html_report, group, well_formed
+from tests.support.states import finished, search_started, session_started, started
 
 HTML = {"FUSION_DD_HTML": "1"}  # the suite's CLI runs leave the page out (tests/support/fake_training.py)
 
@@ -92,24 +94,84 @@ def test_screenshot_script_renders_the_page_in_headless_chromium(searched, tmp_p
     assert (width, height) == (1200, 900)
 
 
-def test_a_search_of_many_trials_draws_them_grouped_not_one_element_each(searched, monkeypatch):
-    """Above ONE_ARTIST_PER_TRIAL_UP_TO trials the plots group trials (seconds, not minutes, at 5,000)."""
-    from fusion_dd import html_report
-    from fusion_dd.store.journal import read_records
+# -- pages built in-process from hand-made journals (milliseconds, no search) ---------------
 
-    folder, _ = searched
-    state = folder / ".fusion-dd"
-    report = json.loads((state / "report.json").read_text())
-    records = read_records(state / "journal.jsonl")
-    single = html_report.render_html(report, records, state)
-    monkeypatch.setattr(html_report, "ONE_ARTIST_PER_TRIAL_UP_TO", 2)
-    grouped = html_report.render_html(report, records, state)
-    assert report["trainings"] > 2
+ODD = 'Fuse<Add&Mul>"q\'Pass'  # a rule name that must be escaped everywhere it is shown
+
+
+def synthetic(tmp_path: Path, count: int) -> tuple[dict, list[dict]]:
+    """A report and a journal of ``count`` finished trials on 2 devices: passes, failures, a crash,
+    stopped-early trainings and retries, one culprit named ``ODD`` with a loss curve."""
+    records: list[dict] = [search_started([ODD, "B"]), session_started(budget=count + 10)]
+    entries = []
+    for index in range(1, count + 1):
+        trial_id = f"{index:04d}"
+        fails = index % 3 == 0
+        crash = index == 5
+        on = [ODD] if fails else ["B"]
+        start = 1000.0 + index * 1.5
+        records.append(started(trial_id, on, device=str(index % 2), time=start, attempt=2 if index % 11 == 0 else 1))
+        extra = {"early_stop": {"step": 4}} if index % 7 == 0 else {}
+        value = None if crash else (0.5 if fails else 0.9)
+        records.append(finished(trial_id, value, kind="crash" if crash else "metric", **extra) | {"duration": 1.0 + index % 4})
+        outcome = "unresolved" if crash else ("fail" if fails else "pass")
+        entries.append({"trial_id": trial_id, "outcome": outcome, "metric": value, "kind": "crash" if crash else "metric"})
+    probe = tmp_path / "trials" / "0003"
+    probe.mkdir(parents=True, exist_ok=True)
+    probe.joinpath("metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 4.0 / s}) + "\n" for s in range(1, 9)))
+    report = {
+        "status": "found", "message": f"culprit {ODD} found", "trials": entries, "trainings": count,
+        "budget": count + 10, "threshold": {"limit": 0.8, "goal": "max"}, "baseline": 0.9, "baseline_spread": 0.01,
+        "candidates": [{"name": ODD, "section": "GraphFusion"}, {"name": "B", "section": "GraphFusion"}],
+        "culprits": [{"kind": "independent", "rules": [{"name": ODD, "section": "GraphFusion"}],
+                      "switched_off": [ODD], "support": 2, "trainings": 2}],
+    }
+    return report, records
+
+
+def test_a_page_is_deterministic_and_escapes_rule_names_in_plots_and_tooltips(tmp_path):
+    report, records = synthetic(tmp_path, 40)
+    text = html_report.render_html(report, records, tmp_path)
+    assert text == html_report.render_html(report, records, tmp_path)  # byte for byte: diffable pages
+    plots = well_formed(text)
+    assert ODD not in text.replace(json.dumps(ODD)[1:-1], "")  # raw only inside the JSON data, as JSON
+    escaped = 'Fuse&lt;Add&amp;Mul&gt;&quot;q&#x27;Pass'
+    loss = group(text, "loss-0")
+    assert f"culprit 1: {escaped} (#0003)" in loss
+    assert any(f"{ODD}" in "".join(node.itertext()) for svg in plots for node in svg.iter())  # parsed back intact
+    # Every trial has its tooltip, its bar, its metric marker and its point on the path.
+    for index in range(1, 41):
+        trial_id = f"{index:04d}"
+        assert f"<title>#{trial_id} search" in group(text, f"gantt-{trial_id}")
+        assert f'id="metric-{trial_id}"' in text and f'id="path-{trial_id}"' in text
+    assert group(text, "gantt-0005").count("<rect") == 1 and group(text, "metric-0005").count("<path") == 1  # crash: an x
+    assert 'fill="url(#fdd-hatch)"' in group(text, "gantt-0007") and 'stroke="#000000"' in group(text, "gantt-0011")
+    assert text.count('<pattern id="fdd-hatch"') == 1
+
+
+def test_a_search_of_many_trials_draws_them_grouped_not_one_element_each(tmp_path, monkeypatch):
+    """Above ONE_ARTIST_PER_TRIAL_UP_TO trials, trials of one kind are one path: the page stays small."""
+    count = 1200
+    assert count > html_report.ONE_ARTIST_PER_TRIAL_UP_TO
+    report, records = synthetic(tmp_path, count)
+    text = html_report.render_html(report, records, tmp_path)
+    well_formed(text)
     for prefix in ("gantt-", "metric-", "path-"):
-        assert f'id="{prefix}' in single and f'id="{prefix}' not in grouped
-    # Every plot is still there, with every trial's bar in the timeline's bar collections.
-    assert all(f'id="plot-{plot}"' in grouped for plot in PLOTS)
-    timeline = grouped[grouped.index('id="plot-timeline"'):]
+        assert f'id="{prefix}' not in text
+    assert all(f'id="plot-{plot}"' in text for plot in PLOTS)
+    data = json.loads(text[text.index('id="fusion-dd-data">') + 20 : text.index("</script>")])
+    assert len(data["trials"]) == count  # every plotted number is still in the data
+    timeline = text[text.index('id="plot-timeline"') :]
     timeline = timeline[: timeline.index("</svg>")]
-    bars = sum(block.count("<path ") for block in re.findall(r'<g id="\w*Collection_\d+">(.*?)</g>', timeline, re.S))
-    assert bars == len([r for r in records if r["type"] == "trial_started"])
+    # Far fewer elements than trials, and yet every training's bar is in them (one closed sub-path each).
+    assert len(re.findall(r"<[a-z]", timeline)) < 100
+    bars = re.findall(r'<path class="bars" d="([^"]+)"', timeline)
+    assert sum(d.count("z") for d in bars) == count
+    marks = text[text.index('id="plot-metrics"') :]
+    assert len(re.findall(r"<[a-z]", marks[: marks.index("</svg>")])) < 100
+    # Grouped, the plots take a fraction of the bytes of one element (and tooltip) per trial.
+    plots = sum(len(plot) for plot in re.findall(r"<svg .*?</svg>", text, re.S))
+    monkeypatch.setattr(html_report, "ONE_ARTIST_PER_TRIAL_UP_TO", 10 * count)
+    single = html_report.render_html(report, records, tmp_path)
+    assert f'id="gantt-{count:04d}"' in single
+    assert plots * 4 < sum(len(plot) for plot in re.findall(r"<svg .*?</svg>", single, re.S))

@@ -50,6 +50,21 @@ def shipped_names(filename: str) -> frozenset[str]:
     )
 
 
+def switches_unverified(reason: str, fired_off: Iterable[str] = (), effects: dict[str, int] | None = None) -> dict[str, Any]:
+    """The trial left no evidence of whether the switches took effect; ``reason`` says what was missing."""
+    return switch_facts(applied=None, fired_off=fired_off, unverified=reason, ignored="", effects=effects)
+
+
+def switches_ignored(reason: str, fired_off: Iterable[str], effects: dict[str, int] | None) -> dict[str, Any]:
+    """The trial shows that no switch took effect; ``reason`` says how and what to fix."""
+    return switch_facts(applied=False, fired_off=fired_off, unverified="", ignored=reason, effects=effects)
+
+
+def switches_applied(fired_off: Iterable[str], effects: dict[str, int] | None) -> dict[str, Any]:
+    """At least one switch took effect (``fired_off``: those that fired anyway, a warning)."""
+    return switch_facts(applied=True, fired_off=fired_off, unverified="", ignored="", effects=effects)
+
+
 def switch_facts(
     *,
     applied: bool | None,
@@ -63,7 +78,7 @@ def switch_facts(
     ``applied``: None when the trial left no evidence, False when it shows no
     switch took effect, True when at least one did. ``fired_off``: switched-off
     candidates that fired anyway; with ``applied`` True they are a warning, never
-    a stop.
+    a stop. Backends call it through the three ``switches_*`` functions above.
     """
     fired = sorted(set(fired_off))
     warning = (

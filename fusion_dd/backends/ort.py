@@ -28,7 +28,7 @@ from typing import Any
 from ..hooks import TrialFiles
 from ..rules import Rule, Section
 from . import Rendered
-from .common import PlainListBackend, shipped_names, shown_names, switch_facts
+from .common import PlainListBackend, shipped_names, shown_names, switches_applied, switches_ignored, switches_unverified
 
 DISABLED_ENV = "FUSION_DD_DISABLED_OPTIMIZERS"
 SEPARATOR = ";"  # what optimization.disable_specified_optimizers expects
@@ -151,38 +151,30 @@ def check(
     off = [name for name in candidates if name not in enabled_set]
     effects = {name: count for name, count in fired.items() if name in set(candidates)}
     if not found:
-        return switch_facts(
-            applied=None,
-            fired_off=(),
-            unverified="the training's log shows no 'GraphTransformer <name> modified:' lines of ONNX Runtime, so "
+        return switches_unverified(
+            "the training's log shows no 'GraphTransformer <name> modified:' lines of ONNX Runtime, so "
             f"fusion-dd could not verify that the disabled optimizers were applied; {HINT}",
-            ignored="",
-            effects=None,
         )
     # Rewrite rules run inside Level<n>_RuleBasedTransformer and never appear by name.
     visible = ran | _transformers()
     checkable = [name for name in off if name not in UNSWITCHABLE and name in visible]
     fired_off = [name for name in off if name in fired]
     if off and not checkable:
-        return switch_facts(
-            applied=None,
-            fired_off=fired_off,
-            unverified="none of the optimizers switched off shows in ONNX Runtime's log by name (rewrite rules "
+        return switches_unverified(
+            "none of the optimizers switched off shows in ONNX Runtime's log by name (rewrite rules "
             "and the session's own cast transformers never do), so fusion-dd could not verify that they were applied",
-            ignored="",
+            fired_off=fired_off,
             effects=effects,
         )
     if off and all(name in ran for name in checkable):
         names = shown_names(checkable)
-        return switch_facts(
-            applied=False,
-            fired_off=fired_off,
-            unverified="",
-            ignored=f"ONNX Runtime ran every optimizer fusion-dd switched off ({names}): the disabled list did "
+        return switches_ignored(
+            f"ONNX Runtime ran every optimizer fusion-dd switched off ({names}): the disabled list did "
             f"not reach the session; {HINT}",
-            effects=effects,
+            fired_off,
+            effects,
         )
-    return switch_facts(applied=True, fired_off=fired_off, unverified="", ignored="", effects=effects)
+    return switches_applied(fired_off, effects)
 
 
 def not_run(candidates: Sequence[str], enabled: Iterable[str], ran: set[str], found: bool) -> list[str]:

@@ -33,7 +33,7 @@ from typing import Any
 from ..hooks import TrialFiles
 from ..rules import Rule, Section
 from . import Rendered
-from .common import PlainListBackend, shipped_names, shown_names, switch_facts
+from .common import PlainListBackend, shipped_names, shown_names, switches_applied, switches_ignored, switches_unverified
 
 FLAGS_ENV = "XLA_FLAGS"
 DISABLE = "--xla_disable_hlo_passes"
@@ -179,13 +179,9 @@ def check(
     """The switch check of one XLA trial from its dump (pure): file names and ``debug_options`` texts."""
     enabled_set = set(enabled)
     if file_names is None or not debug_options:
-        return switch_facts(
-            applied=None,
-            fired_off=(),
-            unverified=f"the training left no XLA dump in its trial directory ({DUMP_DIR}/), so fusion-dd could "
+        return switches_unverified(
+            f"the training left no XLA dump in its trial directory ({DUMP_DIR}/), so fusion-dd could "
             f"not verify that XLA_FLAGS reached XLA; {HINT}",
-            ignored="",
-            effects=None,
         )
     fired = parse_dump(file_names)
     disabled: set[str] = set()
@@ -205,15 +201,13 @@ def check(
     fired_off = [rule.name for rule in off if rule.section is Section.XLA_PASS and rule.name in fired]
     if off and not arrived:
         shown = shown_names([rule.name for rule in off])
-        return switch_facts(
-            applied=False,
-            fired_off=fired_off,
-            unverified="",
-            ignored=f"XLA compiled without the switches fusion-dd set ({shown} are not in its debug_options "
+        return switches_ignored(
+            f"XLA compiled without the switches fusion-dd set ({shown} are not in its debug_options "
             f"dump): XLA_FLAGS did not reach XLA; {HINT}",
-            effects=effects,
+            fired_off,
+            effects,
         )
-    return switch_facts(applied=True, fired_off=fired_off, unverified="", ignored="", effects=effects)
+    return switches_applied(fired_off, effects)
 
 
 def read_dump(directory: Path) -> tuple[list[str] | None, list[str]]:

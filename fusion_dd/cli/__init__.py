@@ -189,8 +189,8 @@ def _write_html_report(state_dir: Path, report: dict[str, Any]) -> str | None:
     """report.html next to report.json at the end of every run; a failure here costs only the page.
 
     Returns the summary line that names the page, None when it could not be written or
-    ``FUSION_DD_HTML=0`` asks for none (drawing the plots costs a second or two of CPU at
-    the end of every run: noticeable where searches are many and short, as in scripts and CI).
+    ``FUSION_DD_HTML=0`` asks for none (for scripts that only want ``report.json``; the page
+    itself costs milliseconds, well under a second for thousands of trials).
     """
     if os.environ.get("FUSION_DD_HTML", "1").strip() == "0":
         return None
@@ -200,7 +200,7 @@ def _write_html_report(state_dir: Path, report: dict[str, Any]) -> str | None:
         page, journal = state_dir / HTML_NAME, state_dir / JOURNAL_NAME
         if _newer_than(page, journal):
             # Nothing journaled since the page was drawn (a finished search shown again):
-            # the same page, without its seconds of plotting.
+            # the same page, without replaying the journal again.
             return f"  html report: {display_path(page)}"
         path = write_html(page, report, read_records(journal), state_dir)
     except Exception as exc:  # noqa: BLE001 - the search's answer is already written

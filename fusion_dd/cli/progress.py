@@ -36,6 +36,8 @@ def _config_text(names: frozenset[str], total: int) -> str:
 
 
 ESTIMATE_INTERVAL = 3.0  # seconds between two estimates at most once per finished trial
+#: After an estimate that took t seconds, the next waits at least ESTIMATE_REST * t (≤ 10% of a core).
+ESTIMATE_REST = 9.0
 
 
 class ConsoleEvents:
@@ -138,11 +140,15 @@ class ConsoleEvents:
                 return
             self._wanted.clear()
             assert self._state_dir is not None
+            began = time.monotonic()
             try:
                 found = estimate_from_dir(self._state_dir)
             except Exception:  # noqa: BLE001 - an estimate must never disturb a search
                 found = None
+            # It replays the whole journal: at most a tenth of a core, as report snapshots.
+            rest = max(ESTIMATE_INTERVAL, ESTIMATE_REST * (time.monotonic() - began))
             if found is None:
+                self._stop.wait(rest)
                 continue
             with self._lock:
                 self._estimate = found
@@ -154,7 +160,7 @@ class ConsoleEvents:
                 self._refresh()
             # Trainings take minutes to hours: one estimate per few seconds is plenty, and
             # a burst of short trainings must not keep a core busy replaying the journal.
-            self._stop.wait(ESTIMATE_INTERVAL)
+            self._stop.wait(rest)
 
     def estimate(self) -> Any:
         """The latest estimate (fusion_dd.estimate.Estimate), or None before the first one."""

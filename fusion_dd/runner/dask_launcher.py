@@ -212,14 +212,14 @@ def _keep_result(trial_dir: Path, result: TrialResult) -> None:
 
 def _start_reaper(trial_dir: Path, supervisor_pid: int) -> subprocess.Popen[bytes]:
     """The watcher that stops this training if the worker dies (see module docstring)."""
-    from .trial import _supervisor_env
+    from .trial import supervisor_env
 
     return subprocess.Popen(
         [sys.executable, "-S", "-m", "fusion_dd.runner.dask_reaper", str(trial_dir), str(supervisor_pid)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=_supervisor_env(),
+        env=supervisor_env(),
         start_new_session=True,
         close_fds=True,
     )

@@ -67,7 +67,14 @@ class DevicePool:
 
 
 class BatchRun(Generic[R]):
-    """One batch of jobs, with in-order cancellation and a clean stop on interrupt."""
+    """One batch of jobs, with in-order cancellation and a clean stop on interrupt.
+
+    joblib dispatches the jobs; each job records its own result, applies
+    ``stop_after`` and says it has settled, and the caller wakes on that. joblib's
+    own collection of results polls every 10 ms, which for trainings of a
+    fraction of a second is a tenth of the device time; so it only drains
+    joblib's side in the driver thread, and nobody waits for it.
+    """
 
     def __init__(self, jobs: Sequence[Job[R]], pool: DevicePool) -> None:
         self.jobs = list(jobs)
@@ -75,26 +82,46 @@ class BatchRun(Generic[R]):
         self.cancel = [CancelEvent() for _ in self.jobs]  # also wakes a training's wait at once
         self._active = 0
         self._active_lock = threading.Condition()
+        self._results: list[R | None] = [None] * len(self.jobs)
+        self._failures: list[BaseException] = []
+        self._stop_after: Callable[[R], bool] | None = None
+        self._settled = 0
+        self._driver_done = False
+        self._changed = threading.Condition()
 
-    def _task(self, index: int) -> tuple[int, R | None]:
+    def _task(self, index: int) -> int:
         with self._active_lock:
             self._active += 1
         try:
-            if self.cancel[index].is_set():
-                return index, None
-            device = self.pool.take(self.cancel[index])
-            if device is None:
-                return index, None
-            try:
-                if self.cancel[index].is_set():
-                    return index, None
-                return index, self.jobs[index](device, self.cancel[index])
-            finally:
-                self.pool.give_back(device)
+            result = self._run(index)
+            self._results[index] = result
+            if self._stop_after is not None and result is not None and self._stop_after(result):
+                for later in range(index + 1, len(self.jobs)):
+                    self.cancel[later].set()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self._failures.append(exc)
+            self.cancel_all()
         finally:
             with self._active_lock:
                 self._active -= 1
                 self._active_lock.notify_all()
+            with self._changed:
+                self._settled += 1
+                self._changed.notify_all()
+        return index
+
+    def _run(self, index: int) -> R | None:
+        if self.cancel[index].is_set():
+            return None
+        device = self.pool.take(self.cancel[index])
+        if device is None:
+            return None
+        try:
+            if self.cancel[index].is_set():
+                return None
+            return self.jobs[index](device, self.cancel[index])
+        finally:
+            self.pool.give_back(device)
 
     def cancel_all(self) -> None:
         for event in self.cancel:
@@ -111,67 +138,73 @@ class BatchRun(Generic[R]):
                 self._active_lock.wait(remaining)
         return True
 
+    def _over(self) -> bool:
+        """Every job settled, or joblib gave up on the batch (call with ``_changed`` held)."""
+        return self._settled == len(self.jobs) or self._driver_done
+
     def run(self, stop_after: Callable[[R], bool] | None, cleanup_timeout: float) -> list[R | None]:
         """Run every job; once job i satisfies ``stop_after``, jobs after i are cancelled.
 
         Returns one entry per job, None for a job that never launched. The jobs
-        run in a driver thread (see the module docstring); an exception there
-        is raised here. An interrupt here cancels every job and waits up to
-        ``cleanup_timeout`` for them to end, ignoring further interrupts meanwhile:
-        a second Ctrl-C must not abandon trainings that are being killed.
+        run in joblib's threads, driven from a driver thread (see the module
+        docstring); an exception of a job is raised here. An interrupt here
+        cancels every job and waits up to ``cleanup_timeout`` for them to end,
+        ignoring further interrupts meanwhile: a second Ctrl-C must not abandon
+        trainings that are being killed.
         """
-        results: list[R | None] = [None] * len(self.jobs)
         if not self.jobs:
-            return results
-        failure: list[BaseException] = []
-        done = threading.Event()
+            return []
+        self._stop_after = stop_after
 
         def drive() -> None:
             try:
-                self._drive(results, stop_after, cleanup_timeout)
+                self._drive(cleanup_timeout)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                failure.append(exc)
+                self._failures.append(exc)
             finally:
-                done.set()
+                with self._changed:
+                    self._driver_done = True
+                    self._changed.notify_all()
 
         # A daemon: if a training cannot be stopped within cleanup_timeout,
         # fusion-dd must still be able to exit (its supervisor goes on killing it).
         driver = threading.Thread(target=drive, name="fusion-dd-batch", daemon=True)
         try:
             driver.start()
-            while not done.wait(0.5):
-                pass
+            with self._changed:
+                while not self._over():
+                    self._changed.wait(0.5)
         except BaseException:
             self.cancel_all()
             if driver.ident is not None:  # it started: wait for its clean-up
-                self._wait_shielded(done, cleanup_timeout)
+                self._wait_shielded(cleanup_timeout)
             raise
-        if failure:
-            raise failure[0]
-        return results
+        if self._failures:
+            raise self._failures[0]
+        return list(self._results)
 
-    def _wait_shielded(self, done: threading.Event, timeout: float) -> None:
-        """Wait for the driver thread to finish cleaning up; further interrupts only wait on."""
+    def _wait_shielded(self, timeout: float) -> None:
+        """Wait for every started job to end; further interrupts only wait on."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                done.wait(max(0.0, deadline - time.monotonic()))
+                with self._changed:
+                    while not self._over() and time.monotonic() < deadline:
+                        self._changed.wait(max(0.0, min(0.5, deadline - time.monotonic())))
+                self.wait_idle(max(0.0, deadline - time.monotonic()))
                 return
             except KeyboardInterrupt:
                 if time.monotonic() >= deadline:
                     return
 
-    def _drive(self, results: list[R | None], stop_after: Callable[[R], bool] | None, cleanup_timeout: float) -> None:
+    def _drive(self, cleanup_timeout: float) -> None:
         from joblib import Parallel, delayed  # here: joblib (and numpy under it) costs 0.2 s to import
 
         n_jobs = max(1, min(self.pool.size, len(self.jobs)))
         try:
             with Parallel(n_jobs=n_jobs, backend="threading", return_as="generator_unordered") as parallel:
-                for index, result in parallel(delayed(self._task)(i) for i in range(len(self.jobs))):
-                    results[index] = result
-                    if stop_after is not None and result is not None and stop_after(result):
-                        for later in range(index + 1, len(self.jobs)):
-                            self.cancel[later].set()
+                for _ in parallel(delayed(self._task)(i) for i in range(len(self.jobs))):
+                    pass
         except BaseException:
             self.cancel_all()
             self.wait_idle(cleanup_timeout)

@@ -31,7 +31,17 @@ from .early_stop import EarlyStopRule, make_monitor
 from ..hooks import ArtifactHook, TrialFiles, collect_artifacts
 from .metrics import MetricSpec, classify, read_metric
 from ..store.state import encode_float
-from .trial import STATUS_FILE, RunningTrial, TrialRun, TrialSpec, adopt_trial, start_trial, supervisor_started
+from .forkserver import ForkServer
+from .trial import (
+    STATUS_FILE,
+    RunningTrial,
+    TrialRun,
+    TrialSpec,
+    adopt_trial,
+    start_trial,
+    supervisor_env,
+    supervisor_started,
+)
 
 LOG_TAIL_LINES = 20
 _LOG_TAIL_BYTES = 16 * 1024
@@ -132,6 +142,9 @@ class Launcher(Protocol):
         """Whether the trial's training was ever started (for a trial with no journaled launch)."""
         ...
 
+    # Optional: ``release()``, called when a run of the engine ends, frees what the launcher
+    # keeps between trials (the local fork server); the launcher must still work afterwards.
+
 
 def this_host() -> tuple[str, str | None]:
     """Hostname and boot id: a pid means something only on the host, and boot, that gave it out."""
@@ -181,12 +194,23 @@ class LocalHandle:
 
 
 class LocalLauncher:
-    """Trials as supervised process groups on this machine (``fusion_dd.runner.trial``)."""
+    """Trials as supervised process groups on this machine (``fusion_dd.runner.trial``).
+
+    Supervisors are forked by a fork server started on the first trial
+    (:mod:`fusion_dd.runner.forkserver`), so a training costs no interpreter
+    start of ours; where that is not possible each supervisor is started as
+    its own interpreter, as before.
+    """
 
     name = "local"
 
     def __init__(self) -> None:
         self.host, self.boot_id = this_host()
+        self._forkserver = ForkServer(supervisor_env())
+
+    def release(self) -> None:
+        """Stop the fork server until the next trial (running supervisors are not affected)."""
+        self._forkserver.close()
 
     def _placement(self, request: TrialRequest, pid: int | None) -> Placement:
         return Placement(
@@ -194,7 +218,7 @@ class LocalLauncher:
         )
 
     def start(self, request: TrialRequest) -> LocalHandle:
-        running = start_trial(request.spec)
+        running = start_trial(request.spec, self._forkserver)
         return LocalHandle(running, request, self._placement(request, running.pid))
 
     def adopt(self, request: TrialRequest, placement: Mapping[str, Any] | None) -> LocalHandle | None:

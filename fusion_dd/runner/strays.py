@@ -64,6 +64,36 @@ def _stat(pid: int) -> tuple[str, int, int, int] | None:
         return None
 
 
+def start_ticks(pid: int) -> int | None:
+    """When a live process started (clock ticks since boot); None when it is gone or a zombie.
+
+    A pid and its start time name one process for the whole uptime of the host,
+    so a record holding both is never fooled by a reused pid. This is how a
+    supervisor forked by :mod:`fusion_dd.runner.forkserver`, whose command line
+    is the fork server's and names no trial, is recognised.
+    """
+    stat = _stat(pid)
+    if stat is None or stat[0] in ("Z", "X"):
+        return None
+    return stat[3]
+
+
+def has_children(pid: int) -> bool | None:
+    """Whether ``pid`` has a child process (zombies included); None when the kernel cannot say.
+
+    Reads ``/proc/PID/task/*/children`` (Linux with ``CONFIG_PROC_CHILDREN``):
+    a few small reads, where a scan of every process costs milliseconds per
+    training. A supervisor is a subreaper, so while it lives every orphan of
+    its training is re-parented to it: no child left means nothing of the
+    trial left to look for.
+    """
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        return any(_read(f"/proc/{pid}/task/{task}/children").strip() for task in tasks)
+    except OSError:
+        return None
+
+
 def _environ_has(pid: int, marker: bytes) -> bool:
     try:
         environ = _read(f"/proc/{pid}/environ")

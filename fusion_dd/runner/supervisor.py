@@ -1,7 +1,8 @@
 """The tiny process that owns one training, so that no finished training is lost.
 
 fusion-dd (the coordinator) starts ``python -m fusion_dd.runner.supervisor TRIAL_DIR`` in
-a session of its own. The supervisor, not the coordinator, is the training's
+a session of its own, or, on this machine, has its fork server fork one
+(:mod:`fusion_dd.runner.forkserver`: same code, without an interpreter's start per training). The supervisor, not the coordinator, is the training's
 parent: if the coordinator is killed (even with SIGKILL) the supervisor keeps
 going, enforces the timeout, and records how the training ended in
 ``status.json``; a resumed coordinator adopts it by the pid in
@@ -14,8 +15,9 @@ Files in TRIAL_DIR (all JSON files are written atomically: temp file, fsync,
   resolved), ``workdir``, ``env`` (the complete environment), ``timeout``
   (seconds or null), ``grace`` (seconds between SIGTERM and SIGKILL),
   ``trial_id``.
-* ``supervisor.json``: the supervisor's pid, then also the training's pid/pgid
-  and its start time.
+* ``supervisor.json``: the supervisor's pid and start time (clock ticks since
+  boot: with the pid it names the process for the host's uptime), then also the
+  training's pid/pgid and its start time.
 * ``output.log``: the training's stdout and stderr, combined.
 * ``status.json``: ``exit_code`` or ``signal``, ``timed_out``, ``cancelled``,
   ``start``, ``end``, ``duration``, ``error`` (why the training could not run).
@@ -173,8 +175,10 @@ def _end_training(pgid: int, children: _Children, grace: float, trial_marker: st
         children.reap()
         return children.training_done and not _group_alive(pgid)
 
-    if training_gone() and not strays.find(trial_marker, root=os.getpid(), outside=pgid):
-        return
+    if training_gone():
+        # Reaped, group empty: usually nothing is left, which the children lists say cheaply.
+        if strays.has_children(os.getpid()) is False or not strays.find(trial_marker, root=os.getpid(), outside=pgid):
+            return
     strays.terminate(
         trial_marker,
         root=os.getpid(),
@@ -199,8 +203,13 @@ def _start_error(exc: OSError, argv: list[str], workdir: str) -> str:
     return f"cannot start {program}: {exc.strerror or exc}"
 
 
-def run(trial_dir: str | PathLike[str]) -> int:
-    """Run the training described by ``trial_dir/launch.json``; always try to leave a status."""
+def run(trial_dir: str | PathLike[str], ready_fd: int | None = None) -> int:
+    """Run the training described by ``trial_dir/launch.json``; always try to leave a status.
+
+    ``ready_fd`` (a pipe from the fork server) gets one byte, and is closed, as
+    soon as ``supervisor.json`` names this process: from then on a coordinator
+    that died and was resumed finds this supervisor by that file alone.
+    """
     trial_dir = os.fspath(trial_dir)
     stop = _Stop()
     signal.signal(signal.SIGTERM, stop.on_signal)
@@ -211,8 +220,18 @@ def run(trial_dir: str | PathLike[str]) -> int:
     wakeup = _Wakeup()
     _become_subreaper()
 
-    record: dict[str, Any] = {"supervisor_pid": os.getpid(), "trial_dir": str(trial_dir)}
-    write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record)
+    # The pid with its start time names this process even after the pid is reused.
+    record: dict[str, Any] = {
+        "supervisor_pid": os.getpid(),
+        "supervisor_start_ticks": strays.start_ticks(os.getpid()),
+        "trial_dir": str(trial_dir),
+    }
+    write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record, durable=False)
+    if ready_fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(ready_fd, b"+")
+        with contextlib.suppress(OSError):
+            os.close(ready_fd)
 
     start = time.time()
     status: dict[str, Any] = {
@@ -272,7 +291,7 @@ def run(trial_dir: str | PathLike[str]) -> int:
     status["start"] = started
     pgid = proc.pid  # start_new_session makes the training its own group leader
     record.update(training_pid=proc.pid, training_pgid=pgid, start=started)
-    write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record)
+    write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record, durable=False)
 
     children = _Children(proc.pid)
     clock = time.monotonic()  # immune to wall-clock jumps during long trainings
@@ -309,17 +328,15 @@ def run(trial_dir: str | PathLike[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m fusion_dd.runner.supervisor TRIAL_DIR", file=sys.stderr)
-        return 2
-    trial_dir = os.path.realpath(args[0])
+def run_guarded(trial_dir: str, ready_fd: int | None = None) -> int:
+    """:func:`run`, and when it fails, a status that says so before the exception goes on.
+
+    A status that says what went wrong beats a trial that looks like it is
+    still running. The traceback goes to supervisor.log (our stderr).
+    """
     try:
-        return run(trial_dir)
+        return run(trial_dir, ready_fd)
     except Exception as exc:
-        # Last resort: a status that says what went wrong beats a trial that
-        # looks like it is still running. The traceback goes to supervisor.log.
         if not os.path.exists(os.path.join(trial_dir, STATUS_FILE)):
             now = time.time()
             with contextlib.suppress(Exception):
@@ -330,6 +347,14 @@ def main(argv: list[str] | None = None) -> int:
                      "error": f"supervisor failed: {exc!r}"},
                 )
         raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m fusion_dd.runner.supervisor TRIAL_DIR", file=sys.stderr)
+        return 2
+    return run_guarded(os.path.realpath(args[0]))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import fusion_dd
 
@@ -34,6 +34,9 @@ from . import shell, strays
 from ..errors import UsageError
 from ..safe_read import SMALL_FILE_BYTES, loads_json, read_text
 from .wakeup import CancelEvent, watch_exit
+
+if TYPE_CHECKING:
+    from .forkserver import ForkServer
 from .supervisor import (
     LAUNCH_FILE,
     LOG_FILE,
@@ -320,12 +323,15 @@ def resolve_launch(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, 
     }
 
 
-def start_trial(spec: TrialSpec) -> "RunningTrial":
+def start_trial(spec: TrialSpec, forkserver: "ForkServer | None" = None) -> "RunningTrial":
     """Prepare the trial directory and start its supervisor; returns at once.
 
     Always starts afresh: files of an earlier attempt in the same directory
     (status, log, metrics) are replaced, so a stale metric can never be read as
-    this run's. On resume, call :func:`adopt_trial` first.
+    this run's. On resume, call :func:`adopt_trial` first. With a
+    ``forkserver`` the supervisor is forked by it (no interpreter start; the
+    trial is then watched like an adopted one, by pid and pidfd), else started
+    as ``python -m fusion_dd.runner.supervisor``.
     """
     trial_dir = Path(spec.trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -339,15 +345,19 @@ def start_trial(spec: TrialSpec) -> "RunningTrial":
     if spec.dumps:
         for sub in DUMP_PLACEHOLDERS.values():
             (trial_dir / sub).mkdir(exist_ok=True)
-    # 0600: the launch record holds the complete environment, secrets included.
-    write_json_atomic(trial_dir / LAUNCH_FILE, resolve_launch(spec, trial_dir), mode=0o600)
+    # 0600: the launch record holds the complete environment, secrets included. Not
+    # fsynced: after a crash of the machine the trial starts again and writes it anew.
+    write_json_atomic(trial_dir / LAUNCH_FILE, resolve_launch(spec, trial_dir), mode=0o600, durable=False)
+    pid = forkserver.spawn(str(trial_dir)) if forkserver is not None else None
+    if pid is not None:
+        return RunningTrial(spec.trial_id, trial_dir, pid=pid, process=None)
     with open(trial_dir / SUPERVISOR_LOG_FILE, "ab") as supervisor_log:
         process = subprocess.Popen(
             # -S: no site-packages scan (fusion_dd comes from PYTHONPATH, the supervisor needs
             # only the standard library): it starts once per training and must start fast.
             [sys.executable, "-S", "-m", _SUPERVISOR_MODULE, str(trial_dir)],
             cwd=trial_dir,
-            env=_supervisor_env(),
+            env=supervisor_env(),
             stdin=subprocess.DEVNULL,
             # Never our stdout: if we die, a write to a dead pipe would kill it.
             stdout=supervisor_log,
@@ -663,7 +673,7 @@ def _absolute(path: Path | str) -> Path:
     return Path(os.path.abspath(os.path.expanduser(str(path))))
 
 
-def _supervisor_env() -> dict[str, str]:
+def supervisor_env() -> dict[str, str]:
     """Our environment, plus whatever makes ``fusion_dd`` importable in a fresh python."""
     env = dict(os.environ)
     package_root = str(Path(fusion_dd.__file__).resolve().parent.parent)
@@ -702,8 +712,10 @@ def _cmdline(pid: int) -> list[str] | None:
 def _is_our_supervisor(pid: int, trial_dir: Path) -> bool:
     """Is ``pid`` alive AND the supervisor of this trial (not a reused pid)?
 
-    A zombie has an empty cmdline and so counts as dead, which is right: it can
-    no longer write a status.
+    A started supervisor names its trial on its command line; a forked one
+    (:mod:`fusion_dd.runner.forkserver`) is the process that ``supervisor.json``
+    names by pid and start time. A zombie counts as dead either way (empty
+    command line, no start time), which is right: it can no longer write a status.
     """
     if pid <= 0:
         return False
@@ -716,9 +728,15 @@ def _is_our_supervisor(pid: int, trial_dir: Path) -> bool:
             return True
         return True
     argv = _cmdline(pid)
-    if not argv or _SUPERVISOR_MODULE not in argv:
-        return False
-    return str(trial_dir) in argv
+    if argv and _SUPERVISOR_MODULE in argv and str(trial_dir) in argv:
+        return True
+    record = _read_json(trial_dir / SUPERVISOR_FILE) or {}
+    ticks = record.get("supervisor_start_ticks")
+    return (
+        record.get("supervisor_pid") == pid
+        and isinstance(ticks, int)
+        and strays.start_ticks(pid) == ticks
+    )
 
 
 def _find_supervisor(trial_dir: Path) -> int | None:

@@ -28,8 +28,8 @@ def fake_command(*args: str) -> list[str]:
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a CLI subprocess: single-threaded BLAS, so two cores are enough.
 
-    No HTML report (``FUSION_DD_HTML=0``): its plots cost a second or two per search; the
-    tests of the page ask for it with ``FUSION_DD_HTML=1``.
+    No HTML report (``FUSION_DD_HTML=0``): these tests check report.json and the journal;
+    the tests of the page ask for it with ``FUSION_DD_HTML=1``.
     """
     return {**os.environ, "OPENBLAS_NUM_THREADS": "1", "FUSION_DD_HTML": "0", **(extra or {})}
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
+
+from fusion_dd import html_report
 
 PLOTS = ("timeline", "metrics", "losses", "path", "budget")
 
@@ -64,6 +67,13 @@ def group(text: str, gid: str) -> str:
     return text[start : text.index("</g>", start)]
 
 
+def well_formed(text: str) -> list[ET.Element]:
+    """Every inline SVG of the page parses as XML (so its text was escaped); the parsed plots."""
+    plots = re.findall(r"<svg .*?</svg>", text, re.S)
+    assert plots
+    return [ET.fromstring(plot) for plot in plots]
+
+
 def linear(xs: list[float], ys: list[float], tolerance: float = 1e-3) -> bool:
     """Do the points (value, pixel) lie on one straight line (one axis scale)?"""
     pairs = sorted(zip(xs, ys))
@@ -82,6 +92,8 @@ def check_html_report(path: Path, state: Path) -> Page:
     page.feed(text)
     assert "<img" not in text and not re.search(r"<script[^>]+src=", text), "the page must be self-contained"
     assert not re.search(r"(href|src)=\"https?://", text)
+    assert re.findall(r"<script[^>]*>", text) == ['<script type="application/json" id="fusion-dd-data">'], "data only"
+    well_formed(text)
     for name in PLOTS:
         assert f"plot-{name}" in page.ids, name
     assert text.count("<svg") >= 4
@@ -119,14 +131,17 @@ def check_html_report(path: Path, state: Path) -> Page:
 
     # The metric markers sit on one axis scale: pixel height is a straight function of the value.
     points = [(t["metric"], t["trial_id"]) for t in data["trials"] if t["metric"] is not None and math.isfinite(t["metric"])]
-    heights = [float(re.search(r' y="([\d.]+)"', group(text, f"metric-{tid}")).group(1)) for _, tid in points]
+    heights = [float(re.search(r' cy="([\d.]+)"', group(text, f"metric-{tid}")).group(1)) for _, tid in points]
     assert linear([value for value, _ in points], heights)
-    # The Gantt bars: pixel widths are one scale of the journaled durations.
+    # The Gantt bars: pixel widths are one scale of the journaled durations (bars drawn wider
+    # than their time, at the minimum width of an instant training, left out).
     widths, durations = [], []
     for trial_id in ended:
-        numbers = [float(x) for x in re.findall(r"[\d.]+", re.search(r' d="([^"]+)"', group(text, f"gantt-{trial_id}")).group(1))]
-        widths.append(numbers[2] - numbers[0])
-        durations.append(ended[trial_id]["duration"])
+        width = float(re.search(r'<rect x="[\d.]+" y="[\d.]+" width="([\d.]+)"', group(text, f"gantt-{trial_id}")).group(1))
+        if width > html_report.MIN_BAR:
+            widths.append(width)
+            durations.append(ended[trial_id]["duration"])
+    assert len(widths) >= 2
     assert linear([0.0, *durations], [0.0, *widths], tolerance=2e-3)
     # Budget: every device slot of the search has its utilisation bar.
     for device in data["devices"]:
