@@ -1,25 +1,42 @@
-"""Shared test setup: the tests directory is importable, and the fake training is a fixture.
+"""Shared test setup: the markers' meaning, one BLAS thread, and the fake training as fixtures.
 
-Helpers that tests import (the fake training's command, the CLI as a
-subprocess, the in-memory lab behind the training oracle) live in plain modules
-next to this file (``fake_training``, ``oracle_support``, ``process_support``):
-a conftest module cannot be imported reliably by name when sub-directories have
-their own.
+``tests`` is a package (every folder has an ``__init__.py``), so a test imports
+its helpers as ``from tests.support.X import ...`` and same-named test files in
+different folders do not clash. Helpers live in ``tests/support/`` (a conftest
+cannot be imported reliably by name); the fixtures below expose the fake
+training for tests that prefer fixtures.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
+# Plain ``assert`` in the support modules reports its operands like in a test.
+pytest.register_assert_rewrite("tests.support")
 
-from fake_training import FAKE_TRAIN, fake_command, run_fusion_dd  # noqa: E402
+from tests.support.fake_training import FAKE_TRAIN, fake_command, run_fusion_dd  # noqa: E402
+
+#: What a file that runs searches (or whole trainings) has among its names.
+_SEARCHING = ("run_fusion_dd", "start_fusion_dd", "sigkill_search_when", "Engine", "start_trial", "prefetch")
+
+
+def _runs_searches(item: pytest.Item) -> bool:
+    module = getattr(item, "module", None)
+    if module is not None and any(name in vars(module) for name in _SEARCHING):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    chains = info.name2fixturedefs.values() if info is not None else ()
+    return any(fixture.scope == "module" for chain in chains for fixture in chain)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files that run searches first (stable: otherwise in collection order); see the module docstring."""
+    slow_files = {item.nodeid.split("::", 1)[0] for item in items if _runs_searches(item)}
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow_files)
 
 
 @pytest.fixture(autouse=True)

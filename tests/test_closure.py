@@ -17,9 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from fake_training import run_fusion_dd
 from fusion_dd.closure import close
 from fusion_dd.rules import Rule, Section
+from tests.support.fake_training import run_fusion_dd
 
 FAKE = textwrap.dedent(
     '''

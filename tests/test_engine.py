@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_training import fake_command, read_launches
 
 from fusion_dd.config import load_config
 from fusion_dd.engine import Engine
-from fusion_dd.store.journal import JOURNAL_NAME, read_records
 from fusion_dd.rules import Rule, Section, catalog
 from fusion_dd.search.oracle import Outcome
+from fusion_dd.store.journal import JOURNAL_NAME, read_records
 from fusion_dd.store.state import TrialState, replay
+from tests.support.fake_training import fake_command, read_launches
 
 GRAPH = [name for name, section in catalog().items() if section is Section.GRAPH][:6]
 CULPRIT = GRAPH[4]

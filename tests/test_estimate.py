@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from fusion_dd.cli.progress import ConsoleEvents
 from fusion_dd.estimate import estimate
 from fusion_dd.store.journal import read_records
-from fusion_dd.cli.progress import ConsoleEvents
 from fusion_dd.store.state import replay
-from test_cli import CULPRIT, GRAPH, UB, fusion_dd, write_config
+from tests.support.cli import CULPRIT, GRAPH, UB, write_config
+from tests.support.fake_training import run_fusion_dd
 
 ESTIMATE = re.compile(r"estimate: (about (\d+) training\(s\) left \((expected|typical for one culprit); at most (\d+) by the budget\)|0 trainings left \(the search has its answer\))")
 
@@ -25,7 +26,7 @@ def searched(tmp_path_factory) -> tuple[Path, str]:
     """A finished search (plain output, as under nohup) of a culprit and an interacting pair."""
     folder = tmp_path_factory.mktemp("searched")
     write_config(folder, "--culprits", CULPRIT, "--pair", f"{GRAPH[3]}+{UB[2]}", budget=60)
-    result = fusion_dd("search", cwd=folder)
+    result = run_fusion_dd("search", cwd=folder)
     assert result.returncode == 0, result.stderr
     return folder, result.stderr
 
@@ -100,7 +101,7 @@ def test_status_shows_the_estimate(searched, tmp_path):
     journal = tmp_path / ".fusion-dd" / "journal.jsonl"
     lines = journal.read_text().splitlines()
     journal.write_text("\n".join(lines[: len(lines) // 2]) + "\n")
-    result = fusion_dd("status", cwd=tmp_path)
+    result = run_fusion_dd("status", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert ESTIMATE.search(result.stdout), result.stdout
 

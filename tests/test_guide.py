@@ -14,7 +14,9 @@ from fusion_dd.config import parse_config
 from fusion_dd.errors import UsageError
 from fusion_dd.guide import partners, rank, record, refined, report_entry, summary_lines
 from fusion_dd.store.journal import read_records
-from test_cli import CULPRIT, GRAPH, fusion_dd, launches, write_config
+from tests.support.cli import CULPRIT, GRAPH, launches, write_config
+from tests.support.dumping import DUMP_TRAIN, started, write
+from tests.support.fake_training import run_fusion_dd
 
 LOCALIZE = {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
 
@@ -64,7 +66,7 @@ def test_bad_guide_settings_name_the_key_and_the_fix(tmp_path: Path, search, loc
 
 def test_an_unknown_suspect_exits_2_with_one_line(tmp_path: Path) -> None:
     write_config(tmp_path, search={"suspects": ["NoSuchFusionPass"]})
-    result = fusion_dd("search", cwd=tmp_path)
+    result = run_fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         result.stderr.strip()
@@ -228,7 +230,7 @@ def test_the_record_puts_the_users_suspects_first() -> None:
 
 
 def searched(tmp_path: Path) -> tuple[dict, list]:
-    result = fusion_dd("search", cwd=tmp_path)
+    result = run_fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     return json.loads((tmp_path / ".fusion-dd" / "report.json").read_text()), launches(tmp_path)
 
@@ -251,16 +253,16 @@ def test_suspects_are_asked_alone_first_and_cost_fewer_trainings(tmp_path: Path)
 def test_a_resumed_guided_search_replays_its_ranking_and_trains_nothing_twice(tmp_path: Path) -> None:
     suspects = [GRAPH[4], GRAPH[7], GRAPH[1]]
     write_config(tmp_path, "--culprits", CULPRIT, budget=4, search={"suspects": suspects})
-    first = fusion_dd("search", cwd=tmp_path)
+    first = run_fusion_dd("search", cwd=tmp_path)
     assert first.returncode == 3, first.stderr  # budget: the references and one round of suspects
     # Changing the suspects now changes nothing: the journaled ranking is replayed.
     document = yaml.safe_load((tmp_path / "fusion-dd.yaml").read_text())
     document["search"]["suspects"] = [GRAPH[9]]
     (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
-    dry = fusion_dd("search", "--dry-run", cwd=tmp_path)
+    dry = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert "journaled its guide" in dry.stdout and f"1. {GRAPH[4]}: named in search.suspects" in dry.stdout
-    resumed = fusion_dd("resume", "--budget", "60", "-c", "fusion-dd.yaml", cwd=tmp_path)
+    resumed = run_fusion_dd("resume", "--budget", "60", "-c", "fusion-dd.yaml", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "search.suspects changed since this search started" in resumed.stderr + resumed.stdout
     found = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
@@ -274,7 +276,6 @@ def test_a_resumed_guided_search_replays_its_ranking_and_trains_nothing_twice(tm
 
 
 def test_a_separate_dumping_command_trains_two_extra_dumped_references(tmp_path: Path) -> None:
-    from test_cli_localize import DUMP_TRAIN, started, write
 
     path = write(tmp_path)
     document = yaml.safe_load(path.read_text())
@@ -282,7 +283,7 @@ def test_a_separate_dumping_command_trains_two_extra_dumped_references(tmp_path:
     document["localize"] = {"command": command, "env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
     path.write_text(yaml.safe_dump(document))
     assert str(DUMP_TRAIN) in command
-    done = fusion_dd("search", "-c", str(path), cwd=tmp_path)
+    done = run_fusion_dd("search", "-c", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     found = json.loads((tmp_path / "state" / "report.json").read_text())
     trials = started(tmp_path)
@@ -297,10 +298,9 @@ def test_a_resumed_search_never_compares_the_references_again(tmp_path: Path) ->
     """The journaled guide is replayed: with the references' dumps gone, resume still says the same."""
     import shutil
 
-    from test_cli_localize import write
 
     path = write(tmp_path, budget=3)
-    first = fusion_dd("search", "-c", str(path), cwd=tmp_path)
+    first = run_fusion_dd("search", "-c", str(path), cwd=tmp_path)
     assert first.returncode == 3, first.stderr  # the budget ran out after the references
     journal = tmp_path / "state" / "journal.jsonl"
     guides = [r for r in read_records(journal) if r.get("type") == "guide"]
@@ -308,7 +308,7 @@ def test_a_resumed_search_never_compares_the_references_again(tmp_path: Path) ->
     assert guides[0]["dumps"]["compared"] > 0
     for trial in ("0001", "0002"):
         shutil.rmtree(tmp_path / "state" / "trials" / trial / "dump")
-    resumed = fusion_dd("resume", "--state-dir", "state", "--budget", "60", "-c", str(path), cwd=tmp_path)
+    resumed = run_fusion_dd("resume", "--state-dir", "state", "--budget", "60", "-c", str(path), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert [r for r in read_records(journal) if r.get("type") == "guide"] == guides
     found = json.loads((tmp_path / "state" / "report.json").read_text())

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_cli import fusion_dd
-from test_cli_artifacts import GRAPH_RULES, OBEDIENT_TRAINING, UB_RULE, fusion_result
+from tests.support.artifacts import GRAPH_RULES, OBEDIENT_TRAINING, UB_RULE, fusion_result
+from tests.support.fake_training import run_fusion_dd
 
 DEPTH = 100_000
 PROMPTLY = 60  # seconds; the old code never returned on a FIFO or /dev/zero
@@ -47,19 +47,19 @@ DEEP_JSON = {
 @pytest.mark.parametrize("name", sorted(DEEP_JSON))
 def test_rules_refuses_deeply_nested_json(tmp_path, name):
     (tmp_path / name).write_text(DEEP_JSON[name])
-    result = fusion_dd("rules", name, cwd=tmp_path, timeout=PROMPTLY)
+    result = run_fusion_dd("rules", name, cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, name, "nested")
 
 
 def test_rules_refuses_json_over_the_nesting_bound_that_python_could_parse(tmp_path):
     # 300 levels parse without a RecursionError, but no artifact is nested like that.
     (tmp_path / "deep.json").write_text('{"rules": ' + "[" * 300 + "]" * 300 + "}")
-    one_line_error(fusion_dd("rules", "deep.json", cwd=tmp_path, timeout=PROMPTLY), "deep.json", "nested")
+    one_line_error(run_fusion_dd("rules", "deep.json", cwd=tmp_path, timeout=PROMPTLY), "deep.json", "nested")
 
 
 def test_rules_refuses_deeply_nested_yaml_rule_list(tmp_path):
     (tmp_path / "rules.yaml").write_text("rules: " + "[" * DEPTH + "]" * DEPTH + "\n")
-    one_line_error(fusion_dd("rules", "rules.yaml", cwd=tmp_path, timeout=PROMPTLY), "rules.yaml", "nested")
+    one_line_error(run_fusion_dd("rules", "rules.yaml", cwd=tmp_path, timeout=PROMPTLY), "rules.yaml", "nested")
 
 
 def deep_proto(depth: int) -> str:
@@ -69,16 +69,16 @@ def deep_proto(depth: int) -> str:
 
 def test_rules_refuses_deeply_nested_graph_dump(tmp_path):
     (tmp_path / "ge_proto_00000001_graph_1_Build.txt").write_text(deep_proto(DEPTH))
-    result = fusion_dd("rules", "ge_proto_00000001_graph_1_Build.txt", cwd=tmp_path, timeout=PROMPTLY)
+    result = run_fusion_dd("rules", "ge_proto_00000001_graph_1_Build.txt", cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, "ge_proto_00000001_graph_1_Build.txt", "nested")
-    where = fusion_dd("rules", "--where", "X", "ge_proto_00000001_graph_1_Build.txt", cwd=tmp_path, timeout=PROMPTLY)
+    where = run_fusion_dd("rules", "--where", "X", "ge_proto_00000001_graph_1_Build.txt", cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(where, "ge_proto_00000001_graph_1_Build.txt", "nested")
 
 
 def test_a_graph_dump_with_moderate_unknown_nesting_still_reads(tmp_path):
     text = deep_proto(40).replace('type: "Add" ', 'type: "Add" attr { key: "pass_name_ub" value { s: "TbeEltwiseFusionPass" } } ')
     (tmp_path / "ge_proto_00000001_graph_1_Build.txt").write_text(text)
-    result = fusion_dd("rules", "ge_proto_00000001_graph_1_Build.txt", cwd=tmp_path, timeout=PROMPTLY)
+    result = run_fusion_dd("rules", "ge_proto_00000001_graph_1_Build.txt", cwd=tmp_path, timeout=PROMPTLY)
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(result.stdout)["rules"]["UBFusion"] == ["TbeEltwiseFusionPass"]
 
@@ -87,15 +87,15 @@ def test_a_graph_dump_with_moderate_unknown_nesting_still_reads(tmp_path):
 @pytest.mark.parametrize("name", ["fusion_result.json", "rules.txt", "ge_proto_1_Build.txt", "switch.cfg"])
 def test_rules_refuses_a_fifo_promptly(tmp_path, name):
     os.mkfifo(tmp_path / name)
-    result = fusion_dd("rules", name, cwd=tmp_path, timeout=PROMPTLY)
+    result = run_fusion_dd("rules", name, cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, name, "not a regular file")
 
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
 def test_rules_refuses_dev_zero_promptly(tmp_path):
-    result = fusion_dd("rules", "/dev/zero", cwd=tmp_path, timeout=PROMPTLY)
+    result = run_fusion_dd("rules", "/dev/zero", cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, "/dev/zero", "not a regular file")
-    where = fusion_dd("rules", "--where", "X", "/dev/zero", cwd=tmp_path, timeout=PROMPTLY)
+    where = run_fusion_dd("rules", "--where", "X", "/dev/zero", cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(where, "/dev/zero", "not a regular file")
 
 
@@ -106,7 +106,7 @@ def test_rules_refuses_dev_zero_promptly(tmp_path):
 def test_rules_refuses_a_huge_file_without_reading_it(tmp_path, name, size):
     with open(tmp_path / name, "wb") as handle:
         handle.truncate(size)  # sparse: costs no disk
-    result = fusion_dd("rules", name, cwd=tmp_path, timeout=PROMPTLY)
+    result = run_fusion_dd("rules", name, cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, name, "at most")
 
 
@@ -124,7 +124,7 @@ def test_search_refuses_a_hostile_base_cfg(tmp_path, problem):
         "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
     }
     (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
-    result = fusion_dd("search", "--dry-run", cwd=tmp_path, timeout=PROMPTLY)
+    result = run_fusion_dd("search", "--dry-run", cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, "base.cfg", problem)
 
 
@@ -147,7 +147,7 @@ def test_a_deeply_nested_fusion_result_leaves_the_switch_check_unverified(tmp_pa
         "search": {"budget": 40},
     }
     (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
-    result = fusion_dd("search", cwd=tmp_path)
+    result = run_fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert "nested" in result.stdout + result.stderr  # the reason is shown once
@@ -159,7 +159,7 @@ def test_a_deeply_nested_fusion_result_leaves_the_switch_check_unverified(tmp_pa
     assert "nested" in journal  # the reason of each unverified check is kept
 
     # The all-on trial's file is read again on resume (to choose what to switch off).
-    again = fusion_dd("resume", cwd=tmp_path)
+    again = run_fusion_dd("resume", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Traceback" not in again.stderr
     assert json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())["culprits"] == report["culprits"]
@@ -169,7 +169,7 @@ def test_rules_still_reads_a_directory_of_artifacts(tmp_path):
     # Where CANN writes it: $ASCEND_WORK_PATH/FE/<pid>/fusion_result.json.
     (tmp_path / "FE" / "4242").mkdir(parents=True)
     fusion_result(tmp_path / "FE" / "4242" / "fusion_result.json", {"FixPipeAbilityProcessPass": "GraphFusion"})
-    result = fusion_dd("rules", ".", cwd=tmp_path, timeout=PROMPTLY)
+    result = run_fusion_dd("rules", ".", cwd=tmp_path, timeout=PROMPTLY)
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(result.stdout)["rules"]["GraphFusion"] == ["FixPipeAbilityProcessPass"]
 
@@ -202,7 +202,7 @@ def test_search_refuses_a_config_that_is_not_a_readable_file(tmp_path, problem):
         config.write_text("rules: " + "[" * DEPTH + "]" * DEPTH + "\n")
     else:
         config = Path(problem)
-    result = fusion_dd("search", "--dry-run", "-c", str(config), cwd=tmp_path, timeout=PROMPTLY)
+    result = run_fusion_dd("search", "--dry-run", "-c", str(config), cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, str(config), "nested" if problem == "nested" else "not a regular file")
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from state_support import cancelled, search_started, started, trial
 
 from fusion_dd.config import SearchConfig, load_config
 from fusion_dd.report import STATUS_TEXT, build_report, summary_lines
@@ -21,6 +20,7 @@ from fusion_dd.scoring import Preconditions, Threshold
 from fusion_dd.search.culprits import CulpritSearch, CulpritSet
 from fusion_dd.search.oracle import Outcome
 from fusion_dd.store.state import encode_float, replay
+from tests.support.states import cancelled, search_started, started, trial
 
 A, B, C = (Rule(name, Section.GRAPH) for name in "ABC")
 EVERYTHING = ["A", "B", "C"]

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-SHARED_ASCEND = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "ascend"
+from tests.support import REPO
+
+SHARED_ASCEND = REPO / ".." / "shared" / "fixtures" / "ascend"
 
 
 @pytest.fixture

@@ -6,20 +6,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dump_writer import BF16, FRACTAL_NZ, FRACTAL_Z, NC1HWC0, NDC1HWC0, device, op_file, write
 
 from fusion_dd.ascend.dump import (
     DumpFileError,
     DumpName,
+    TensorToWrite,
     load_tensor,
     parse_file_name,
     read_dump_header,
     read_mapping,
     write_dump_file,
-    TensorToWrite,
 )
 from fusion_dd.ascend.layout import LayoutError
 from fusion_dd.compare.sources import scan
+from tests.ascend.dump_writer import BF16, FRACTAL_NZ, FRACTAL_Z, NC1HWC0, NDC1HWC0, device, op_file, write
 
 
 def _roundtrip(tmp_path: Path, tensor: dict) -> np.ndarray:

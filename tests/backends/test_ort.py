@@ -13,9 +13,10 @@ from fusion_dd.errors import UsageError
 from fusion_dd.hooks import TrialFiles, collect_artifacts, effects_of, fired_although_off_of, switch_check_of
 from fusion_dd.integrations import ort_session_kwargs, ort_session_options
 from fusion_dd.rules import Rule, Section
+from tests.support import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "compilers"
-LOG = FIXTURES / "ort_block_all_on.log"
+COMPILERS = FIXTURES / "compilers"
+LOG = COMPILERS / "ort_block_all_on.log"
 GELU = Rule("GeluFusionL2", Section.ONNXRUNTIME)
 LN = Rule("LayerNormFusionL1", Section.ONNXRUNTIME)
 MATMUL = Rule("MatMulAddFusion", Section.ONNXRUNTIME)

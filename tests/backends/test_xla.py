@@ -13,8 +13,9 @@ from fusion_dd.config import parse_config
 from fusion_dd.errors import UsageError
 from fusion_dd.hooks import TrialFiles, collect_artifacts, effects_of, switch_check_of
 from fusion_dd.rules import Rule, Section
+from tests.support import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "compilers"
+COMPILERS = FIXTURES / "compilers"
 ALGSIMP = Rule("algsimp", Section.XLA_PASS)
 CSE = Rule("cse", Section.XLA_PASS)
 BF16 = Rule("float-normalization-bf16", Section.XLA_PASS)
@@ -23,11 +24,11 @@ RULES = [ALGSIMP, CSE, BF16, EXCESS]
 
 
 def names(which: str) -> list[str]:
-    return (FIXTURES / f"xla_dump_{which}.names").read_text().split()
+    return (COMPILERS / f"xla_dump_{which}.names").read_text().split()
 
 
 def options(which: str) -> str:
-    return (FIXTURES / f"xla_{which}.debug_options").read_text()
+    return (COMPILERS / f"xla_{which}.debug_options").read_text()
 
 
 def make_dump(trial_dir: Path, which: str, debug_options: str) -> None:

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from dump_writer import op_file, write
 from google.protobuf import text_format
 
 from fusion_dd.ascend.ge_schema import message_class
+from tests.ascend.dump_writer import op_file, write
 
 
 @dataclass

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from compare_support import Op, write_run
-from dump_writer import NC1HWC0, device, write
 
 from fusion_dd.compare import compare_dumps
 from fusion_dd.integrations import dump_tensors
+from tests.ascend.dump_writer import NC1HWC0, device, write
+from tests.compare.compare_support import Op, write_run
 
 RULE = "BatchNormBnInferFusionPass"
 

@@ -12,8 +12,8 @@ import pytest
 
 from fusion_dd.backends.cann.autofuse import realize, render_flags
 from fusion_dd.demo import SCENARIOS, candidate_rules
-from fusion_dd.demo.graph_executor import Program
 from fusion_dd.demo.fusion_result import fusion_result
+from fusion_dd.demo.graph_executor import Program
 from fusion_dd.demo.network import NetSpec, build_optimizer_graph, build_train_graph, param_specs
 from fusion_dd.demo.passes_autofuse import (
     FAULT_AUTOFUSE_REDUCE_FP16,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fusion_dd.backends.cann.switch import render_switch
 from fusion_dd.demo import QUICK_SCENARIO, candidate_rules, train_command
 from fusion_dd.demo.network import (
     NetSpec,
@@ -20,7 +21,6 @@ from fusion_dd.demo.network import (
 from fusion_dd.demo.pipeline import compile_graph
 from fusion_dd.demo.scenarios import SCENARIOS
 from fusion_dd.rules import Rule
-from fusion_dd.backends.cann.switch import render_switch
 
 RULES = candidate_rules(QUICK_SCENARIO)
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$")

@@ -15,9 +15,9 @@ import math
 import random
 
 import pytest
-from demo_support import names, prefetch, scoring, train
 
 from fusion_dd.demo import QUICK_SCENARIO, SCENARIOS
+from tests.demo.demo_support import names, prefetch, scoring, train
 
 SCENARIO_NAMES = sorted(SCENARIOS)
 #: "Well within" the tolerance: a benign configuration may use a quarter of it.

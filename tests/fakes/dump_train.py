@@ -19,9 +19,9 @@ import sys
 
 import numpy as np
 
+from fusion_dd.backends.cann.switch import load_switch_file
 from fusion_dd.integrations import dump_tensors
 from fusion_dd.rules import Section
-from fusion_dd.backends.cann.switch import load_switch_file
 
 LAYERS = 4
 

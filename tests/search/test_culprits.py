@@ -7,7 +7,6 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from search_helpers import brute_force_minimum, fails, is_one_minimal_failing, no_repeats, random_predicate
 
 from fusion_dd.backends.cann import CannBackend
 from fusion_dd.rules import Rule, Section
@@ -20,6 +19,7 @@ from fusion_dd.search.simulate import (
     or_model,
     sets_model,
 )
+from tests.search.search_helpers import brute_force_minimum, fails, is_one_minimal_failing, no_repeats, random_predicate
 
 F = frozenset
 STRATEGY_NAMES = sorted(STRATEGIES)

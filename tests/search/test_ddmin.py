@@ -7,11 +7,11 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from search_helpers import is_one_minimal_failing, no_repeats, random_predicate
 
 from fusion_dd.search.ddmin import ddmin, split
 from fusion_dd.search.oracle import BudgetExhausted, Outcome
 from fusion_dd.search.simulate import SimulatedOracle, and_model, or_model, sets_model
+from tests.search.search_helpers import is_one_minimal_failing, no_repeats, random_predicate
 
 F = frozenset
 

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from search_helpers import is_one_minimal_failing, no_repeats
 
 from fusion_dd.search import bisect, ddmin, find_culprits
 from fusion_dd.search.guided import Guided, guided, prior_order
 from fusion_dd.search.lanes import LanePlan
 from fusion_dd.search.oracle import BudgetExhausted, Outcome
 from fusion_dd.search.simulate import SimulatedOracle, sets_model
+from tests.search.search_helpers import is_one_minimal_failing, no_repeats
 
 F = frozenset
 
@@ -186,8 +186,23 @@ def test_refine_answering_none_keeps_the_prior() -> None:
     assert oracle.calls == plain.calls and answer(result) == answer(expected)
 
 
-def test_refine_alone_makes_a_guided_strategy() -> None:
-    assert isinstance(guided([], bisect, refine=lambda start: None), Guided)
+def test_refine_alone_guides_the_later_searches_and_keeps_the_answer() -> None:
+    """No prior, only a refinement: the first search is bisect's, the later one (inside the
+    failing fix candidate) asks the refined suspect alone first; the answer is bisect's."""
+    universe, sets = list(range(64)), [F({3}), F({40})]
+    starts: list[frozenset[int]] = []
+
+    def refine(start: frozenset[int]) -> tuple[list[int], dict]:
+        starts.append(start)
+        return [40], {}
+
+    plain, expected = search(universe, sets, guided([], bisect), 1)
+    oracle, result = search(universe, sets, guided([], bisect, refine=refine), 1)
+    assert answer(result) == answer(expected)
+    assert starts and all(40 in start and 3 not in start for start in starts)
+    # Right after the failing fix candidate, the refined suspect alone; so fewer trainings in all.
+    assert oracle.calls[oracle.calls.index(starts[0]) + 1] == F({40})
+    assert len(oracle.calls) < len(plain.calls)
 
 
 @settings(deadline=None, max_examples=40)

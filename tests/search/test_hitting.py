@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from search_helpers import brute_force_minimum
 
 from fusion_dd.search.hitting import all_minimum, components, minimum_hitting_set
+from tests.search.search_helpers import brute_force_minimum
 
 F = frozenset
 

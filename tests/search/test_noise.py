@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from search_helpers import is_one_minimal_failing
 
 from fusion_dd.search import STRATEGIES, NoiseGuard, NoisePolicy, find_culprits
 from fusion_dd.search.noise import majority, tally
@@ -18,6 +17,7 @@ from fusion_dd.search.simulate import (
     or_model,
     sets_model,
 )
+from tests.search.search_helpers import is_one_minimal_failing
 
 F = frozenset
 STRATEGY_NAMES = sorted(STRATEGIES)

@@ -6,7 +6,7 @@ new run over the same finished trainings asks exactly the (configuration, repeat
 pairs the first run asked, and trains only those that never finished. Every test
 here runs against ``SimulatedOracle`` (fusion_dd/search/simulate.py) and against
 ``TrainingOracle`` (fusion_dd/training_oracle.py) driven by an in-memory journal
-and launcher (tests/oracle_support.py), with one device: both must give the same
+and launcher (tests/support/oracle.py), with one device: both must give the same
 answers, list the same trainings and train the same pairs.
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle_support import MARGIN, NEAR_FAIL, NEAR_PASS, TrainingLab, rules
 
 from fusion_dd.rules import Rule
 from fusion_dd.search.oracle import BudgetExhausted, Observation, Outcome, supports_repeats
 from fusion_dd.search.simulate import NoiseModel, SimulatedOracle, flip_noise, or_model
+from tests.support.oracle import MARGIN, NEAR_FAIL, NEAR_PASS, TrainingLab, rules
 
 A, B, C, D = rules("A", "B", "C", "D")
 UNIVERSE = (A, B, C, D)

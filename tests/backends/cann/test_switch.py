@@ -1,0 +1,110 @@
+"""fusion_switch.cfg: the writer follows CANN's format, the reader accepts both formats."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusion_dd.backends.cann.switch import load_switch_file, parse_switch_text, render_switch
+from fusion_dd.errors import UsageError
+from fusion_dd.rules import Rule, Section
+
+CONV = Rule("ConvBatchnormFusionPass", Section.GRAPH)
+SOFTMAX = Rule("SoftmaxFusionPass", Section.GRAPH)
+ELTWISE = Rule("TbeEltwiseFusionPass", Section.UB)
+
+
+def test_every_candidate_gets_an_exact_entry_in_its_section_and_no_all():
+    text = render_switch([CONV, SOFTMAX, ELTWISE], [SOFTMAX])
+    document = json.loads(text)
+    assert document == {
+        "Switch": {
+            "GraphFusion": {"ConvBatchnormFusionPass": "off", "SoftmaxFusionPass": "on"},
+            "UBFusion": {"TbeEltwiseFusionPass": "off"},
+        }
+    }
+
+
+def test_base_cfg_entries_for_other_rules_are_kept_and_candidates_override_them():
+    base = parse_switch_text(
+        json.dumps(
+            {
+                "Switch": {"GraphFusion": {"ALL": "on", "ConvBatchnormFusionPass": "on", "OtherPass": "off"}},
+                "ExceptionalPassOfO1Level": ["X"],
+            }
+        )
+    )
+    document = json.loads(render_switch([CONV], [], base))
+    assert document["Switch"]["GraphFusion"] == {"ALL": "on", "OtherPass": "off", "ConvBatchnormFusionPass": "off"}
+    assert document["ExceptionalPassOfO1Level"] == ["X"]
+
+
+def test_line_format_base_is_written_into_both_sections():
+    base = parse_switch_text("OtherPass:off\n")
+    document = json.loads(render_switch([ELTWISE], [ELTWISE], base))
+    assert document["Switch"]["GraphFusion"] == {"OtherPass": "off"}
+    assert document["Switch"]["UBFusion"] == {"OtherPass": "off", "TbeEltwiseFusionPass": "on"}
+
+
+def test_exact_name_beats_all():
+    switch = parse_switch_text('{"Switch": {"GraphFusion": {"ALL": "off", "SoftmaxFusionPass": "on"}}}')
+    assert switch.state("SoftmaxFusionPass", Section.GRAPH) is True
+    assert switch.state("ConvBatchnormFusionPass", Section.GRAPH) is False
+    assert switch.state("TbeEltwiseFusionPass", Section.UB) is None
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ('{"Switch": {"GraphFusion": {"A": "ON"}}}', "exactly \"on\" or \"off\""),
+        ('{"Switch": {"GraphFusion": {"A": "on "}}}', "exactly"),
+        ('{"Switch": {"Graph": {}}}', "unknown section"),
+        ('{"Swtich": {}}', "unknown top-level key"),
+        ('{"Switch": {"GraphFusion": {"A": "on",}}}', ":1: not valid JSON"),
+        ('{"Switch": {"GraphFusion": {"A": "on", "A": "off"}}}', "duplicate key"),
+        ("A:on\nA:off\n", ":2: 'A' is listed twice"),
+        ("A:on\nB=off\n", ":2: expected 'PassName:on'"),
+    ],
+)
+def test_malformed_files_name_the_problem(text, fragment):
+    with pytest.raises(UsageError) as info:
+        parse_switch_text(text, "my.cfg")
+    assert "my.cfg" in str(info.value)
+    assert fragment in str(info.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(UsageError, match="not found"):
+        load_switch_file(tmp_path / "nope.cfg")
+
+
+names = st.text(alphabet="ABCDEFGHabcdefgh0123456789", min_size=1, max_size=12)
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.dictionaries(names, st.tuples(st.sampled_from(list(Section)), st.booleans()), min_size=1, max_size=20))
+def test_reader_agrees_with_writer(table):
+    rules = [Rule(name, section) for name, (section, _) in table.items()]
+    enabled = [Rule(name, section) for name, (section, on) in table.items() if on]
+    switch = parse_switch_text(render_switch(rules, enabled))
+    for name, (section, on) in table.items():
+        # AutoFuse points (AUTOFUSE_FLAGS) and other compilers' rules are never written into the file.
+        assert switch.state(name, section) is (on if section in (Section.GRAPH, Section.UB) else None)
+
+
+def test_a_rule_hashes_as_its_fields_and_survives_another_process() -> None:
+    """The cached hash equals the dataclass hash, and a pickled rule rebuilds its own."""
+    import pickle
+    import subprocess
+    import sys
+
+    rule = Rule("ConvBatchnormFusionPass", Section.GRAPH)
+    assert hash(rule) == hash(("ConvBatchnormFusionPass", Section.GRAPH))
+    assert pickle.loads(pickle.dumps(rule)) == rule
+    code = (
+        "import pickle, sys; rule = pickle.loads(sys.stdin.buffer.read()); "
+        "from fusion_dd.rules import Rule; print({rule: 1}[Rule(rule.name, rule.section)])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(rule), capture_output=True, check=True)
+    assert out.stdout.strip() == b"1"

@@ -1,0 +1,252 @@
+"""Processes through the CLI: signals stop every training, strays die with their trial,
+placeholders in shell scripts are quoted. Real subprocesses, generous bounds.
+
+The trainings here are tests/fakes/fake_train.py; a "setsid child" is a grandchild
+that left the training's process group and session, like a daemonized worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fusion_dd.rules import catalog
+from tests.support.fake_training import fake_command, run_fusion_dd, start_fusion_dd
+from tests.support.processes import eventually, group_gone, pid_gone
+
+GRAPH = [name for name, section in catalog().items() if section.value == "GraphFusion"][:4]
+CULPRIT = GRAPH[2]
+KILL_GRACE = 1.0  # the supervisor SIGKILLs a training that ignores SIGTERM after this
+
+
+
+def start(cwd: Path, *args: str) -> subprocess.Popen[str]:
+    """A fusion-dd command in the background, to be signalled or killed."""
+    return start_fusion_dd(cwd, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def write_config(
+    tmp_path: Path, command: list[str], devices: list[int], state_dir: str | None = None, **sections: dict
+) -> Path:
+    document: dict = {
+        "rules": {"GraphFusion": GRAPH},
+        "train": {"command": command, "devices": devices, "timeout": 120, "kill_grace": KILL_GRACE},
+        "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
+        "search": {"budget": 40},
+    }
+    for key, value in sections.items():
+        document.setdefault(key, {}).update(value)
+    if state_dir is not None:
+        document["state_dir"] = state_dir
+    path = tmp_path / "fusion-dd.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def fake(*args: str) -> list[str]:
+    return fake_command(*args)
+
+
+def supervisor_record(trial_dir: Path) -> dict:
+    try:
+        return json.loads((trial_dir / "supervisor.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def setsid_children(state: Path) -> list[int]:
+    """Pids of the setsid grandchildren every training of this search printed."""
+    pids: list[int] = []
+    for log in sorted(state.glob("trials/*/output.log")):
+        pids += [int(pid) for pid in re.findall(r"setsid child pid (\d+)", log.read_text())]
+    return pids
+
+
+def kill_leftovers(state: Path) -> None:
+    """Whatever the code under test left behind must not outlive the test."""
+    pids = setsid_children(state)
+    for trial_dir in state.glob("trials/*"):
+        record = supervisor_record(trial_dir)
+        pids += [record[key] for key in ("supervisor_pid", "training_pid") if key in record]
+    for pid in pids:
+        if not pid_gone(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def interrupt_and_check(coordinator: subprocess.Popen[str], sig: int, trial_dir: Path, twice: bool = False) -> None:
+    """Signal the coordinator while ``trial_dir``'s training runs; it must stop it and exit 130 in time.
+
+    ``twice``: the signal again during the clean-up (an impatient user); it must not cut it short.
+    """
+    record = supervisor_record(trial_dir)
+    assert "training_pgid" in record, record
+    sent = time.monotonic()
+    coordinator.send_signal(sig)
+    if twice:
+        time.sleep(0.5)
+        assert coordinator.poll() is None, "stopped before its training was killed"
+        coordinator.send_signal(sig)
+    try:
+        _, err = coordinator.communicate(timeout=KILL_GRACE + 60)
+    except subprocess.TimeoutExpired:
+        coordinator.kill()
+        _, err = coordinator.communicate()
+        pytest.fail(f"fusion-dd did not stop on signal {sig}: {err}")
+    took = time.monotonic() - sent
+    assert coordinator.returncode == 130, err
+    assert "Traceback" not in err
+    assert took <= KILL_GRACE + 6, f"stopping took {took:.1f} s"
+    # At the coordinator's exit, not some time later: nothing of the training is left.
+    assert group_gone(record["training_pgid"]), "the training outlived fusion-dd"
+    assert pid_gone(record["supervisor_pid"]), "the supervisor outlived fusion-dd"
+    for pid in setsid_children(trial_dir.parent.parent):
+        assert pid_gone(pid), "a setsid grandchild outlived fusion-dd"
+    status = json.loads((trial_dir / "status.json").read_text())
+    assert status["cancelled"] is True
+    journal = (trial_dir.parent.parent / "journal.jsonl").read_text()
+    assert '"trial_cancelled"' in journal and f'"{trial_dir.name}"' in journal
+    report = json.loads((trial_dir.parent.parent / "report.json").read_text())
+    assert report["status"] == "interrupted"
+    outcomes = {trial["trial_id"]: trial["outcome"] for trial in report["trials"]}
+    assert outcomes[trial_dir.name] == "cancelled", outcomes
+
+
+def wait_for_training(trial_dir: Path, coordinator: subprocess.Popen[str]) -> None:
+    def started() -> bool:
+        assert coordinator.poll() is None, coordinator.communicate()
+        return "training_pgid" in supervisor_record(trial_dir)
+
+    assert eventually(started, within=120), "the training never started"
+    time.sleep(0.5)  # let the coordinator settle into waiting for it
+
+
+# A training that runs alone: one device, or several devices but a batch of one
+# (here the all-on reference, the baseline's metric being given).
+LONE = {
+    "one device": ([0], {}),
+    "batch of one": ([0, 1], {"score": {"baseline_metric": 0.9}}),
+}
+
+
+SIGNALS = {"SIGTERM": (signal.SIGTERM, False), "SIGINT": (signal.SIGINT, False), "SIGINT twice": (signal.SIGINT, True)}
+CASES = [
+    ("one device", "SIGTERM"),
+    ("one device", "SIGINT"),
+    ("one device", "SIGINT twice"),
+    ("batch of one", "SIGTERM"),
+    ("batch of one", "SIGINT"),
+]
+
+
+@pytest.mark.parametrize("layout, signals", CASES, ids=[f"{layout}-{signals}" for layout, signals in CASES])
+def test_a_signal_stops_a_training_that_runs_alone(tmp_path: Path, layout: str, signals: str) -> None:
+    sig, twice = SIGNALS[signals]
+    devices, sections = LONE[layout]
+    # It ignores SIGTERM: only the supervisor's SIGKILL after kill_grace ends it.
+    write_config(
+        tmp_path, fake("--sleep", "60", "--ignore-sigterm", "--setsid-child"), devices, **sections
+    )
+    state = tmp_path / ".fusion-dd"
+    coordinator = start(tmp_path, "search")
+    try:
+        wait_for_training(state / "trials" / "0001", coordinator)
+        assert not (state / "trials" / "0002").exists(), "the training was not alone"
+        interrupt_and_check(coordinator, sig, state / "trials" / "0001", twice)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.communicate()
+        kill_leftovers(state)
+
+
+def test_a_signal_stops_an_adopted_training(tmp_path: Path) -> None:
+    """The resumed coordinator waits on a training it adopted; SIGTERM must stop that one too."""
+    write_config(tmp_path, fake("--sleep", "60", "--ignore-sigterm"), [0])
+    state = tmp_path / ".fusion-dd"
+    trial_dir = state / "trials" / "0001"
+    first = start(tmp_path, "search")
+    resumed = None
+    try:
+        wait_for_training(trial_dir, first)
+        first.kill()
+        first.communicate(timeout=60)
+        assert supervisor_record(trial_dir) and not (trial_dir / "status.json").exists()
+        resumed = start(tmp_path, "resume")
+        journal = state / "journal.jsonl"
+        assert eventually(lambda: journal.read_text().count('"session_started"') == 2, within=120)
+        time.sleep(1.0)  # into the adoption's wait
+        assert not (state / "trials" / "0002").exists()
+        interrupt_and_check(resumed, signal.SIGTERM, trial_dir)
+    finally:
+        for process in (first, resumed):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.communicate()
+        kill_leftovers(state)
+
+
+def test_setsid_grandchildren_do_not_outlive_their_trials(tmp_path: Path) -> None:
+    write_config(tmp_path, fake("--culprits", CULPRIT, "--setsid-child"), [0, 1])
+    state = tmp_path / ".fusion-dd"
+    try:
+        result = run_fusion_dd("search", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        report = json.loads((state / "report.json").read_text())
+        assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+        children = setsid_children(state)
+        assert len(children) == report["trainings"] >= 3
+        alive = [pid for pid in children if not pid_gone(pid)]
+        assert not alive, f"{len(alive)} of {len(children)} setsid grandchildren outlived the search"
+    finally:
+        kill_leftovers(state)
+
+
+SHELL_STATE_DIR = "state $(touch pwned) x"
+
+
+def shell_command(shell: list[str]) -> list[str]:
+    """A training run through a shell script whose placeholders sit unquoted and quoted."""
+    training = " ".join(shlex.quote(part) for part in fake("--culprits", CULPRIT))
+    script = (
+        f"{training} --switch-file {{switch_file}} --launch-log \"{{trial_dir}}/launch.log\""
+        f" | tee {{trial_dir}}/tee.log"
+    )
+    return [*shell, script]
+
+
+@pytest.mark.parametrize("shell", [["bash", "-c"], ["sh", "-ec"]], ids=["bash -c", "sh -ec"])
+def test_placeholders_in_a_shell_script_are_quoted(tmp_path: Path, shell: list[str]) -> None:
+    write_config(tmp_path, shell_command(shell), [0, 1], state_dir=SHELL_STATE_DIR)
+    state = tmp_path / SHELL_STATE_DIR
+
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert not list(tmp_path.rglob("pwned")), "a state path ran a command"
+    assert result.returncode == 0, result.stderr
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == "found", report.get("message")
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    for trial in report["trials"]:
+        trial_dir = state / "trials" / trial["trial_id"]
+        assert "accuracy" in (trial_dir / "tee.log").read_text()
+        assert (trial_dir / "launch.log").exists()
+
+    # The dry run shows what really ran (trial 0001's own paths).
+    shown = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [line for line in shown.stdout.splitlines() if line.startswith("  ASCEND_DEVICE_ID=0 ")]
+    argv = shlex.split(line.split(") ", 1)[1])
+    assert shlex.quote(str(state / "trials" / "0001" / "fusion_switch.cfg")) in argv[-1]
+    launch = json.loads((state / "trials" / "0001" / "launch.json").read_text())
+    assert launch["argv"] == argv

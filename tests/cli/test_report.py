@@ -1,0 +1,155 @@
+"""`fusion-dd report`: the report rebuilt from the journal alone matches the engine's own."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import CULPRIT, GRAPH, UB, write_config
+from tests.support.fake_training import run_fusion_dd, sigkill_search_when
+
+SAME = ("culprits", "trainings", "smallest_failing", "switched_off", "fix_verified", "baseline", "all_on", "threshold")
+
+
+def journal_lines(state: Path) -> list[str]:
+    return (state / "journal.jsonl").read_text().splitlines()
+
+
+def report_json(state: Path) -> dict:
+    return json.loads((state / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """One finished search (an interacting pair and a single culprit) to cut journals from."""
+    folder = tmp_path_factory.mktemp("finished")
+    write_config(folder, "--culprits", CULPRIT, "--pair", f"{GRAPH[3]}+{UB[2]}")
+    result = run_fusion_dd("search", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def cut(finished: Path, folder: Path, finished_trials: int | None, torn: bool) -> Path:
+    """A copy of the finished search whose journal ends after ``finished_trials`` trial_finished
+    records (None: only search_finished dropped), optionally with a torn last line; no report.json."""
+    shutil.copy(finished / "fusion-dd.yaml", folder / "fusion-dd.yaml")
+    state = folder / ".fusion-dd"
+    state.mkdir()
+    kept: list[str] = []
+    count = 0
+    for line in journal_lines(finished / ".fusion-dd"):
+        record = json.loads(line)
+        if record["type"] == "search_finished":
+            break
+        kept.append(line)
+        count += record["type"] == "trial_finished"
+        if finished_trials is not None and count == finished_trials:
+            break
+    text = "\n".join(kept) + "\n" + ('{"type": "trial_started", "trial_id": "00' if torn else "")
+    (state / "journal.jsonl").write_text(text)
+    return state
+
+
+def test_report_of_a_finished_search_is_the_engines(finished, tmp_path):
+    engine = report_json(finished / ".fusion-dd")
+    result = run_fusion_dd("report", "--json", cwd=finished)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == engine
+    summary = run_fusion_dd("report", cwd=finished)
+    assert "culprits found" in summary.stdout and CULPRIT in summary.stdout
+
+
+def test_crash_before_search_finished_rebuilds_the_answer(finished, tmp_path):
+    state = cut(finished, tmp_path, None, torn=True)
+    result = run_fusion_dd("report", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rebuilt = json.loads(result.stdout)
+    engine = report_json(finished / ".fusion-dd")
+    assert rebuilt["status"] == "found"
+    for key in SAME:
+        assert rebuilt[key] == engine[key], key
+    assert report_json(state) == rebuilt, "after a crash report.json is rewritten"
+    assert (state / "fusion_switch.cfg").exists()
+
+
+@pytest.mark.parametrize("trials", [4, 9])
+def test_crashed_midway_matches_a_resume_that_may_launch_nothing(finished, tmp_path, trials):
+    """A torn journal cut mid-search: the rebuilt report equals what the engine itself reports at that point."""
+    crashed, resumed = tmp_path / "crashed", tmp_path / "resumed"
+    crashed.mkdir()
+    resumed.mkdir()
+    state = cut(finished, crashed, trials, torn=True)
+    result = run_fusion_dd("report", "--json", cwd=crashed)
+    assert result.returncode == 0, result.stderr
+    rebuilt = json.loads(result.stdout)
+    assert rebuilt["status"] == "interrupted"
+    assert "killed or crashed" in rebuilt["message"]
+    assert rebuilt["continue_with"].startswith("fusion-dd resume")
+    assert report_json(state) == rebuilt
+
+    cut(finished, resumed, trials, torn=True)
+    engine_run = run_fusion_dd("resume", "--budget", str(rebuilt["trainings"]), cwd=resumed)
+    assert engine_run.returncode == 3, engine_run.stderr  # nothing left to launch: budget exhausted
+    engine = report_json(resumed / ".fusion-dd")
+    for key in SAME:
+        assert rebuilt[key] == engine[key], key
+    # The engine recorded its stop; the report now says so, and still agrees.
+    again = json.loads(run_fusion_dd("report", "--json", cwd=resumed).stdout)
+    assert again["status"] == "budget_exhausted"
+    for key in SAME:
+        assert again[key] == engine[key], key
+
+
+def test_interrupted_search_report_matches_the_engines(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, budget=6)
+    first = run_fusion_dd("search", cwd=tmp_path)
+    assert first.returncode == 3, first.stderr
+    engine = report_json(tmp_path / ".fusion-dd")
+    rebuilt = json.loads(run_fusion_dd("report", "--json", cwd=tmp_path).stdout)
+    assert rebuilt["status"] == engine["status"] == "budget_exhausted"
+    for key in SAME + ("continue_with", "trials"):
+        assert rebuilt[key] == engine[key], key
+
+
+def test_report_while_a_search_runs_writes_nothing_into_the_state_dir(finished, tmp_path):
+    """A coordinator holds the lock (here: this test): report reads, prints, writes only where --html points."""
+    state = cut(finished, tmp_path, 6, torn=False)
+    lock = open(state / "lock", "w")
+    lock.write(str(os.getpid()))
+    lock.flush()
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        before = {path.name: path.stat().st_mtime_ns for path in state.iterdir()}
+        result = run_fusion_dd("report", "--json", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        rebuilt = json.loads(result.stdout)
+        assert rebuilt["status"] == "running"
+        assert rebuilt["trainings"] == 6
+        assert f"coordinator pid {os.getpid()}" in result.stderr
+        assert {path.name: path.stat().st_mtime_ns for path in state.iterdir()} == before
+        # The lock is still ours: report never took or broke it.
+        with pytest.raises(BlockingIOError):
+            with open(state / "lock") as other:
+                fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        lock.close()
+
+
+def test_a_killed_search_leaves_a_report_of_its_finished_trials(tmp_path):
+    """report.json is rewritten as trials finish: SIGKILL leaves a current one."""
+    write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.3")
+    state = tmp_path / ".fusion-dd"
+    sigkill_search_when(tmp_path, state / "journal.jsonl", lambda text: text.count('"trial_finished"') >= 4)
+    records = [json.loads(line) for line in journal_lines(state) if line.endswith("}")]
+    finished_ids = {record["trial_id"] for record in records if record["type"] == "trial_finished"}
+    snapshot = report_json(state)
+    assert snapshot["status"] == "running"
+    in_report = {trial["trial_id"] for trial in snapshot["trials"] if trial["outcome"] not in ("running", "cancelled")}
+    # The last trial may have finished between its journal record and the snapshot's write.
+    assert finished_ids - in_report <= {max(finished_ids)}
+    assert len(in_report) >= len(finished_ids) - 1 >= 3

@@ -1,0 +1,145 @@
+"""Stopping and going on through the CLI: budget, SIGKILL, signals, the lock, a changed config, flaky resumes.
+
+Real subprocesses against the fake training in tests/fakes (split from test_search.py so that
+the two files run on both xdist workers)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import CULPRIT, GRAPH, launches, start_search, write_config
+from tests.support.fake_training import run_fusion_dd, sigkill_search_when
+
+
+def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, budget=5)
+    first = run_fusion_dd("search", cwd=tmp_path)
+    assert first.returncode == 3, first.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "budget_exhausted"
+    assert report["trainings"] == 5
+    assert "fusion-dd resume" in report["continue_with"]
+    second = run_fusion_dd("resume", "--state-dir", ".fusion-dd", "--budget", "60", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found"
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    assert len(set(launches(tmp_path))) == len(launches(tmp_path)) == report["trainings"]
+
+
+def test_resume_after_sigkill_never_retrains_a_finished_configuration(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.3")
+    state = tmp_path / ".fusion-dd"
+    sigkill_search_when(
+        tmp_path,
+        state / "journal.jsonl",
+        lambda text: text.count('"trial_finished"') >= 4 and text.count('"trial_started"') > text.count('"trial_finished"'),
+    )
+    resumed = run_fusion_dd("resume", "--state-dir", str(state), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == "found"
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    launched = launches(tmp_path)
+    assert len(set(launched)) == len(launched), "a finished configuration was trained twice"
+
+
+def test_changed_definition_is_refused_with_what_changed(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, budget=3)
+    assert run_fusion_dd("search", cwd=tmp_path).returncode == 3
+    write_config(tmp_path, "--culprits", CULPRIT, budget=3, metric={"goal": "min"})
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "metric.goal" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_held_lock_is_a_clear_error(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT)
+    state = tmp_path / ".fusion-dd"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from fusion_dd.store.journal import Journal;"
+            "j = Journal.open(Path(sys.argv[1])); print('locked', flush=True); time.sleep(60)",
+            str(state),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        result = run_fusion_dd("search", cwd=tmp_path)
+        assert result.returncode == 2
+        assert "another fusion-dd" in result.stderr
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+        holder.stdout.close()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 130), (signal.SIGINT, 130)])
+def test_sigterm_and_ctrl_c_stop_cleanly(tmp_path, sig, code):
+    write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "30")
+    state = tmp_path / ".fusion-dd"
+    coordinator = start_search(tmp_path, subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (state / "trials" / "0002" / "supervisor.json").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)
+    status = run_fusion_dd("status", "--state-dir", str(state), cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert f"running (coordinator pid {coordinator.pid})" in status.stdout
+    assert "running #0001" in status.stdout and "running #0002" in status.stdout
+    coordinator.send_signal(sig)
+    out, err = coordinator.communicate(timeout=60)
+    assert coordinator.returncode == code, err
+    assert "Traceback" not in err
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == "interrupted"
+    assert {trial["outcome"] for trial in report["trials"]} == {"cancelled"}
+    for trial_dir in (state / "trials").iterdir():
+        status = json.loads((trial_dir / "status.json").read_text())
+        assert status["cancelled"] is True
+
+
+def flaky_config(tmp_path: Path, budget: int) -> str:
+    """A training whose verdict flips on a seeded schedule (seed 1 flips a few mid-search trainings)."""
+    culprit = GRAPH[7]
+    write_config(
+        tmp_path, "--culprits", culprit, "--flip-rate", "0.12", "--seed", "1",
+        budget=budget, rules={"GraphFusion": GRAPH[:12], "UBFusion": []},
+    )
+    return culprit
+
+
+def test_a_flaky_training_still_yields_the_culprit_and_the_report_shows_the_evidence(tmp_path):
+    culprit = flaky_config(tmp_path, budget=80)
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert [[rule["name"] for rule in c["rules"]] for c in report["culprits"]] == [[culprit]]
+    assert report["flaky"] is True and report["inconsistencies"]
+    evidence = report["inconsistencies"][0]
+    assert evidence["explanation"] and evidence["configurations"][0]["trainings"]
+    assert any(trial["role"] == "repeat" and trial["repeat"] > 0 for trial in report["trials"])
+    assert "FLAKY" in result.stdout
+
+
+def test_resume_of_a_flaky_search_trains_no_repeat_twice(tmp_path):
+    culprit = flaky_config(tmp_path, budget=10)
+    assert run_fusion_dd("search", cwd=tmp_path).returncode == 3
+    resumed = run_fusion_dd("resume", "--budget", "80", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert [[rule["name"] for rule in c["rules"]] for c in report["culprits"]] == [[culprit]]
+    launched = launches(tmp_path)
+    assert len(set(launched)) == len(launched), "a (configuration, repeat) was trained twice"

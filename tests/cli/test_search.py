@@ -1,0 +1,119 @@
+"""The CLI end to end, through real subprocesses, against the fake training in tests/fakes."""
+
+from __future__ import annotations
+
+import json
+
+from fusion_dd.backends.cann.switch import load_switch_file
+from fusion_dd.rules import Section
+from tests.support.cli import CULPRIT, GRAPH, UB, launches, write_config
+from tests.support.fake_training import run_fusion_dd
+
+
+def test_search_finds_planted_culprit_with_two_devices(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT)
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "culprits found" in result.stdout
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found"
+    assert report["culprits"] == [
+        {
+            "rules": [{"name": CULPRIT, "section": "GraphFusion"}],
+            "kind": "independent",
+            "switched_off": [CULPRIT],
+            "reason": f"{CULPRIT} fails on its own, so it must be switched off",
+            "trainings": 1,
+            "support": 1,
+        }
+    ]
+    assert report["fix_verified"] is True
+    assert report["trainings"] == len(report["trials"]) == len(launches(tmp_path))
+    assert {trial["device"] for trial in report["trials"]} == {"0", "1"}
+    fix = load_switch_file(tmp_path / ".fusion-dd" / "fusion_switch.cfg")
+    for name in GRAPH + UB:
+        section = "GraphFusion" if name in GRAPH else "UBFusion"
+        assert fix.entries[section][name] is (name != CULPRIT)
+    assert len(set(launches(tmp_path))) == len(launches(tmp_path)), "a configuration was trained twice"
+
+    again = run_fusion_dd("search", cwd=tmp_path)
+    assert again.returncode == 0
+    assert "already finished" in again.stderr
+    assert CULPRIT in again.stdout
+    assert len(launches(tmp_path)) == report["trainings"], "a finished search must not train again"
+
+    status = run_fusion_dd("status", cwd=tmp_path)
+    assert status.returncode == 0
+    assert "state: finished" in status.stdout
+
+
+def test_interacting_pair_is_found_and_one_rule_switched_off(tmp_path):
+    """With search.strategy: ddmin, the one CLI search that is not bisect (the pure layer checks
+    both strategies on every kind of culprit set; here the key reaches the engine)."""
+    pair = f"{GRAPH[3]}+{UB[2]}"
+    write_config(
+        tmp_path, "--pair", pair, rules={"GraphFusion": GRAPH[:12], "UBFusion": UB[:4]}, search={"strategy": "ddmin"}
+    )
+    result = run_fusion_dd("search", "--jobs", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    journal = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
+    assert [r["definition"]["strategy"] for r in journal if r["type"] == "search_started"] == ["ddmin"]
+    (culprit,) = report["culprits"]
+    assert culprit["kind"] == "interacting"
+    assert {rule["name"] for rule in culprit["rules"]} == {GRAPH[3], UB[2]}
+    assert len(culprit["switched_off"]) == 1 and culprit["reason"]
+    assert report["fix_verified"] is True
+
+
+def test_overlapping_pairs_switch_off_only_the_shared_rule(tmp_path):
+    # {a, b} and {b, c}: switching off b alone defeats both. The order puts {a, b}
+    # first and a before b by name, so the default choice for {a, b} alone is a and
+    # the search goes on to find {b, c}; then b replaces a. The default strategy only:
+    # tests/search/test_culprits.py checks overlapping sets for every strategy.
+    a, b, c = sorted(GRAPH[:3])
+    others = GRAPH[3:12]
+    order = others[:2] + [a] + others[2:5] + [b] + others[5:8] + [c] + others[8:]
+    write_config(
+        tmp_path, "--pair", f"{a}+{b}", "--pair", f"{b}+{c}",
+        rules={"GraphFusion": order, "UBFusion": UB[:2]},
+    )
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert sorted(sorted(rule["name"] for rule in culprit["rules"]) for culprit in report["culprits"]) == [
+        sorted([a, b]), sorted([b, c])
+    ]
+    assert [culprit["switched_off"] for culprit in report["culprits"]] == [[b], [b]]
+    assert report["switched_off"] == [b] and report["fix_verified"] is True
+    assert report["hitting_set"] == "exact" and report["may_hide"] == [b]
+    fix = load_switch_file(tmp_path / ".fusion-dd" / "fusion_switch.cfg")
+    assert [name for name in order if fix.state(name, Section.GRAPH) is False] == [b]
+    assert f"may hide more culprit sets: {b}" in result.stdout
+
+
+def test_baseline_failure_is_an_answer_not_an_error(tmp_path):
+    write_config(tmp_path, "--nan")
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "baseline_fails"
+    assert "not among the candidates" in report["message"]
+
+
+def test_nothing_to_debug(tmp_path):
+    write_config(tmp_path)
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0
+    assert json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())["status"] == "no_failure"
+
+
+def test_dry_run_launches_nothing(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT)
+    result = run_fusion_dd("search", "--dry-run", "--devices", "4,5;6,7", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ASCEND_DEVICE_ID=4,5" in result.stdout and "ASCEND_DEVICE_ID=6,7" in result.stdout
+    assert f'"{CULPRIT}": "off"' in result.stdout
+    assert "nothing was launched" in result.stdout
+    assert not (tmp_path / ".fusion-dd").exists()
+    assert not (tmp_path / "launch.log").exists()

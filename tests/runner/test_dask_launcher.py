@@ -1,0 +1,670 @@
+"""Searches on a real dask.distributed cluster on 127.0.0.1 (scheduler and workers as processes).
+
+Each worker is one device (``ASCEND_DEVICE_ID`` in its environment,
+``--nthreads 1 --resources device=1``). Where ``unshare`` is allowed (CI runs
+as root) every worker runs in a PID namespace of its own, so the coordinator and
+the trainings never share a ``/proc``: a test cannot pass because the
+coordinator happened to see a pid it must not rely on. Where it is not, the
+kill and resume tests skip with the reason (probed once); the others run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.cli import CULPRIT, GRAPH, write_config
+from tests.support.fake_training import cli_env, run_fusion_dd, start_fusion_dd, wrapper_script
+
+try:
+    import distributed
+except ImportError:  # the cluster tests skip; the refusal without dask is tested all the same
+    distributed = None
+
+DEVICES = ("0", "1")
+DASK = Path(sys.executable).parent / "dask"
+
+
+@functools.lru_cache(maxsize=None)
+def unshare_refusal(*argv: str) -> str | None:
+    """Why ``unshare ARGV true`` cannot run here, None when it can (probed once per argv)."""
+    what = " ".join(["unshare", *argv])
+    if shutil.which("unshare") is None:
+        return "the unshare command is missing"
+    try:
+        done = subprocess.run(["unshare", *argv, "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{what}: {exc}"
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        return f"{what} is not allowed here ({said[-1] if said else f'exit code {done.returncode}'})"
+    return None
+
+
+PID_NAMESPACES = ("-p", "-f", "--mount-proc")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(") ", 1)[1].split()[1]) == pid:
+                found.append(int(name))
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    result, stack = [], [pid]
+    while stack:
+        for child in _children(stack.pop()):
+            result.append(child)
+            stack.append(child)
+    return result
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def trial_processes(marker_dir: Path) -> list[int]:
+    """Live (non-zombie) processes of trainings under ``marker_dir``, seen from here (the parent namespace)."""
+    found = []
+    needle = f"FUSION_DD_TRIAL_DIR={marker_dir}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes()
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(item.startswith(needle) for item in environ.split(b"\0")):
+            found.append(int(name))
+    return found
+
+
+class Cluster:
+    """A scheduler and one worker per device, all on 127.0.0.1."""
+
+    def __init__(self, root: Path, pid_namespaces: bool) -> None:
+        self.root = root
+        self.pid_namespaces = pid_namespaces
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        file = root / "scheduler.json"
+        self.scheduler = subprocess.Popen(
+            [str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+             "--scheduler-file", str(file)],
+            stdout=subprocess.DEVNULL, stderr=open(root / "scheduler.log", "wb"), start_new_session=True,
+        )
+        self.client = None
+        try:
+            deadline = time.monotonic() + 60
+            while not file.exists() or not file.read_text().strip():
+                assert time.monotonic() < deadline and self.scheduler.poll() is None, "the scheduler did not start"
+                time.sleep(0.1)
+            self.address = json.loads(file.read_text())["address"]
+            self.client = distributed.Client(self.address, timeout=30, set_as_default=False)
+            for device in DEVICES:
+                self.start_worker(device)
+            self.wait_for(len(DEVICES))
+        except BaseException:
+            self.close()
+            raise
+
+    def start_worker(
+        self, device: str, name: str | None = None, prefix: tuple[str, ...] = (), *extra: str,
+        namespace: bool = True, env: dict[str, str] | None = None,
+    ) -> None:
+        argv = [str(DASK), "worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
+                "--resources", "device=1", "--name", name or f"npu{device}", "--no-dashboard", *extra]
+        if self.pid_namespaces and namespace and not prefix:
+            # sh stays PID 1 of the namespace after the worker dies, so that the namespace (and an
+            # orphaned training in it) is not torn down by the kernel: the watcher must do that.
+            argv = ["unshare", "-p", "-f", "--mount-proc", "sh", "-c", '"$@"; exec sleep 100000', "sh", *argv]
+        name = name or f"npu{device}"
+        log = open(self.root / f"worker-{name}.log", "ab")
+        self.workers[name] = subprocess.Popen(
+            [*prefix, *argv], env={**cli_env(), "ASCEND_DEVICE_ID": device, **(env or {})}, stdout=subprocess.DEVNULL,
+            stderr=log, start_new_session=True,
+        )
+
+    def worker_pid(self, name: str) -> int:
+        """The pid (here) of the worker's own Python process."""
+        top = self.workers[name]
+        for pid in [top.pid, *_descendants(top.pid)]:
+            if "dask" in _cmdline(pid) and "worker" in _cmdline(pid) and "unshare" not in _cmdline(pid):
+                if not _cmdline(pid).startswith("sh "):
+                    return pid
+        raise AssertionError(f"no worker process for {name}")
+
+    def wait_for(self, count: int) -> None:
+        self.client.wait_for_workers(count, timeout=60)
+
+    def stop_worker(self, name: str, wait: bool = True) -> None:
+        process = self.workers.pop(name)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=30)
+        if not wait:
+            return
+        deadline = time.monotonic() + 30
+        while any(info.get("name") == name for info in self.client.scheduler_info(n_workers=-1)["workers"].values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        for name in list(self.workers):
+            self.stop_worker(name, wait=False)
+        os.killpg(self.scheduler.pid, signal.SIGKILL)
+        self.scheduler.wait(timeout=30)
+        if self.client is not None:
+            self.client.close()
+
+
+@pytest.fixture
+def separate_pid_namespaces(cluster: Cluster) -> None:
+    """For the kill and resume tests: they must not pass on a /proc the coordinator shares with the trainings."""
+    refusal = unshare_refusal(*PID_NAMESPACES)
+    if refusal is not None:
+        pytest.skip(f"needs the workers in PID namespaces of their own: {refusal}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    if distributed is None:
+        pytest.skip("dask.distributed is not installed (pip install 'fusion-dd[dask]')")
+    if not DASK.exists():
+        pytest.skip("the dask command is not installed next to this Python")
+    # Workers in PID namespaces of their own where unshare is allowed (the kill and resume tests need it).
+    started = Cluster(tmp_path_factory.mktemp("cluster"), pid_namespaces=unshare_refusal(*PID_NAMESPACES) is None)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+#: A smaller search (6 candidates, about 6 trainings) for the tests that kill things.
+FEW_RULES = {"GraphFusion": GRAPH[10:16], "UBFusion": []}
+
+
+def dask_config(
+    tmp_path: Path, cluster: Cluster, prelude: str | None = None, *train_args: str, small: bool = True, **train: object
+) -> Path:
+    """The CLI tests' config, run on the cluster; ``prelude`` makes some trainings slow (see wrapper_script)."""
+    config = write_config(tmp_path, "--culprits", CULPRIT, *train_args)
+    document = yaml.safe_load(config.read_text())
+    if small:
+        document["rules"] = FEW_RULES
+    del document["train"]["devices"]  # every worker with a device resource
+    document["train"].update(launcher="dask", scheduler=cluster.address, kill_grace=2, **train)
+    if prelude is not None:
+        # Each training says it started (before the prelude's sleep) in started.log.
+        said = f'open({str(tmp_path / "started.log")!r}, "a").write(os.environ["FUSION_DD_TRIAL_ID"] + "\\n")\n'
+        document["train"]["command"][1] = str(wrapper_script(tmp_path / "wrapped_train.py", said + prelude))
+    config.write_text(yaml.safe_dump(document))
+    return config
+
+
+def journal(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines() if line]
+
+
+def finished_trainings(tmp_path: Path) -> list[tuple[tuple[str, ...], int]]:
+    records = journal(tmp_path)
+    started = {r["trial_id"]: (tuple(r["config"]), r["repeat"]) for r in records if r["type"] == "trial_started"}
+    return sorted(started[r["trial_id"]] for r in records if r["type"] == "trial_finished")
+
+
+def launched_trial_ids(tmp_path: Path) -> list[str]:
+    """The trainings that started (the wrapper's started.log: one line per training process)."""
+    path = tmp_path / "started.log"
+    return path.read_text().split() if path.exists() else []
+
+
+def wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def assert_found(tmp_path: Path) -> dict:
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found", report.get("message")
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    return report
+
+
+@pytest.mark.cluster
+def test_a_search_on_the_cluster_trains_what_a_local_one_does_on_the_devices_it_journals(tmp_path, cluster):
+    local = tmp_path / "local"
+    local.mkdir()
+    write_config(local, "--culprits", CULPRIT)
+    assert run_fusion_dd("search", cwd=local).returncode == 0
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    dask_config(remote, cluster, small=False)
+    result = run_fusion_dd("search", cwd=remote)
+    assert result.returncode == 0, result.stderr
+    report = assert_found(remote)
+    # The same trainings counted (a training cancelled because an earlier position failed may
+    # or may not have started, on either launcher: that depends on timing, and costs nothing).
+    assert finished_trainings(remote) == finished_trainings(local)
+
+    # The device in the journal is the device the training saw, and FUSION_DD_TRIAL_ID its trial.
+    seen = {entry["trial_id"]: entry["device"] for entry in map(json.loads, (remote / "launch.log").read_text().splitlines())}
+    launched = {r["trial_id"]: r["placement"] for r in journal(remote) if r["type"] == "trial_launched"}
+    assert set(seen) == set(launched)
+    assert all(launched[trial]["device"] == [seen[trial]] and launched[trial]["launcher"] == "dask" for trial in seen)
+    assert {placement["worker_name"] for placement in launched.values()} <= {f"npu{d}" for d in DEVICES}
+    for entry in report["trials"]:
+        assert entry["device"] == seen[entry["trial_id"]] and entry["worker"] == f"npu{entry['device']}"
+        assert entry["host"]
+
+    # The devices are the cluster's (train.devices is not given): HOST:ID/WORKER per device worker, journaled
+    # for the session (status, estimate and the report's timeline read them), given to each trial
+    # (the live view's device column), and the parallelism every question was asked with.
+    records = journal(remote)
+    host = report["trials"][0]["host"]
+    slots = [[f"{host}:{device}/npu{device}"] for device in DEVICES]
+    assert [r["devices"] for r in records if r["type"] == "session_started"] == [slots]
+    started = {r["trial_id"]: r["device"] for r in records if r["type"] == "trial_started"}
+    assert all(started[trial] == [f"{host}:{launched[trial]['device'][0]}/{launched[trial]['worker_name']}"]
+               for trial in launched)
+    assert {r["width"] for r in records if r["type"] == "question"} == {len(DEVICES)}
+    # Workers that join or restart later kill leftovers on their device first (fusion_dd.runner.dask_worker).
+    plugins = cluster.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins))
+    assert "fusion-dd-leftovers" in plugins
+
+    # No device ever ran two trainings at once (the supervisors' own start and end times).
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for trial, placement in launched.items():
+        status = json.loads((remote / ".fusion-dd" / "trials" / trial / "status.json").read_text())
+        spans.setdefault(placement["device"][0], []).append((status["start"], status["end"]))
+    for device, times in spans.items():
+        times.sort()
+        assert all(end <= later_start for (_, end), (later_start, _) in zip(times, times[1:])), device
+
+
+@pytest.mark.cluster
+def test_devices_no_worker_offers_are_refused_with_the_cluster_listed(tmp_path, cluster):
+    dask_config(tmp_path, cluster, devices=[7])
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "train.devices" in result.stderr and ":0" in result.stderr and ":1" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "launch.log").exists()
+
+
+@pytest.mark.cluster
+def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_reach_the_scheduler(tmp_path, cluster, monkeypatch):
+    dask_config(tmp_path, cluster)
+    result = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    host = socket.gethostname()
+    assert f"; {len(DEVICES)} found:" in result.stdout, result.stdout
+    for device in DEVICES:
+        assert f"    {host}:{device}/npu{device} (tcp://127.0.0.1:" in result.stdout
+        assert f"  ASCEND_DEVICE_ID={device} (in " in result.stdout
+    assert f"on {len(DEVICES)} device slot(s)" in result.stdout
+    assert not (tmp_path / "launch.log").exists()
+
+    # A scheduler nobody answers at (dask's connect timeout, shortened): one line, exit 2, nothing on stdout.
+    address = "tcp://127.0.0.1:1"
+    refused = run_fusion_dd("search", "--dry-run", "--scheduler", address, cwd=tmp_path,
+                            env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"})
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"--scheduler {address}: cannot connect to the dask scheduler" in refused.stderr
+    # An address dask cannot parse is refused before a Client exists (a failed one hangs at exit).
+    from fusion_dd.errors import UsageError
+    from fusion_dd.runner.dask_launcher import DaskLauncher
+
+    def no_client(*args, **kwargs):
+        raise AssertionError("a Client was made for an address dask cannot parse")
+
+    monkeypatch.setattr(distributed, "Client", no_client)
+    with pytest.raises(UsageError, match="tcp://127.0.0.1:notaport: cannot connect to the dask scheduler"):
+        DaskLauncher("tcp://127.0.0.1:notaport", tmp_path, "ASCEND_DEVICE_ID")
+
+
+@pytest.mark.cluster
+def test_a_starting_worker_kills_leftover_trainings_on_its_device_before_it_takes_work(cluster):
+    from fusion_dd.runner.dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    gone_worker = "999999999:0"  # the worker that started them is dead
+
+    def process(device: str | None, worker: str = gone_worker) -> subprocess.Popen[bytes]:
+        marks = {DEVICE_MARK_ENV: device, WORKER_MARK_ENV: worker} if device is not None else {}
+        return subprocess.Popen(sleeper, env={**os.environ, **marks})
+
+    leftovers = [process("71"), process("72")]
+    spared = [
+        process("73"),  # a training on a device no starting worker has
+        process("71", worker=process_mark(os.getpid()) or ""),  # a training whose worker is alive
+        process(None),  # not a training of fusion-dd
+    ]
+    started: list[str] = []
+    try:
+        # As a search does: every worker that joins later runs the plugin before it takes tasks.
+        cluster.client.register_plugin(LeftoverCleaner("ASCEND_DEVICE_ID"), name=PLUGIN_NAME)
+        # Device 71: the --preload form, with the variable named as scripts/local-cluster does
+        # (the registered plugin finds no ASCEND_DEVICE_ID there, so only the preload can kill it).
+        started.append("preloaded")
+        cluster.start_worker("", "preloaded", (), "--preload", "fusion_dd.runner.dask_worker", namespace=False,
+                             env={"NPU_UNDER_TEST": "71", "FUSION_DD_DEVICE_ENV": "NPU_UNDER_TEST"})
+        # Device 72: a worker (re)started without the preload: the plugin the scheduler holds.
+        started.append("npu72")
+        cluster.start_worker("72", namespace=False)
+        cluster.wait_for(len(DEVICES) + 2)
+        assert [leftover.wait(timeout=10) for leftover in leftovers] == [-signal.SIGKILL] * 2
+        assert [other.poll() for other in spared] == [None] * 3
+    finally:
+        for name in started:
+            if name in cluster.workers:
+                cluster.stop_worker(name)
+        for child in leftovers + spared:
+            child.kill()
+            child.wait()
+
+
+@pytest.mark.cluster
+def test_a_trial_the_scheduler_forgot_is_adopted_on_its_worker_and_not_trained_again(tmp_path, cluster):
+    """The path of a scheduler restart that the worker outlived: the scheduler no longer holds the
+    task, the training still runs; resume checks on the recorded worker (pids only there) and waits."""
+    from fusion_dd.runner.dask_launcher import DaskLauncher
+    from fusion_dd.runner.launcher import TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.trial import TrialSpec
+
+    script = tmp_path / "train.py"
+    script.write_text("import os, time\nopen(os.environ['STARTS'], 'a').write('x\\n')\ntime.sleep(3)\nprint('a=0.75')\n")
+    state = tmp_path / "state"
+    spec = TrialSpec(trial_id="0001", trial_dir=state / "trials" / "0001", command=(sys.executable, str(script)),
+                     workdir=str(tmp_path), base_dir=tmp_path, env={"STARTS": str(tmp_path / "starts")},
+                     device=("?",), device_env="ASCEND_DEVICE_ID", timeout=None, repeat=0, switch_text="")
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    first = DaskLauncher(cluster.address, state, "ASCEND_DEVICE_ID")
+    try:
+        request = dataclasses.replace(request, spec=dataclasses.replace(spec, device=first.slots()[0]))
+        handle = first.start(request)
+        placement = handle.placement.to_json()
+        # The scheduler lets go of the task; the worker's thread (and the training) run on.
+        first.client.cancel([handle.future], force=True)
+        wait_until(lambda: first.task_state(handle.key) is None, 10, "the scheduler still holds the task")
+    finally:
+        first.close()
+    assert not (spec.trial_dir / "status.json").exists(), "the training ended too soon for this test"
+    second = DaskLauncher(cluster.address, state, "ASCEND_DEVICE_ID")
+    try:
+        adopted = second.adopt(request, placement)
+        assert adopted is not None and adopted.future is not None, "not checked on its worker"
+        result = adopted.wait()
+    finally:
+        second.close()
+    assert (result.kind, result.value) == ("metric", 0.75), result
+    assert (tmp_path / "starts").read_text() == "x\n", "trained twice"
+
+
+@pytest.mark.cluster
+def test_a_state_directory_a_worker_cannot_see_is_refused_before_any_training(tmp_path, cluster):
+    refusal = unshare_refusal("-m")
+    if refusal is not None:
+        pytest.skip(f"needs a worker in a mount namespace of its own: {refusal}")
+    hidden = tmp_path / "search"
+    hidden.mkdir()
+    dask_config(hidden, cluster)
+    # A worker that sees an empty directory where the state directory is (as on a host without the mount).
+    cluster.start_worker("2", name="blind", prefix=("unshare", "-m", "sh", "-c",
+                                                    f'mount -t tmpfs none {hidden} && exec "$@"', "sh"))
+    try:
+        cluster.wait_for(len(DEVICES) + 1)
+        result = run_fusion_dd("search", cwd=hidden)
+    finally:
+        cluster.stop_worker("blind")
+    assert result.returncode == 2, result.stderr
+    assert "blind" in result.stderr and "cannot see it" in result.stderr and "Traceback" not in result.stderr
+    assert not (hidden / "launch.log").exists()
+    assert not (hidden / ".fusion-dd" / "trials").exists()
+
+
+@pytest.mark.cluster
+def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_a_new_one(
+    tmp_path, cluster, separate_pid_namespaces
+):
+    slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") == "0001": time.sleep(120)\n'
+    dask_config(tmp_path, cluster, slow)
+    trial_dir = tmp_path / ".fusion-dd" / "trials" / "0001"
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    name = ""
+    try:
+        wait_until(lambda: "0001" in launched_trial_ids(tmp_path), 60, "trial 0001 never started")
+        name = json.loads((trial_dir / "claim.json").read_text())["worker_name"]
+        assert trial_processes(trial_dir)
+        os.kill(cluster.worker_pid(name), signal.SIGKILL)
+        # Its watcher stops the orphaned training (grace 2 s), though no worker is there to do it.
+        wait_until(lambda: not trial_processes(trial_dir), 30, "the orphaned training kept running")
+        _, stderr = coordinator.communicate(timeout=180)
+        assert coordinator.returncode == 0, stderr
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+        if name:
+            cluster.stop_worker(name, wait=False)  # what is left of it (its namespace's PID 1)
+            cluster.start_worker(name.removeprefix("npu"))
+            cluster.wait_for(len(DEVICES))
+    assert_found(tmp_path)
+    ids = launched_trial_ids(tmp_path)
+    assert len(ids) == len(set(ids)), "a trial directory saw two trainings"
+    records = journal(tmp_path)
+    lost = next(r for r in records if r["type"] == "trial_finished" and r["trial_id"] == "0001")
+    assert lost["kind"] == "crash" and "died" in lost["reason"]
+    baseline = [r["trial_id"] for r in records if r["type"] == "trial_started" and r["config"] == []]
+    assert baseline[0] == "0001" and len(baseline) == 2  # retried as a new trial
+
+
+@pytest.mark.cluster
+def test_a_killed_coordinator_resumes_by_adopting_the_running_trainings(tmp_path, cluster, separate_pid_namespaces):
+    slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") in ("0001", "0002"): time.sleep(6)\n'
+    dask_config(tmp_path, cluster, slow)
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: len(launched_trial_ids(tmp_path)) == 2, 60, "the references never started")
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait(timeout=30)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+    result = run_fusion_dd("resume", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_found(tmp_path)
+    ids = launched_trial_ids(tmp_path)
+    assert len(ids) == len(set(ids)), "a training ran twice"
+    records = journal(tmp_path)
+    assert not [r for r in records if r["type"] == "trial_cancelled"], "a running training was given up"
+    finished = {r["trial_id"] for r in records if r["type"] == "trial_finished"}
+    assert {"0001", "0002"} <= finished
+
+
+@pytest.mark.cluster
+def test_ctrl_c_stops_every_remote_training_and_frees_the_devices(tmp_path, cluster):
+    dask_config(tmp_path, cluster, "time.sleep(300)\n")
+    trials = tmp_path / ".fusion-dd" / "trials"
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: len(launched_trial_ids(tmp_path)) == 2, 60, "the references never started")
+        journal_path = tmp_path / ".fusion-dd" / "journal.jsonl"
+        wait_until(lambda: journal_path.read_text().replace(' ', '').count('"type":"trial_launched"') == 2, 30, "not journaled")
+        status = run_fusion_dd("status", cwd=tmp_path)
+        occupied = status.stdout[status.stdout.index("devices in use, per host:"):]
+        assert "device 0 #000" in occupied and "device 1 #000" in occupied, status.stdout
+        coordinator.send_signal(signal.SIGINT)
+        _, stderr = coordinator.communicate(timeout=60)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+    assert coordinator.returncode == 130, stderr
+    assert not trial_processes(trials), "a remote training outlived Ctrl-C"
+    cancelled = {r["trial_id"] for r in journal(tmp_path) if r["type"] == "trial_cancelled"}
+    assert cancelled == {"0001", "0002"}
+    # Both devices take new work at once.
+    futures = [
+        cluster.client.submit(os.getpid, key=f"probe-{device}-{time.time()}", pure=False, resources={"device": 1})
+        for device in DEVICES
+    ]
+    assert all(isinstance(future.result(timeout=10), int) for future in futures)
+
+
+def test_without_dask_the_launcher_is_refused_in_one_line(tmp_path):
+    blocker = tmp_path / "blocker" / "distributed"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('blocked for a test')\n")
+    search = tmp_path / "search"
+    search.mkdir()
+    write_config(search, "--culprits", CULPRIT)
+    result = run_fusion_dd("search", "--scheduler", "tcp://127.0.0.1:1", cwd=search,
+                           env={"PYTHONPATH": str(tmp_path / "blocker")})
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "fusion-dd[dask]" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("train", "message"),
+    [
+        ({"launcher": "slurm"}, "train.launcher: must be one of local, dask"),
+        ({"launcher": "dask"}, "train.launcher: dask needs the scheduler's address"),
+    ],
+)
+def test_a_launcher_the_config_cannot_use_is_refused_naming_the_key(tmp_path, train, message):
+    from fusion_dd.config import load_config
+    from fusion_dd.errors import UsageError
+
+    config = write_config(tmp_path, "--culprits", CULPRIT)
+    document = yaml.safe_load(config.read_text())
+    document["train"].update(train)
+    config.write_text(yaml.safe_dump(document))
+    with pytest.raises(UsageError, match=message):
+        load_config(config)
+
+
+def test_scheduler_on_the_command_line_means_the_dask_launcher(tmp_path):
+    from fusion_dd.config import load_config
+
+    config = load_config(write_config(tmp_path, "--culprits", CULPRIT))
+    assert config.train.launcher == "local"
+    chosen = config.with_overrides(scheduler="tcp://127.0.0.1:8786").train
+    assert (chosen.launcher, chosen.scheduler) == ("dask", "tcp://127.0.0.1:8786")
+
+
+def test_the_local_launcher_never_gives_up_a_training_another_launcher_may_still_run(tmp_path):
+    """Resuming a dask search with the local launcher must not train again what may still run on a worker."""
+    from fusion_dd.errors import UsageError
+    from fusion_dd.runner.launcher import LocalLauncher, TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.trial import TrialSpec
+
+    spec = TrialSpec(trial_id="0001", trial_dir=tmp_path / "0001", command=("true",), workdir=".", base_dir=tmp_path,
+                     env={}, device=("npu0",), device_env="ASCEND_DEVICE_ID", timeout=None, repeat=0, switch_text="")
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    with pytest.raises(UsageError, match="--launcher dask"):
+        LocalLauncher().adopt(request, {"launcher": "dask", "host": "elsewhere", "job_id": "k"})
+
+
+def test_resume_asks_the_scheduler_first_then_the_recorded_worker(tmp_path):
+    """The decision of ``DaskLauncher.adopt`` for each way a trial can have been left (no cluster needed)."""
+    from fusion_dd.runner.dask_launcher import CLAIM_FILE, RESULT_FILE, DaskHandle, DaskLauncher
+    from fusion_dd.runner.launcher import TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.trial import TrialSpec
+
+    class Decided(DaskLauncher):
+        def __init__(self, held: str | None, alive: set[str]) -> None:  # no client: the answers are given
+            self.held, self.alive, self.checked = held, alive, []
+
+        def task_state(self, key: str) -> str | None:
+            return self.held
+
+        def worker_alive(self, address: str) -> bool:
+            return address in self.alive
+
+        def key_of(self, request: TrialRequest) -> str:
+            return "fusion-dd-k-0001"
+
+        def _check_on_worker(self, request, place, worker):
+            self.checked.append(worker)
+            return "checked"
+
+    spec = TrialSpec(trial_id="0001", trial_dir=tmp_path / "0001", command=("true",), workdir=".", base_dir=tmp_path,
+                     env={}, device=("h:0",), device_env="ASCEND_DEVICE_ID", timeout=None, repeat=0, switch_text="")
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    placement = {"launcher": "dask", "host": "h", "job_id": "fusion-dd-k-0001", "device": ["0"], "worker": "tcp://w:1"}
+
+    def adopt(held: str | None, alive: set[str]) -> tuple[object, list]:
+        launcher = Decided(held, alive)
+        return launcher.adopt(request, placement), launcher.checked
+
+    # Never claimed, and the scheduler does not hold it: it never ran.
+    assert adopt(None, {"tcp://w:1"}) == (None, [])
+    spec.trial_dir.mkdir()
+    (spec.trial_dir / CLAIM_FILE).write_text(json.dumps({"worker": "tcp://w:1", "host": "h", "device": "0"}))
+    # Still held by the scheduler: re-attached to the same task (its key), no check needed.
+    held, checked = adopt("processing", set())
+    assert isinstance(held, DaskHandle) and held.key == "fusion-dd-k-0001" and held.future is None and checked == []
+    # Forgotten by the scheduler (restarted): checked on the recorded worker while it is there...
+    assert adopt(None, {"tcp://w:1"}) == ("checked", ["tcp://w:1"])
+    # ...lost with it when it is gone (its watcher stopped the training)...
+    assert adopt("forgotten", set()) == (None, [])
+    # ...unless the training ended: then any worker reads its result from the shared directory.
+    (spec.trial_dir / "status.json").write_text("{}")
+    assert adopt(None, set()) == ("checked", [None])
+    # A result the task kept is taken as it is, from any state.
+    (spec.trial_dir / RESULT_FILE).write_text(json.dumps({"cancelled": False, "kind": "metric", "value": 0.5}))
+    finished, checked = adopt(None, set())
+    assert finished.wait().value == 0.5 and checked == []
+
+
+def test_a_task_takes_only_a_dead_workers_trainings_on_its_device_for_leftovers(tmp_path):
+    """Before its training starts, a task clears its device of orphans; workers on one host that each
+    see their own device as the same id (Slurm, containers) must not take each other's trainings."""
+    from fusion_dd.runner.dask_launcher import _device_leftovers
+    from fusion_dd.runner.dask_worker import DEVICE_MARK_ENV, WORKER_MARK_ENV, process_mark
+
+    def process(worker: str, trial_dir: str) -> subprocess.Popen[bytes]:
+        marks = {DEVICE_MARK_ENV: "75", WORKER_MARK_ENV: worker, "FUSION_DD_TRIAL_DIR": trial_dir}
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, **marks})
+
+    orphan = process("999999999:0", "/other")  # Popen returns once each has exec'd, with its environment
+    children = [orphan, process(process_mark(os.getpid()) or "", "/other"), process("999999999:0", "/own")]
+    try:
+        assert _device_leftovers("75", "FUSION_DD_TRIAL_DIR=/own") == [orphan.pid]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()

@@ -1,8 +1,0 @@
-"""Make ``search_helpers`` importable whatever pytest import mode is configured."""
-
-import sys
-from pathlib import Path
-
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)

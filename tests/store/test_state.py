@@ -1,0 +1,158 @@
+"""The search state replayed from hand-made journal records (fusion_dd/store/state.py).
+
+The engine, ``fusion-dd status`` and the report all read a search through
+``replay``; these tests pin what it makes of the records: which training decides
+a (configuration, repeat), how many attempts finished, which trials are open,
+and what the budget is charged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fusion_dd.rules import Rule, Section
+from fusion_dd.store.state import config_names, decode_float, definition_changes, encode_float, replay
+from tests.support.states import cancelled, finished, launched, search_started, session_started, started, trial
+
+A = frozenset({"A"})
+
+
+def test_an_empty_journal_is_an_empty_search() -> None:
+    state = replay([])
+    assert state.definition is None and state.trials == {} and state.finished is None
+    assert state.launched == 0 and state.cache() == {} and state.open_trials() == []
+    assert state.next_trial_number() == 1
+
+
+def test_the_first_search_started_record_defines_the_search() -> None:
+    first, second = search_started(["A"]), search_started(["A", "B"])
+    state = replay([first, session_started(), second, session_started(budget=40)])
+    assert state.definition == first["definition"] and state.start_record is first
+    assert state.started_at == 1000.0
+    assert [session["budget"] for session in state.sessions] == [20, 40]
+
+
+def test_a_finished_training_is_cached_by_configuration_and_repeat() -> None:
+    state = replay([search_started(), *trial("0001", ["A"], 0.5), *trial("0002", ["A"], 0.9, repeat=1)])
+    cache = state.cache()
+    assert set(cache) == {(A, 0), (A, 1)}
+    assert cache[(A, 0)].trial_id == "0001" and cache[(A, 1)].trial_id == "0002"
+    assert cache[(A, 0)].measurement.value == 0.5 and cache[(A, 0)].resolved
+    with pytest.raises(TypeError):
+        cache[(A, 2)] = cache[(A, 0)]  # type: ignore[index]  # read-only: only records change the state
+
+
+def test_the_first_attempt_with_a_result_decides_and_attempts_are_counted() -> None:
+    records = [
+        *trial("0001", ["A"], None, kind="crash"),
+        *trial("0002", ["A"], 0.8, attempt=2),
+        *trial("0003", ["A"], 0.2, attempt=3),  # a later attempt never replaces a result
+    ]
+    state = replay(records)
+    assert state.cache()[(A, 0)].trial_id == "0002"
+    assert state.attempts((A, 0)) == 3 and state.attempts((A, 1)) == 0
+
+
+def test_without_a_result_the_latest_unresolved_attempt_stands() -> None:
+    state = replay([*trial("0001", ["A"], None, kind="crash"), *trial("0002", ["A"], None, kind="timeout")])
+    decisive = state.cache()[(A, 0)]
+    assert decisive.trial_id == "0002" and not decisive.resolved
+    assert decisive.measurement.kind == "timeout"
+
+
+def test_a_trial_finishes_once_and_a_late_cancel_does_not_undo_it() -> None:
+    state = replay([*trial("0001", ["A"], 0.9), finished("0001", 0.1), cancelled("0001")])
+    only = state.trials["0001"]
+    assert only.finished["value"] == 0.9 and only.cancelled is None
+    assert state.attempts((A, 0)) == 1
+
+
+def test_records_about_unknown_trials_are_ignored() -> None:
+    state = replay([finished("0009", 0.5), cancelled("0009"), launched("0009")])
+    assert state.trials == {} and state.cache() == {}
+
+
+def test_open_trials_are_those_neither_finished_nor_cancelled() -> None:
+    state = replay([
+        *trial("0001", ["A"]),
+        started("0002", ["B"]), launched("0002"),
+        started("0003", ["C"]), cancelled("0003"),
+        started("0004", ["A", "B"]),
+    ])
+    assert [t.trial_id for t in state.open_trials()] == ["0002", "0004"]
+    assert state.trials["0002"].launch is not None and state.trials["0004"].launch is None
+
+
+def test_the_budget_is_charged_for_every_training_whose_supervisor_may_have_started() -> None:
+    state = replay([
+        *trial("0001", ["A"]),
+        started("0002", ["B"]), cancelled("0002", was_launched=True),
+        started("0003", ["C"]), cancelled("0003", was_launched=False),  # never ran: free
+        started("0004", ["A", "B"]), cancelled("0004", was_launched=None),  # a 0.1.0 journal: charged
+        started("0005", ["A", "C"]),  # still open: it may be starting right now
+    ])
+    assert state.launched == 4
+    assert not state.trials["0003"].costs_budget and state.trials["0005"].costs_budget
+
+
+def test_trial_numbers_go_on_after_the_highest_even_with_gaps() -> None:
+    state = replay([*trial("0002", ["A"]), *trial("0017", ["B"]), *trial("ref-x", ["C"])])
+    assert state.next_trial_number() == 18
+
+
+def test_a_training_broken_stop_forgets_the_failed_attempts_but_keeps_results() -> None:
+    records = [
+        *trial("0001", [], None, kind="crash", role="baseline"),
+        *trial("0002", ["A", "B"], 0.4, role="all_on"),
+        {"type": "search_stopped", "reason": "training_broken"},
+    ]
+    state = replay(records)
+    assert state.broken_before == 2 and state.stops[-1]["reason"] == "training_broken"
+    assert state.attempts((frozenset(), 0)) == 0, "the broken baseline must be trained again"
+    assert state.attempts((frozenset({"A", "B"}), 0)) == 1
+    state.apply(started("0003", [], role="baseline", attempt=2))
+    state.apply(finished("0003", 0.9))
+    assert state.cache()[(frozenset(), 0)].trial_id == "0003"
+
+
+def test_live_updates_and_replay_give_the_same_state() -> None:
+    records = [search_started(), session_started(), *trial("0001", ["A"]), started("0002", ["B"])]
+    live = replay([])
+    for record in records:
+        live.apply(record)
+    again = replay(records)
+    assert live.trials == again.trials and dict(live.cache()) == dict(again.cache())
+
+
+def test_retired_devices_stops_and_the_end_are_kept() -> None:
+    retired = {"type": "device_retired", "device": ["1"], "reason": "device 1 set aside"}
+    end = {"type": "search_finished", "report": {"status": "found"}}
+    state = replay([search_started(), retired, {"type": "search_stopped", "reason": "interrupted"}, end])
+    assert state.retired_devices == [retired] and state.finished is end
+    assert [stop["reason"] for stop in state.stops] == ["interrupted"] and state.broken_before == 0
+
+
+@pytest.mark.parametrize("value", [0.25, None, math.inf, -math.inf])
+def test_floats_survive_the_journal(value) -> None:
+    assert decode_float(encode_float(value)) == value
+
+
+def test_nan_is_spelled_as_a_string_and_read_back_as_nan() -> None:
+    assert encode_float(math.nan) == "nan"
+    state = replay(trial("0001", ["A"], encode_float(math.nan), kind="nonfinite"))
+    measurement = state.cache()[(A, 0)].measurement
+    assert measurement.kind == "nonfinite" and math.isnan(measurement.value) and not measurement.has_value
+
+
+def test_definition_changes_are_named_as_config_keys() -> None:
+    old = search_started()["definition"]
+    new = dict(old, command=["python3", "other.py"], metric={"goal": "min", "key": "accuracy"}, strategy="ddmin")
+    assert definition_changes(old, new) == ["train.command", "metric.goal", "search.strategy"]
+    assert definition_changes(old, dict(old)) == []
+
+
+def test_config_names_are_sorted_names_of_rules_or_strings() -> None:
+    assert config_names(frozenset({Rule("b", Section.UB), Rule("a", Section.GRAPH)})) == ["a", "b"]
+    assert config_names(["z", "y"]) == ["y", "z"]

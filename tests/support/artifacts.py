@@ -1,0 +1,44 @@
+"""CANN artifacts written by hand, and a training whose compiler obeys (or ignores) its switch file."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+GRAPH_RULES = ["ConvToFullyConnectionFusionPass", "ARefreshCubeC0FusionPass", "FixPipeAbilityProcessPass"]
+UB_RULE = "TbeEltwiseFusionPass"
+
+
+def fusion_result(path: Path, fired: dict[str, str]) -> None:
+    """A fusion_result.json in CANN's format: counts as strings, one key per graph."""
+    graph, ub = {}, {}
+    for name, section in fired.items():
+        stats = {"match_times": "1", "effect_times": "1"}
+        if section == "UBFusion":
+            ub[name] = {**stats, "repository_hit_times": "0"}
+        else:
+            graph[name] = stats
+    path.write_text(json.dumps({"session_and_graph_id_0_0": {"graph_fusion": graph, "ub_fusion": ub}}))
+
+
+# A training that reports what its compiler fused; with --ignore-switch it fuses
+# everything whatever the switch file says (the wiring bug fusion-dd must catch).
+OBEDIENT_TRAINING = textwrap.dedent(
+    """
+    import json, os, sys
+    from fusion_dd.backends.cann.switch import load_switch_file
+    from fusion_dd.rules import Section
+    rules = json.loads(sys.argv[1])
+    switch = load_switch_file(os.environ["FUSION_DD_SWITCH_FILE"])
+    on = {name: section for name, section in rules.items()
+          if "--ignore-switch" in sys.argv or switch.state(name, Section(section)) is not False}
+    graph = {n: {"match_times": "1", "effect_times": "1"} for n, s in on.items() if s == "GraphFusion"}
+    ub = {n: {"match_times": "5", "effect_times": "5", "repository_hit_times": "0"}
+          for n, s in on.items() if s == "UBFusion"}
+    with open(os.path.join(os.environ["FUSION_DD_TRIAL_DIR"], "fusion_result.json"), "w") as f:
+        json.dump({"session_and_graph_id_0_0": {"graph_fusion": graph, "ub_fusion": ub}}, f)
+    pair = "ConvToFullyConnectionFusionPass" in on and "TbeEltwiseFusionPass" in on
+    print("accuracy: %s" % (0.5 if "FixPipeAbilityProcessPass" in on or pair else 0.9))
+    """
+)

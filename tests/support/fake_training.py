@@ -1,0 +1,104 @@
+"""The fake training (tests/fakes/fake_train.py) and the CLI around it, shared by every test.
+
+One home for what tests need to run fusion-dd against the fake training: where
+the fake is, its command line, a wrapper that makes some trials misbehave, the
+``fusion-dd`` CLI as a subprocess (blocking or in the background), and the
+launch log the fake writes. ``tests/conftest.py`` exposes the same things as
+fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support import FAKES
+
+FAKE_TRAIN = FAKES / "fake_train.py"
+
+
+def fake_command(*args: str) -> list[str]:
+    """The argv of one fake training with ``args`` (see the options in fake_train.py)."""
+    return [sys.executable, str(FAKE_TRAIN), *args]
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a CLI subprocess: single-threaded BLAS, so two cores are enough.
+
+    No HTML report (``FUSION_DD_HTML=0``): these tests check report.json and the journal;
+    the tests of the page ask for it with ``FUSION_DD_HTML=1``.
+    """
+    return {**os.environ, "OPENBLAS_NUM_THREADS": "1", "FUSION_DD_HTML": "0", **(extra or {})}
+
+
+def run_fusion_dd(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """`fusion-dd ARGS` in a subprocess, output captured; ``env`` adds to the test environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "fusion_dd.cli", *args],
+        cwd=cwd,
+        env=cli_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_fusion_dd(cwd: Path, *args: str, stdout: int | None = None, stderr: int | None = None) -> subprocess.Popen[str]:
+    """`fusion-dd ARGS` in the background, for tests that signal or kill the coordinator."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "fusion_dd.cli", *args],
+        cwd=cwd,
+        env=cli_env(),
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+    )
+
+
+def sigkill_search_when(cwd: Path, journal: Path, ready, within: float = 120) -> None:
+    """Start ``fusion-dd search`` in ``cwd`` and SIGKILL it once ``ready(journal text)`` holds."""
+    import signal
+    import time
+
+    coordinator = start_fusion_dd(cwd, "search", stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + within
+        while True:
+            assert time.monotonic() < deadline, "the search never got going"
+            text = journal.read_text() if journal.exists() else ""
+            if ready(text):
+                break
+            time.sleep(0.05)
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait(timeout=30)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait(timeout=30)
+
+
+def wrapper_script(path: Path, prelude: str) -> Path:
+    """A Python script that runs ``prelude`` and then the fake training in the same process.
+
+    ``prelude`` is Python lines (``os``, ``runpy``, ``sys`` and ``time`` are
+    imported) that run first and may exit, to make some trials misbehave.
+    """
+    path.write_text(
+        "import os, runpy, sys, time\n"
+        + prelude
+        + f"sys.argv = [{str(FAKE_TRAIN)!r}] + sys.argv[1:]\n"
+        + f"runpy.run_path({str(FAKE_TRAIN)!r}, run_name='__main__')\n"
+    )
+    return path
+
+
+def read_launches(log: Path) -> list[tuple[tuple[str, ...], int]]:
+    """(rules switched on, repeat) of every launch the fake logged with ``--launch-log``, in order."""
+    if not log.exists():
+        return []
+    return [(tuple(record["on"]), record["repeat"]) for record in map(json.loads, log.read_text().splitlines())]
