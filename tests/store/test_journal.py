@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import pytest
 
 from fusion_dd.errors import UsageError
