@@ -728,6 +728,7 @@ class Engine:
                     return self._localize_finished()
                 self.events.message("this search has already finished; showing its answer")
                 return self._result_from_finished()
+            self._launcher_hook("run_started")  # e.g. the local fork server starts meanwhile
             self._preflight()
             self._append(
                 {
@@ -752,17 +753,17 @@ class Engine:
             self._append({"type": "search_stopped", "reason": "interrupted"})
             return self._stop("interrupted", EXIT_INTERRUPTED, self._known_preconditions(), None)
         finally:
-            self._launcher_run_ended()
+            self._launcher_hook("run_ended")
             self._snapshots.close()
             if self._journal is not None:
                 self._journal.close()
 
-    def _launcher_run_ended(self) -> None:
-        """Free what the launcher keeps between trials (it may be used again)."""
-        # Optional in the protocol (not DaskLauncher.release, which gives a worker back).
-        run_ended = getattr(self.launcher, "run_ended", None)
-        if callable(run_ended):
-            run_ended()
+    def _launcher_hook(self, name: str) -> None:
+        """``run_started``/``run_ended`` of the launcher, where it has them (optional in the protocol)."""
+        # Not DaskLauncher.release(address), which gives a worker back: these names are the seam's own.
+        hook = getattr(self.launcher, name, None)
+        if callable(hook):
+            hook()
 
     def _preconditions(
         self, references: tuple[list[Measurement], list[Measurement]]
@@ -1043,7 +1044,7 @@ class Engine:
         except SwitchIgnored as exc:
             raise UsageError(str(exc)) from None
         finally:
-            self._launcher_run_ended()
+            self._launcher_hook("run_ended")
             if self._journal is not None:
                 self._journal.close()
 

@@ -18,9 +18,9 @@ and is just as independent of the coordinator:
 
 A forked supervisor's command line is the server's and names no trial, so it
 is recognised by ``supervisor.json`` instead: its pid with its start time
-(:func:`fusion_dd.runner.strays.start_ticks`). The server answers a request only
-once the child has written that file, so any supervisor a coordinator was told
-about can be found again by a resumed one.
+(:func:`fusion_dd.runner.strays.start_ticks`). The server writes that file for
+the child before it answers, so any supervisor a coordinator was told about can
+be found again by a resumed one.
 
 Protocol, one JSON value per line: the coordinator writes the trial directory
 (a string), the server answers ``{"pid": N}`` or ``{"error": "..."}``. The
@@ -38,7 +38,8 @@ import sys
 import threading
 import traceback
 
-from . import supervisor
+from . import strays, supervisor
+from ..store.atomic import write_json_atomic
 
 _MODULE = "fusion_dd.runner.forkserver"
 
@@ -57,7 +58,7 @@ def _reap(signum: int = 0, frame: object = None) -> None:
             return
 
 
-def _child(trial_dir: str, ready_fd: int) -> None:
+def _child(trial_dir: str, named_fd: int) -> None:
     """The forked supervisor: detach from the server, run the trial, never return."""
     code = 1
     try:
@@ -75,7 +76,7 @@ def _child(trial_dir: str, ready_fd: int) -> None:
         os.dup2(log, 2)
         os.close(log)
         os.chdir(trial_dir)
-        code = supervisor.run_guarded(trial_dir, ready_fd)
+        code = supervisor.run_guarded(trial_dir, named_fd)
     except BaseException:  # noqa: BLE001 - a forked child must never return into the server's loop
         with contextlib.suppress(Exception):
             traceback.print_exc()
@@ -87,7 +88,13 @@ def _child(trial_dir: str, ready_fd: int) -> None:
 
 
 def _spawn(trial_dir: str) -> dict[str, object]:
-    """Fork one supervisor; answer once its ``supervisor.json`` exists (or it ended without one)."""
+    """Fork one supervisor; answer once its ``supervisor.json`` names it.
+
+    The server writes that first record itself, from the child's pid and start
+    time, instead of waiting for the child to set up and write it: the child's
+    start-up then runs while the coordinator goes on. The child writes the file
+    again (with its training) only after the byte that says this one is written.
+    """
     if not os.path.isdir(trial_dir):
         return {"error": f"trial directory not found: {trial_dir}"}
     read_fd, write_fd = os.pipe()
@@ -98,18 +105,20 @@ def _spawn(trial_dir: str) -> dict[str, object]:
         os.close(write_fd)
         return {"error": f"cannot fork a supervisor: {exc.strerror or exc}"}
     if pid == 0:
-        os.close(read_fd)
-        _child(trial_dir, write_fd)
-    os.close(write_fd)
+        os.close(write_fd)
+        _child(trial_dir, read_fd)
+    os.close(read_fd)
     try:
-        while True:
-            try:
-                os.read(read_fd, 1)  # b"+" once supervisor.json is written; b"" if the child ended first
-                break
-            except InterruptedError:
-                continue
+        record = {
+            "supervisor_pid": pid,
+            "supervisor_start_ticks": strays.start_ticks(pid),
+            "trial_dir": trial_dir,
+        }
+        write_json_atomic(os.path.join(trial_dir, supervisor.SUPERVISOR_FILE), record, durable=False)
     finally:
-        os.close(read_fd)
+        with contextlib.suppress(OSError):  # a child that already ended reads nothing
+            os.write(write_fd, b"+")
+        os.close(write_fd)
     return {"pid": pid}
 
 
@@ -178,6 +187,16 @@ class ForkServer:
                 self._stop()
                 return None
             return answer["pid"]
+
+    def prepare(self) -> None:
+        """Start the server, if it can be used, without waiting for it (the first spawn then waits less)."""
+        with self._lock:
+            if self._broken:
+                return
+            try:
+                self._started()
+            except OSError:
+                self._broken = True
 
     def close(self) -> None:
         """Let the server exit (the supervisors it forked run on)."""

@@ -142,8 +142,10 @@ class Launcher(Protocol):
         """Whether the trial's training was ever started (for a trial with no journaled launch)."""
         ...
 
-    # Optional: ``run_ended()``, called when a run of the engine ends, frees what the launcher
-    # keeps between trials (the local fork server); the launcher must still work afterwards.
+    # Optional: ``run_started()``, called before a run of the engine trains, may prepare what
+    # the launcher keeps between trials (the local fork server starts while the search sets
+    # up); ``run_ended()``, called when the run ends, frees it; the launcher must still work
+    # afterwards.
 
 
 def this_host() -> tuple[str, str | None]:
@@ -207,6 +209,10 @@ class LocalLauncher:
     def __init__(self) -> None:
         self.host, self.boot_id = this_host()
         self._forkserver = ForkServer(supervisor_env())
+
+    def run_started(self) -> None:
+        """Start the fork server now: its interpreter starts on another core while the search sets up."""
+        self._forkserver.prepare()
 
     def run_ended(self) -> None:
         """Stop the fork server until the next trial (running supervisors are not affected)."""

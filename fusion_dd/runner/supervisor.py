@@ -203,12 +203,12 @@ def _start_error(exc: OSError, argv: list[str], workdir: str) -> str:
     return f"cannot start {program}: {exc.strerror or exc}"
 
 
-def run(trial_dir: str | PathLike[str], ready_fd: int | None = None) -> int:
+def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
     """Run the training described by ``trial_dir/launch.json``; always try to leave a status.
 
-    ``ready_fd`` (a pipe from the fork server) gets one byte, and is closed, as
-    soon as ``supervisor.json`` names this process: from then on a coordinator
-    that died and was resumed finds this supervisor by that file alone.
+    ``named_fd``: a forked supervisor's pipe from the fork server, which writes the
+    first ``supervisor.json`` itself (so that it can answer the coordinator at once)
+    and then sends a byte: this supervisor writes that file only after the byte.
     """
     trial_dir = os.fspath(trial_dir)
     stop = _Stop()
@@ -226,12 +226,8 @@ def run(trial_dir: str | PathLike[str], ready_fd: int | None = None) -> int:
         "supervisor_start_ticks": strays.start_ticks(os.getpid()),
         "trial_dir": str(trial_dir),
     }
-    write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record, durable=False)
-    if ready_fd is not None:
-        with contextlib.suppress(OSError):
-            os.write(ready_fd, b"+")
-        with contextlib.suppress(OSError):
-            os.close(ready_fd)
+    if named_fd is None:
+        write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record, durable=False)
 
     start = time.time()
     status: dict[str, Any] = {
@@ -291,6 +287,8 @@ def run(trial_dir: str | PathLike[str], ready_fd: int | None = None) -> int:
     status["start"] = started
     pgid = proc.pid  # start_new_session makes the training its own group leader
     record.update(training_pid=proc.pid, training_pgid=pgid, start=started)
+    if named_fd is not None:
+        _wait_for_byte(named_fd)  # the fork server's record first, never after ours
     write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record, durable=False)
 
     children = _Children(proc.pid)
@@ -328,14 +326,22 @@ def run(trial_dir: str | PathLike[str], ready_fd: int | None = None) -> int:
     return 0
 
 
-def run_guarded(trial_dir: str, ready_fd: int | None = None) -> int:
+def _wait_for_byte(fd: int) -> None:
+    """Block until the pipe gives a byte or is closed, then close it."""
+    with contextlib.suppress(OSError):
+        os.read(fd, 1)
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def run_guarded(trial_dir: str, named_fd: int | None = None) -> int:
     """:func:`run`, and when it fails, a status that says so before the exception goes on.
 
     A status that says what went wrong beats a trial that looks like it is
     still running. The traceback goes to supervisor.log (our stderr).
     """
     try:
-        return run(trial_dir, ready_fd)
+        return run(trial_dir, named_fd)
     except Exception as exc:
         if not os.path.exists(os.path.join(trial_dir, STATUS_FILE)):
             now = time.time()

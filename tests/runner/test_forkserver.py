@@ -66,6 +66,9 @@ def test_a_forked_supervisor_runs_the_training_and_is_known_by_its_record_not_it
     assert str(running.trial_dir) not in cmdline(running.pid)
     run = running.wait(poll=0.05)
     assert run.exit_code == 0 and run.error is None
+    # The supervisor's own record (with its training) came after the server's, never before.
+    final = json.loads((running.trial_dir / "supervisor.json").read_text())
+    assert final["supervisor_pid"] == running.pid and isinstance(final["training_pid"], int)
     assert "accuracy: 0.75" in (running.trial_dir / "output.log").read_text()
     assert (running.trial_dir / "supervisor.log").read_text() == ""
     assert eventually(lambda: pid_gone(running.pid))
@@ -153,6 +156,7 @@ def test_the_local_launcher_stops_its_server_at_the_end_of_a_run_and_starts_a_ne
 def test_a_forked_supervisor_ignores_the_coordinators_terminal(tmp_path: Path, server: ForkServer) -> None:
     """Own session: a Ctrl-C sent to the coordinator's process group never reaches it."""
     running = start_trial(spec_for(tmp_path, "t9", "--steps", "2", "--sleep", "0.5"), server)
-    assert os.getsid(running.pid) == running.pid
+    # (the server answers once it wrote supervisor.json; the child calls setsid right after)
+    assert eventually(lambda: os.getsid(running.pid) == running.pid)
     assert os.getpgid(running.pid) != os.getpgid(0)
     assert running.wait(poll=0.05).exit_code == 0
