@@ -127,14 +127,20 @@ def bench_launch(work: Path) -> dict[str, Any]:
     bare_argv = [sys.executable, "train.py", *culprits]
     env = _env()
     env["FUSION_DD_SWITCH_FILE"] = str(switch)
-    bare = []
-    for _ in range(21):
-        start = time.perf_counter()
-        subprocess.run(bare_argv, cwd=directory, env=env, capture_output=True, check=True)
-        bare.append(time.perf_counter() - start)
+    bare: list[float] = []
+
+    def bare_launches(count: int) -> None:
+        for _ in range(count):
+            start = time.perf_counter()
+            subprocess.run(bare_argv, cwd=directory, env=env, capture_output=True, check=True)
+            bare.append(time.perf_counter() - start)
+
+    # Bare launches before and after the search: one launch's time drifts by a third within minutes.
+    bare_launches(21)
     began = time.time()
     wall, done = _timed([*_cli(), "search"], directory)
     ended = began + wall
+    bare_launches(21)
     report = json.loads((directory / ".fusion-dd" / "report.json").read_text(encoding="utf-8"))
     trainings = int(report["trainings"])
     per = wall / trainings
