@@ -13,7 +13,6 @@ import math
 import os
 import re
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -37,8 +36,8 @@ from fusion_dd.runner.early_stop import (
 )
 from fusion_dd.runner.metrics import MetricSpec, classify, read_metric
 from fusion_dd.runner.supervisor import write_json_atomic
-from fusion_dd.runner.trial import TrialRun, TrialSpec, adopt_trial, start_trial
-from tests.support.fake_training import FAKE_TRAIN
+from fusion_dd.runner.trial import TrialRun, adopt_trial, start_trial
+from tests.support.fake_training import fake_trial_spec
 from tests.support.processes import eventually, group_gone, training_pgid
 
 ACC = MetricSpec.from_text(r"accuracy: (\S+)")
@@ -364,25 +363,6 @@ def test_read_curve_of_a_finished_run(tmp_path: Path) -> None:
 # --- real trainings --------------------------------------------------------------------------
 
 
-def make_spec(tmp_path: Path, name: str, *fake_args: str, **overrides: object) -> TrialSpec:
-    fields: dict = dict(
-        trial_id=name,
-        trial_dir=tmp_path / "trials" / name,
-        command=[sys.executable, str(FAKE_TRAIN), *fake_args],
-        workdir="{trial_dir}",
-        base_dir=tmp_path,
-        env={"OPENBLAS_NUM_THREADS": "1"},
-        device=("0",),
-        device_env="ASCEND_DEVICE_ID",
-        timeout=120.0,
-        repeat=0,
-        switch_text='{"Switch": {"GraphFusion": {"ALL": "off"}}}',
-        grace=1.0,
-    )
-    fields.update(overrides)
-    return TrialSpec(**fields)
-
-
 def wait_for_step(trial_dir: Path, step: int) -> None:
     assert eventually(lambda: f"step {step} loss" in (trial_dir / "output.log").read_text())
 
@@ -393,7 +373,7 @@ LONG = ("--steps", "600", "--step-sleep", "0.1")
 
 def test_a_nan_training_is_stopped_long_before_it_would_end(tmp_path: Path) -> None:
     started = time.monotonic()
-    handle = start_trial(make_spec(tmp_path, "nan", *LONG, "--nan-at-step", "3", "--spawn-child"))
+    handle = start_trial(fake_trial_spec(tmp_path, "nan", *LONG, "--nan-at-step", "3", "--spawn-child"))
     run = handle.wait(poll=0.05, monitor=make_monitor(handle.trial_dir, EarlyStopRule()))
     assert time.monotonic() - started < 30.0
     assert run.early_stop is not None and not run.cancelled and not run.succeeded
@@ -407,14 +387,14 @@ def test_a_nan_training_is_stopped_long_before_it_would_end(tmp_path: Path) -> N
 
 
 def test_divergence_from_a_real_baseline_stops_and_a_run_in_the_band_does_not(tmp_path: Path) -> None:
-    baseline_run = start_trial(make_spec(tmp_path, "base", "--steps", "30")).wait(poll=0.05)
+    baseline_run = start_trial(fake_trial_spec(tmp_path, "base", "--steps", "30")).wait(poll=0.05)
     assert baseline_run.succeeded
     curve = read_curve(baseline_run.trial_dir)
     assert [step for step, _ in curve] == list(range(1, 31))
     rule = EarlyStopRule(divergence=0.5, patience=3)
 
     started = time.monotonic()
-    handle = start_trial(make_spec(tmp_path, "bad", *LONG, "--loss-curve", "diverge:5"))
+    handle = start_trial(fake_trial_spec(tmp_path, "bad", *LONG, "--loss-curve", "diverge:5"))
     run = handle.wait(poll=0.05, monitor=make_monitor(handle.trial_dir, rule, curve))
     assert time.monotonic() - started < 30.0
     # Loss is 1.0 above the baseline at step 6, 2.0 at 7, 3.0 at 8: the third in a row.
@@ -423,7 +403,7 @@ def test_divergence_from_a_real_baseline_stops_and_a_run_in_the_band_does_not(tm
     assert kind == "diverged" and reason.startswith("stopped early at step 8: loss ")
     assert eventually(lambda: group_gone(training_pgid(run.trial_dir)))
 
-    handle = start_trial(make_spec(tmp_path, "ok", "--steps", "40", "--loss-curve", "offset:0.3"))
+    handle = start_trial(fake_trial_spec(tmp_path, "ok", "--steps", "40", "--loss-curve", "offset:0.3"))
     run = handle.wait(poll=0.05, monitor=make_monitor(handle.trial_dir, rule, curve))
     assert run.early_stop is None and run.succeeded
     assert classify(run, read_metric(run, ACC))[0] == "metric"
@@ -432,7 +412,7 @@ def test_divergence_from_a_real_baseline_stops_and_a_run_in_the_band_does_not(tm
 
 def test_the_step_pattern_stops_a_training_without_a_metrics_file(tmp_path: Path) -> None:
     rule = EarlyStopRule(step_pattern=STEP_LOSS, divergence=0.5, patience=2)
-    handle = start_trial(make_spec(
+    handle = start_trial(fake_trial_spec(
         tmp_path, "log", *LONG, "--no-metrics-file", "--loss-curve", "diverge:2",
     ))
     run = handle.wait(poll=0.05, monitor=make_monitor(handle.trial_dir, rule, [(0, 1.0)]))
@@ -442,7 +422,7 @@ def test_the_step_pattern_stops_a_training_without_a_metrics_file(tmp_path: Path
 
 
 def test_a_stopped_run_collected_after_a_coordinator_crash_is_still_classified(tmp_path: Path) -> None:
-    original = start_trial(make_spec(tmp_path, "crash", *LONG))
+    original = start_trial(fake_trial_spec(tmp_path, "crash", *LONG))
     wait_for_step(original.trial_dir, 2)
     # The coordinator decided, wrote early_stop.json, sent SIGTERM ... and died.
     assert original.stop_early(StopDecision("diverged", 2, "stopped early at step 2: loss 9"))
@@ -457,7 +437,7 @@ def test_a_stopped_run_collected_after_a_coordinator_crash_is_still_classified(t
 
 
 def test_a_resumed_coordinator_finishes_a_stop_that_was_decided_but_not_sent(tmp_path: Path) -> None:
-    original = start_trial(make_spec(tmp_path, "half", *LONG))
+    original = start_trial(fake_trial_spec(tmp_path, "half", *LONG))
     wait_for_step(original.trial_dir, 2)
     # Died between writing early_stop.json and the SIGTERM.
     write_json_atomic(
@@ -475,7 +455,7 @@ def test_a_resumed_coordinator_finishes_a_stop_that_was_decided_but_not_sent(tmp
 
 
 def test_a_run_that_ended_on_its_own_keeps_its_result(tmp_path: Path) -> None:
-    run = start_trial(make_spec(tmp_path, "done", "--steps", "3")).wait(poll=0.05)
+    run = start_trial(fake_trial_spec(tmp_path, "done", "--steps", "3")).wait(poll=0.05)
     # A stop decided just as the training finished: the SIGTERM never landed.
     write_json_atomic(run.trial_dir / "early_stop.json", {"kind": "diverged", "step": 3, "reason": "late"})
     adopted = adopt_trial(run.trial_dir)
@@ -489,7 +469,7 @@ def test_a_failing_monitor_is_switched_off_and_the_training_runs_on(tmp_path: Pa
     def broken() -> None:
         raise RuntimeError("bug in a log reader")
 
-    handle = start_trial(make_spec(tmp_path, "broken", "--steps", "5"))
+    handle = start_trial(fake_trial_spec(tmp_path, "broken", "--steps", "5"))
     with pytest.warns(RuntimeWarning, match="bug in a log reader"):
         run = handle.wait(poll=0.05, monitor=broken)
     assert run.succeeded and run.early_stop is None

@@ -17,31 +17,11 @@ import pytest
 from fusion_dd.runner import forkserver
 from fusion_dd.runner.forkserver import ForkServer
 from fusion_dd.runner.launcher import LocalLauncher
-from fusion_dd.runner.trial import TrialSpec, _is_our_supervisor, adopt_trial, start_trial, supervisor_env
-from tests.support.fake_training import FAKE_TRAIN
+from fusion_dd.runner.trial import _is_our_supervisor, adopt_trial, start_trial, supervisor_env
+from tests.support.fake_training import fake_trial_spec
 from tests.support.processes import eventually, pid_gone
 
 pytestmark = pytest.mark.skipif(not forkserver.usable(), reason="no fork, /proc or pidfds here")
-
-SWITCH = json.dumps({"Switch": {"GraphFusion": {"A": "on"}}})
-
-
-def spec_for(tmp_path: Path, name: str, *fake_args: str) -> TrialSpec:
-    return TrialSpec(
-        trial_id=name,
-        trial_dir=tmp_path / "trials" / name,
-        command=[sys.executable, str(FAKE_TRAIN), *fake_args],
-        workdir="{trial_dir}",
-        base_dir=tmp_path,
-        env={"OPENBLAS_NUM_THREADS": "1"},
-        device=("0",),
-        device_env="ASCEND_DEVICE_ID",
-        timeout=60.0,
-        repeat=0,
-        switch_text=SWITCH,
-        grace=0.5,
-    )
-
 
 @pytest.fixture
 def server() -> ForkServer:
@@ -57,7 +37,7 @@ def cmdline(pid: int) -> str:
 def test_a_forked_supervisor_runs_the_training_and_is_known_by_its_record_not_its_command_line(
     tmp_path: Path, server: ForkServer
 ) -> None:
-    running = start_trial(spec_for(tmp_path, "t1", "--steps", "2", "--accuracy", "0.75"), server)
+    running = start_trial(fake_trial_spec(tmp_path, "t1", "--steps", "2", "--accuracy", "0.75"), server)
     record = json.loads((running.trial_dir / "supervisor.json").read_text())
     # The answer came after supervisor.json named the process: a resumed coordinator can find it.
     assert record["supervisor_pid"] == running.pid
@@ -92,7 +72,7 @@ def test_a_pid_whose_start_time_differs_is_not_the_supervisor(tmp_path: Path) ->
 
 
 def test_a_forked_supervisor_is_cancelled_like_a_started_one(tmp_path: Path, server: ForkServer) -> None:
-    running = start_trial(spec_for(tmp_path, "t2", "--hang"), server)
+    running = start_trial(fake_trial_spec(tmp_path, "t2", "--hang"), server)
     assert eventually(lambda: "step" in (running.trial_dir / "output.log").read_text())
     running.cancel()
     run = running.wait(poll=0.05)
@@ -102,7 +82,7 @@ def test_a_forked_supervisor_is_cancelled_like_a_started_one(tmp_path: Path, ser
 
 def test_supervisors_outlive_the_server_and_a_new_coordinator_adopts_them(tmp_path: Path, server: ForkServer) -> None:
     """What a SIGKILL of the coordinator does to the server: it ends; its trainings do not."""
-    running = start_trial(spec_for(tmp_path, "t3", "--steps", "3", "--sleep", "1.5"), server)
+    running = start_trial(fake_trial_spec(tmp_path, "t3", "--steps", "3", "--sleep", "1.5"), server)
     process = server._process
     assert process is not None
     process.kill()
@@ -112,7 +92,7 @@ def test_supervisors_outlive_the_server_and_a_new_coordinator_adopts_them(tmp_pa
     run = adopted.wait(poll=0.05)
     assert run.exit_code == 0 and not run.cancelled
     # The next trial gets a new server.
-    again = start_trial(spec_for(tmp_path, "t4", "--steps", "1"), server)
+    again = start_trial(fake_trial_spec(tmp_path, "t4", "--steps", "1"), server)
     assert again.wait(poll=0.05).exit_code == 0
     assert server._process is not None and server._process.pid != process.pid
 
@@ -124,7 +104,7 @@ def test_without_the_fork_server_supervisors_are_started_as_interpreters(
     assert not forkserver.usable()
     served = ForkServer(supervisor_env())
     assert served.spawn(str(tmp_path)) is None
-    running = start_trial(spec_for(tmp_path, "t5", "--steps", "2", "--sleep", "0.5"), served)
+    running = start_trial(fake_trial_spec(tmp_path, "t5", "--steps", "2", "--sleep", "0.5"), served)
     assert eventually(lambda: "fusion_dd.runner.supervisor" in cmdline(running.pid))  # once it has exec'd
     assert running.wait(poll=0.05).exit_code == 0
 
@@ -132,7 +112,7 @@ def test_without_the_fork_server_supervisors_are_started_as_interpreters(
 def test_a_server_that_cannot_answer_makes_the_launcher_start_interpreters(tmp_path: Path) -> None:
     served = ForkServer(supervisor_env())
     assert served.spawn(str(tmp_path / "missing")) is None  # refused: no such trial directory
-    running = start_trial(spec_for(tmp_path, "t6", "--steps", "2", "--sleep", "0.5"), served)
+    running = start_trial(fake_trial_spec(tmp_path, "t6", "--steps", "2", "--sleep", "0.5"), served)
     assert eventually(lambda: "fusion_dd.runner.supervisor" in cmdline(running.pid))  # once it has exec'd
     assert running.wait(poll=0.05).exit_code == 0
     served.close()
@@ -140,13 +120,13 @@ def test_a_server_that_cannot_answer_makes_the_launcher_start_interpreters(tmp_p
 
 def test_the_local_launcher_stops_its_server_at_the_end_of_a_run_and_starts_a_new_one_when_needed(tmp_path: Path) -> None:
     launcher = LocalLauncher()
-    first = start_trial(spec_for(tmp_path, "t7", "--steps", "1"), launcher._forkserver)
+    first = start_trial(fake_trial_spec(tmp_path, "t7", "--steps", "1"), launcher._forkserver)
     assert first.wait(poll=0.05).exit_code == 0
     process = launcher._forkserver._process
     assert process is not None
     launcher.run_ended()
     assert process.wait(timeout=30) == 0  # it saw the end of its requests and exited
-    second = start_trial(spec_for(tmp_path, "t8", "--steps", "2", "--sleep", "0.5"), launcher._forkserver)
+    second = start_trial(fake_trial_spec(tmp_path, "t8", "--steps", "2", "--sleep", "0.5"), launcher._forkserver)
     assert "fusion_dd.runner.forkserver" in cmdline(second.pid)
     assert launcher._forkserver._process is not None and launcher._forkserver._process.pid != process.pid
     assert second.wait(poll=0.05).exit_code == 0
@@ -155,7 +135,7 @@ def test_the_local_launcher_stops_its_server_at_the_end_of_a_run_and_starts_a_ne
 
 def test_a_forked_supervisor_ignores_the_coordinators_terminal(tmp_path: Path, server: ForkServer) -> None:
     """Own session: a Ctrl-C sent to the coordinator's process group never reaches it."""
-    running = start_trial(spec_for(tmp_path, "t9", "--steps", "2", "--sleep", "0.5"), server)
+    running = start_trial(fake_trial_spec(tmp_path, "t9", "--steps", "2", "--sleep", "0.5"), server)
     # (the server answers once it wrote supervisor.json; the child calls setsid right after)
     assert eventually(lambda: os.getsid(running.pid) == running.pid)
     assert os.getpgid(running.pid) != os.getpgid(0)

@@ -14,7 +14,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+from fusion_dd.runner.trial import TrialSpec
 from tests.support import FAKES
 
 FAKE_TRAIN = FAKES / "fake_train.py"
@@ -23,6 +25,26 @@ FAKE_TRAIN = FAKES / "fake_train.py"
 def fake_command(*args: str) -> list[str]:
     """The argv of one fake training with ``args`` (see the options in fake_train.py)."""
     return [sys.executable, str(FAKE_TRAIN), *args]
+
+
+def fake_trial_spec(tmp_path: Path, name: str, *fake_args: str, **overrides: Any) -> TrialSpec:
+    """One trial of the fake training under ``tmp_path/trials/name`` (``overrides``: TrialSpec fields)."""
+    fields: dict[str, Any] = dict(
+        trial_id=name,
+        trial_dir=tmp_path / "trials" / name,
+        command=fake_command(*fake_args),
+        workdir="{trial_dir}",
+        base_dir=tmp_path,
+        env={"OPENBLAS_NUM_THREADS": "1"},
+        device=("0",),
+        device_env="ASCEND_DEVICE_ID",
+        timeout=120.0,
+        repeat=0,
+        switch_text='{"Switch": {"GraphFusion": {"ALL": "off"}}}',
+        grace=1.0,
+    )
+    fields.update(overrides)
+    return TrialSpec(**fields)
 
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
