@@ -114,7 +114,8 @@ def _spawn(trial_dir: str) -> dict[str, object]:
             "supervisor_start_ticks": strays.start_ticks(pid),
             "trial_dir": trial_dir,
         }
-        write_json_atomic(os.path.join(trial_dir, supervisor.SUPERVISOR_FILE), record, durable=False)
+        with contextlib.suppress(OSError):  # the child writes its own record soon after; it runs either way
+            write_json_atomic(os.path.join(trial_dir, supervisor.SUPERVISOR_FILE), record, durable=False)
     finally:
         with contextlib.suppress(OSError):  # a child that already ended reads nothing
             os.write(write_fd, b"+")
