@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from ..rules import Rule
 from ..search.oracle import Outcome
 from ..store.state import TrialState
+from ..store.snapshots import REST as SNAPSHOT_REST
 
 
 def _config_text(names: frozenset[str], total: int) -> str:
@@ -37,8 +38,6 @@ def _config_text(names: frozenset[str], total: int) -> str:
 
 
 ESTIMATE_INTERVAL = 3.0  # seconds between two estimates at most once per finished trial
-#: After an estimate that took t seconds, the next waits at least ESTIMATE_REST * t (≤ 10% of a core).
-ESTIMATE_REST = 9.0
 
 
 class ConsoleEvents:
@@ -150,8 +149,8 @@ class ConsoleEvents:
                 found = estimate_from_dir(self._state_dir)
             except Exception:  # noqa: BLE001 - an estimate must never disturb a search
                 found = None
-            # It replays the whole journal: at most a tenth of a core, as report snapshots.
-            rest = max(ESTIMATE_INTERVAL, ESTIMATE_REST * (time.monotonic() - began))
+            # It replays the whole journal: the same share of a core as report snapshots take.
+            rest = max(ESTIMATE_INTERVAL, SNAPSHOT_REST * (time.monotonic() - began))
             if found is None:
                 self._stop.wait(rest)
                 continue

@@ -198,8 +198,8 @@ class LocalHandle:
 class LocalLauncher:
     """Trials as supervised process groups on this machine (``fusion_dd.runner.trial``).
 
-    Supervisors are forked by a fork server started on the first trial
-    (:mod:`fusion_dd.runner.forkserver`), so a training costs no interpreter
+    Supervisors are forked by a fork server started when a run starts, or else
+    on the first trial (:mod:`fusion_dd.runner.forkserver`), so a training costs no interpreter
     start of ours; where that is not possible each supervisor is started as
     its own interpreter, as before.
     """

@@ -30,7 +30,7 @@ from fusion_dd.runner.trial import (
     start_trial,
     substitute,
 )
-from tests.support.fake_training import FAKE_TRAIN
+from tests.support.fake_training import fake_trial_spec
 from tests.support.processes import eventually, group_gone, pid_gone, training_pgid
 
 ACC = MetricSpec.from_text(r"accuracy: (\S+)")
@@ -39,23 +39,16 @@ KNOWN = ("switch_file", "trial_dir", "metrics_file", "device", "trial_id")
 
 
 def make_spec(tmp_path: Path, *fake_args: str, **overrides: object) -> TrialSpec:
+    """The fake training's trial ``t0001`` on device 3, with the CANN backend's environment defaults."""
     fields: dict = dict(
-        trial_id="t0001",
-        trial_dir=tmp_path / "trials" / "t0001",
-        command=[sys.executable, str(FAKE_TRAIN), *fake_args],
-        workdir="{trial_dir}",
-        base_dir=tmp_path,
-        env={"OPENBLAS_NUM_THREADS": "1"},
         device=("3",),
-        device_env="ASCEND_DEVICE_ID",
         timeout=30.0,
-        repeat=0,
         switch_text=SWITCH_A_ON,
         grace=0.5,
         env_defaults=CannBackend().render([], []).env_defaults,
     )
     fields.update(overrides)
-    return TrialSpec(**fields)
+    return fake_trial_spec(tmp_path, "t0001", *fake_args, **fields)
 
 
 def run_trial(spec: TrialSpec) -> TrialRun:
