@@ -66,10 +66,35 @@ class TrainingOracle:
         # The configuration the compiler really trains for the one asked (the
         # backend's ``realize``): answers and repeats are keyed on it.
         self._realize = realize or (lambda config: config)
+        # fusion_dd.search.oracle.prefetch: configurations for the question after the next one,
+        # trained along with the next question on the devices it leaves idle.
+        self._prefetched: list[frozenset[Rule]] = []
+        self._along: list[frozenset[Rule]] = []
+        self._width: int | None = None
+
+    def prefetch(self, configs: Sequence[frozenset[Rule]]) -> None:
+        """Train these (repeat 0) along with the next question, where it leaves a device idle.
+
+        The width of a question is journaled, so a replay fills the same devices
+        with the same configurations: resume stays exact replay.
+        """
+        self._prefetched = [self._realize(frozenset(config)) for config in configs]
 
     def _question(self) -> None:
-        if self.lanes is not None:
-            self.lanes.advance()
+        self._along, self._prefetched = self._prefetched, []
+        self._width = self.lanes.advance() if self.lanes is not None else None
+
+    def _alongside(self, pending: Sequence[ConfigKey]) -> list[ConfigKey]:
+        """The prefetched keys for the devices this question's trainings leave idle (taken once)."""
+        along, self._along = self._along, []
+        if self._width is None or not pending:
+            return []
+        keys: list[ConfigKey] = []
+        for config in along:
+            key = (self._names(config), 0)
+            if len(pending) + len(keys) < self._width and key not in pending and key not in keys and self._cached(key) is None:
+                keys.append(key)
+        return keys
 
     def _names(self, config: frozenset[Rule]) -> frozenset[str]:
         names = self._names_memo.get(config)
@@ -163,6 +188,7 @@ class TrainingOracle:
 
     def first_failing(self, configs: Sequence[frozenset[Rule]]) -> int | None:
         self._question()
+        self._along = []  # a failure cancels the trainings after it: nothing rides along
         configs = [self._realize(frozenset(config)) for config in configs]
         while True:
             # Walk in order: the answer is known once every configuration before
@@ -194,7 +220,8 @@ class TrainingOracle:
             pending = [
                 (self._names(config), repeat) for (config, repeat), v in zip(requests, verdicts) if v is None
             ]
-            if not self._run(pending, None):
+            # The budget goes to the question's own keys first (_run cuts from the end).
+            if not self._run([*pending, *self._alongside(pending)], None):
                 raise BudgetExhausted(self.smallest_failing)
 
     def outcomes(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:

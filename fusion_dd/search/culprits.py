@@ -35,6 +35,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
+import copy
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
@@ -43,7 +44,7 @@ from fusion_dd.search.hitting import HittingSet, minimum_hitting_set
 from fusion_dd.search.lanes import Lanes, width_of
 from fusion_dd.search.masks import Answers, Masks
 from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised, majority
-from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, supports_repeats
+from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, prefetch, supports_repeats
 
 T = TypeVar("T", bound=Hashable)
 
@@ -281,6 +282,9 @@ class _Recorder(Generic[T]):
             self._note(frozenset(config), outcome is Outcome.FAIL)
         return result
 
+    def prefetch(self, configs: Sequence[frozenset[T]]) -> None:
+        prefetch(self._oracle, configs)
+
     def first_failing(self, configs: Sequence[frozenset[T]]) -> int | None:
         self._watch()
         hit = self._oracle.first_failing(configs)
@@ -453,6 +457,16 @@ def _settle(
     progress.may_hide = off - alone
 
 
+def _next_candidate(
+    progress: _Progress[T], sets: list[frozenset[T]], order: list[T], universe: frozenset[T], preference: _Preference[T]
+) -> frozenset[T]:
+    """The fix candidate ``_loop`` asks once these sets are settled, leaving ``progress`` as it is."""
+    ahead = copy.copy(progress)
+    ahead.singles = dict(progress.singles)  # the one container _settle changes in place
+    _settle(ahead, sets, order, preference, grow=len(sets) > len(order))
+    return universe - ahead.switched_off
+
+
 def _loop(
     order: list[T],
     oracle: Oracle[T],
@@ -467,9 +481,16 @@ def _loop(
 ) -> None:
     """Minimize, switch off the fewest rules for all sets found, verify the fix; again inside a failing fix.
 
-    ``on_fix`` is told each fix candidate before it is asked (the engine then
-    trains it with tensor dumps, so that the fix's training also serves
-    localization); it changes no question.
+    ``on_fix`` is told each fix candidate before it is asked or prefetched (the
+    engine then trains it with tensor dumps, so that the fix's training also
+    serves localization); it changes no question.
+
+    Prefetch: the guard's check of a new set is usually one repeat, which leaves
+    devices idle, and unless that repeat flips, the next question is the fix
+    candidate for the sets including it. So that candidate is computed ahead
+    (on a copy of ``progress``) and handed to the oracle's ``prefetch``: it
+    trains beside the repeat and the round it would have taken alone is saved.
+    The answers, and so the questions, are the same either way.
 
     ``check`` sees each culprit set before the fix is changed for it, so that a
     noise guard can confirm it while the next search has not yet built on it; it
@@ -523,12 +544,20 @@ def _loop(
                 recorder.verify_start()  # nothing failed in the first search: the universe's failure was all it had
             if not rules or not rules <= failing:
                 break  # a broken strategy: stop rather than loop
+            leading = leading + 1 if rules == {next(rule for rule in order if rule in failing)} else 0
+            dense = leading >= 2  # once could be chance (a lone culprit that sorts first)
             if check is not None:
+                if not dense:
+                    # The guard may confirm the set with a repeat that leaves devices idle; the
+                    # next fix candidate (asked right after, unless the repeat flips) trains along.
+                    upcoming = _next_candidate(progress, [*sets, rules], order, universe, preference)
+                    if upcoming:
+                        if on_fix is not None:
+                            on_fix(upcoming)
+                        prefetch(recorder, [upcoming])
                 check(rules, rules == failing, bool(sets))
             progress.searched.append(rules)
             new = [rules]
-            leading = leading + 1 if rules == {next(rule for rule in order if rule in failing)} else 0
-            dense = leading >= 2  # once could be chance (a lone culprit that sorts first)
             width = 1
         for rules in new:
             sets.append(rules)

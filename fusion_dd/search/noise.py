@@ -82,7 +82,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from fusion_dd.search.masks import Antichains, Masks
-from fusion_dd.search.oracle import Observation, Outcome, RepeatOracle
+from fusion_dd.search.oracle import Observation, Outcome, RepeatOracle, prefetch
 
 T = TypeVar("T", bound=Hashable)
 
@@ -352,6 +352,10 @@ class NoiseGuard(Generic[T]):
             self._settle(new)
         answers = [self._answer(c) for c in configs]
         return answers
+
+    def prefetch(self, configs: Sequence[frozenset[T]]) -> None:
+        """Passes on the configurations whose verdict is still open (``fusion_dd.search.oracle.prefetch``)."""
+        prefetch(self._base, [c for c in map(frozenset, configs) if self.verdict(c) is None])
 
     def first_failing(self, configs: Sequence[frozenset[T]]) -> int | None:
         configs = [frozenset(c) for c in configs]

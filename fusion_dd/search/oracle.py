@@ -117,6 +117,21 @@ def supports_repeats(oracle: object) -> bool:
     return isinstance(oracle, RepeatOracle) and bool(getattr(oracle, "supports_repeats", True))
 
 
+def prefetch(oracle: object, configs: Sequence[frozenset[T]]) -> None:
+    """Tell ``oracle`` what will most likely be asked right after its next question.
+
+    Optional in the protocol: an oracle without a ``prefetch`` method ignores it.
+    One that has it may train these configurations (repeat 0) on the devices its
+    next question leaves idle, so that when they are asked the answer is there
+    and the round they would have taken alone is saved. A right guess costs
+    nothing; a wrong one costs one training. Only the next question uses them,
+    and the answers a caller gets never change, only when their trainings ran.
+    """
+    method = getattr(oracle, "prefetch", None)
+    if callable(method):
+        method(configs)
+
+
 class BudgetExhausted(Exception, Generic[T]):
     """Raised by an oracle when the training budget does not allow another question.
 

@@ -87,6 +87,31 @@ class SimulatedOracle(Generic[T]):
         self.rounds = 0
         self.smallest_failing: frozenset[T] | None = None
         self._next: dict[frozenset[T], int] = {}
+        self._prefetched: list[frozenset[T]] = []  # for the next question only
+
+    def prefetch(self, configs: Sequence[frozenset[T]]) -> None:
+        """Train these along with the next question, on the devices its last wave leaves idle.
+
+        As the engine's oracle does (``fusion_dd.search.oracle.prefetch``): the
+        trainings count, the rounds they share do not, and the budget goes to the
+        question's own configurations first.
+        """
+        self._prefetched = [frozenset(c) for c in configs]
+
+    def _along(self, needed: Sequence[Key]) -> list[Key]:
+        """The prefetched keys that fit beside ``needed`` (its last wave's idle devices, the budget)."""
+        prefetched, self._prefetched = self._prefetched, []
+        if not needed:
+            return []
+        spare = -len(needed) % self.parallelism
+        if self.budget is not None:
+            spare = min(spare, self.budget - self.trainings - len(needed))
+        along: list[Key] = []
+        for config in prefetched:
+            key = (config, 0)
+            if len(along) < spare and key not in needed and key not in along and config not in self.cache:
+                along.append(key)
+        return along
 
     @property
     def trainings(self) -> int:
@@ -120,9 +145,10 @@ class SimulatedOracle(Generic[T]):
     def outcomes(self, configs: Sequence[frozenset[T]]) -> list[Outcome]:
         """Answer every configuration; the uncached ones run in waves of P."""
         configs = [frozenset(c) for c in configs]
-        needed = _distinct(c for c in configs if c not in self.cache)
+        needed: list[Key] = [(c, 0) for c in _distinct(c for c in configs if c not in self.cache)]
+        needed += self._along(needed)
         for start in range(0, len(needed), self.parallelism):
-            self._run_wave([(c, 0) for c in needed[start : start + self.parallelism]])
+            self._run_wave(needed[start : start + self.parallelism])
         self._consumed(configs)
         return [self.cache[c] for c in configs]
 
@@ -134,6 +160,7 @@ class SimulatedOracle(Generic[T]):
         real device was busy with it even if its answer turned out not to matter.
         """
         configs = [frozenset(c) for c in configs]
+        self._prefetched = []  # a wave may stop at a failure: nothing rides along
         index = 0
         while index < len(configs):
             known = self.cache.get(configs[index])
@@ -166,6 +193,7 @@ class SimulatedOracle(Generic[T]):
             counts[config] = repeat + 1
             keys.append((config, repeat))
         needed = [key for key in keys if self._cached(key) is None]
+        needed += self._along(needed)
         for start in range(0, len(needed), self.parallelism):
             self._run_wave(needed[start : start + self.parallelism])
         answers = []

@@ -346,3 +346,45 @@ def test_an_oracle_that_forgets_its_trainings_is_reported() -> None:
 
     with pytest.raises(RuntimeError, match="trials"):
         find_culprits(range(8), Forgetful(or_model([3]), repeats=True), STRATEGIES["bisect"])
+
+
+class WithoutPrefetch(SimulatedOracle):
+    """The simulated oracle as it was before prefetching: the layer's hints are ignored."""
+
+    prefetch = None
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@settings(deadline=None, max_examples=40)
+@given(case=planted(), parallelism=st.sampled_from([2, 3]), rate=st.sampled_from([0.0, 0.1, 0.25]), seed=st.integers(0, 99))
+def test_prefetching_the_next_fix_candidate_changes_no_answer_and_saves_rounds(case, name, parallelism, rate, seed) -> None:
+    """A confirming repeat leaves devices idle; the fix candidate asked after it trains there.
+
+    Answers depend only on what is asked, so the result is the same; without noise the
+    candidate is always asked next (the same trainings, fewer rounds), with noise a
+    flipped confirmation can leave it unasked (one training more, never a round more).
+    """
+    universe, sets = case
+    exempt = [F(), F(universe)]
+    runs = []
+    for kind in (WithoutPrefetch, SimulatedOracle):
+        oracle = kind(sets_model(sets), parallelism=parallelism, noise=flip_noise(rate, seed=seed, exempt=exempt))
+        runs.append((find_culprits(universe, oracle, STRATEGIES[name], parallelism=parallelism), oracle))
+    (before, plain), (result, prefetching) = runs
+    assert result == before
+    assert prefetching.rounds <= plain.rounds
+    assert set(plain.launched) <= set(prefetching.launched)
+    if rate == 0.0:
+        assert sorted(prefetching.launched, key=repr) == sorted(plain.launched, key=repr)
+
+
+def test_two_independent_culprits_on_two_devices_save_the_round_of_the_second_fix_candidate() -> None:
+    universe = list(range(16))
+    runs = []
+    for kind in (WithoutPrefetch, SimulatedOracle):
+        oracle = kind(or_model([3, 11]), parallelism=2, repeats=True)
+        runs.append((find_culprits(universe, oracle, STRATEGIES["bisect"], parallelism=2), oracle))
+    (before, plain), (result, prefetching) = runs
+    assert result == before and {next(iter(c.rules)) for c in result.culprit_sets} == {3, 11}
+    assert prefetching.trainings == plain.trainings
+    assert prefetching.rounds < plain.rounds

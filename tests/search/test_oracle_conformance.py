@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusion_dd.rules import Rule
+from fusion_dd.search.lanes import LanePlan
 from fusion_dd.search.oracle import BudgetExhausted, Observation, Outcome, supports_repeats
 from fusion_dd.search.simulate import NoiseModel, SimulatedOracle, flip_noise, or_model
 from tests.support.oracle import MARGIN, NEAR_FAIL, NEAR_PASS, TrainingLab, rules
@@ -305,3 +306,50 @@ def test_near_threshold_is_a_metric_within_the_margin_of_the_limit(value, margin
     trial = lab.cache[(F({"A"}), 0)]
     trial.finished = {"kind": "metric", "value": value} if value is not None else {"kind": "timeout", "value": None}
     assert oracle.near_threshold(trial) is near
+
+
+# --- prefetch: the next question's idle devices train what comes after it -------------------
+
+
+def two_device_sessions(test: Callable, budget: int | None = None) -> list[tuple[Any, Callable[[], list[Key]]]]:
+    """A simulated and a training oracle, each on two devices, with its log of trainings."""
+    simulated = SimulatedOracle(test, 2, budget, repeats=True)
+    lab = TrainingLab(UNIVERSE, test)
+    training = lab.oracle(budget)
+    training.lanes = LanePlan(current=lambda: 2)
+    return [
+        (simulated, lambda: [(names(config), repeat) for config, repeat in simulated.launched]),
+        (training, lambda: list(lab.launched)),
+    ]
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["simulated", "training"])
+def test_prefetch_trains_on_the_idle_device_of_the_next_question_only(kind: int) -> None:
+    oracle, launched = two_device_sessions(or_model([A]))[kind]
+    assert oracle.outcomes([F({A})]) == [Outcome.FAIL]
+    oracle.prefetch([F({A, B})])
+    assert oracle.retest([F({A})]) == [Outcome.FAIL]  # repeat 1, and A+B on the idle device
+    assert launched() == [(names(F({A})), 0), (names(F({A})), 1), (names(F({A, B})), 0)]
+    rounds = oracle.rounds
+    assert oracle.outcomes([F({A, B})]) == [Outcome.FAIL]  # answered by the prefetched training
+    assert (len(launched()), oracle.rounds) == (3, rounds)
+    assert [o.repeat for o in oracle.trials(F({A, B}))] == [0]  # asked now, so it counts as asked now
+
+    oracle.prefetch([F({C})])
+    oracle.outcomes([F({B}), F({D})])  # no idle device: C is not trained
+    oracle.outcomes([F({D})])  # cached: nothing is trained, and C was for the question before
+    assert names(F({C})) not in {config for config, _ in launched()}
+    oracle.prefetch([F({C})])
+    assert oracle.first_failing([F({B, C, D})]) is None  # a failure may cancel what comes after it: no rider
+    assert names(F({C})) not in {config for config, _ in launched()}
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["simulated", "training"])
+def test_the_budget_goes_to_the_question_before_a_prefetched_configuration(kind: int) -> None:
+    oracle, launched = two_device_sessions(or_model([A]), budget=2)[kind]
+    oracle.outcomes([F({A})])
+    oracle.prefetch([F({A, B})])
+    assert oracle.retest([F({A})]) == [Outcome.FAIL]  # answered, not exhausted
+    assert launched() == [(names(F({A})), 0), (names(F({A})), 1)]
+    with pytest.raises(BudgetExhausted):
+        oracle.outcomes([F({A, B})])
