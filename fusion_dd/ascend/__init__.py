@@ -10,19 +10,56 @@ names (CANN silently ignores a misspelled one), maps culprit rules to layers,
 and checks that a trial's switch file was really applied.
 """
 
-from .applied import (
-    SwitchCheck,
-    check_switch_applied,
-    find_fusion_results,
-    read_trial_results,
-)
-from .candidates import CandidateSet, SourceInfo, collect_candidates, resolve_sections
-from .discover import graph_paths, load_graphs
-from .formats import FORMATS, format_rules
-from .fusion_result import FusionResult, PassStats, read_fusion_result
-from .graph import GraphModel, GraphOp, load_graph, rules_of
-from .validate import NameWarning, closest_names, validate_names
-from .where import FusedOp, format_locations, layers, rule_locations, ub_kernels, where
+import importlib
+from typing import Any
+
+# Imported on first use (PEP 562), so that ``from fusion_dd.ascend import validate_names``
+# costs only its own module: the graph and dump readers pull protobuf and numpy, which a
+# search that only checks names and reads fusion_result.json never needs (start-up time).
+_SUBMODULE_OF = {
+    "CandidateSet": "candidates",
+    "FORMATS": "formats",
+    "FusedOp": "locations",
+    "FusionResult": "fusion_result",
+    "GraphModel": "graph",
+    "GraphOp": "graph",
+    "NameWarning": "validate",
+    "PassStats": "fusion_result",
+    "SourceInfo": "candidates",
+    "SwitchCheck": "applied",
+    "check_switch_applied": "applied",
+    "closest_names": "validate",
+    "collect_candidates": "candidates",
+    "find_fusion_results": "applied",
+    "format_locations": "locations",
+    "format_rules": "formats",
+    "graph_paths": "discover",
+    "layers": "locations",
+    "load_graph": "graph",
+    "load_graphs": "discover",
+    "read_fusion_result": "fusion_result",
+    "read_trial_results": "applied",
+    "resolve_sections": "candidates",
+    "rule_locations": "locations",
+    "rules_of": "graph",
+    "ub_kernels": "locations",
+    "validate_names": "validate",
+    "where": "locations",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SUBMODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SUBMODULE_OF))
+
 
 __all__ = [
     "FORMATS",
