@@ -14,10 +14,13 @@ import glob
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .fusion_result import FILE_NAME as FUSION_RESULT
-from .graph import GraphModel, load_graph
+
+if TYPE_CHECKING:
+    from .graph import GraphModel
 
 GRAPH_DUMP_GLOB = "ge_proto_*.txt"
 BUILD_SUFFIX = "_Build.txt"
@@ -120,4 +123,6 @@ def graph_paths(patterns: Iterable[str | Path]) -> list[Path]:
 
 def load_graphs(patterns: Iterable[str | Path]) -> list[GraphModel]:
     """Load every graph dump named by files, directories or glob patterns."""
+    from .graph import load_graph  # here: the graph reader pulls protobuf, which finding files never needs
+
     return [load_graph(path) for path in graph_paths(patterns)]
