@@ -24,7 +24,7 @@ from . import __version__
 from .config import SearchConfig
 from .errors import UsageError
 from .runner.early_stop import LossCurveHook, envelope, read_curve
-from .runner.executor import Device, DevicePool, run_batch
+from .runner.executor import Device, DevicePool, Pools, run_batch
 from .store.journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .runner.metrics import MetricSpec
 from .report import REPORT_NAME, build_report, display_path, write_outputs
@@ -149,6 +149,8 @@ class Engine:
         # Fix candidates the search announced (find_culprits' on_fix): trained with dumps when the
         # references are, so that localization needs no training of the fix of its own.
         self._fix_candidates: set[frozenset[str]] = set()
+        # joblib's thread pools, open from the first batch to the end of the run (not one per question).
+        self._pools = Pools()
 
     # -- journal ----------------------------------------------------------------
 
@@ -521,7 +523,9 @@ class Engine:
             (lambda device, cancel, key=key: self._train(key, role or self._role(key), device, cancel))
             for key in keys
         ]
-        run_batch(jobs, pool, stop_after=stop_after, cleanup_timeout=self.config.train.kill_grace + 30)
+        run_batch(
+            jobs, pool, stop_after=stop_after, cleanup_timeout=self.config.train.kill_grace + 30, pools=self._pools
+        )
 
     def _role(self, key: ConfigKey) -> str:
         """What a training is for, from its key: the references, a repeat of a question, or a question."""
@@ -754,6 +758,7 @@ class Engine:
             return self._stop("interrupted", EXIT_INTERRUPTED, self._known_preconditions(), None)
         finally:
             self._launcher_hook("run_ended")
+            self._pools.close()
             self._snapshots.close()
             if self._journal is not None:
                 self._journal.close()
@@ -1045,6 +1050,7 @@ class Engine:
             raise UsageError(str(exc)) from None
         finally:
             self._launcher_hook("run_ended")
+            self._pools.close()
             if self._journal is not None:
                 self._journal.close()
 
