@@ -306,7 +306,10 @@ class Engine:
                 # the guide's ranking, a fix candidate for localization (the same training, dumped).
                 record["dumps"] = True
             assert self._journal is not None
-            self._journal.append(record)
+            # Written before the launch, so a killed coordinator finds it; without an fsync, since a
+            # crash of the machine that loses it also ends the training (resume then warns about the
+            # trial directory no record names and skips its number). trial_finished syncs it.
+            self._journal.append(record, durable=False)
             self.state.apply(record)
             trial = self.state.trials[trial_id]
         self.events.trial_started(trial)
