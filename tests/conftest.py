@@ -9,8 +9,6 @@ training for tests that prefer fixtures.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,15 +18,6 @@ import pytest
 pytest.register_assert_rewrite("tests.support")
 
 from tests.support.fake_training import FAKE_TRAIN, fake_command, run_fusion_dd  # noqa: E402
-
-if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
-    # The suite starts thousands of interpreters (the CLI, supervisors, fake trainings) that
-    # import fusion_dd. With PYTHONDONTWRITEBYTECODE each one compiled every module again,
-    # about a third of its start-up; they keep the bytecode in a cache of their own instead,
-    # outside the checkout, as the setting asks.
-    os.environ.setdefault(
-        "PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), f"fusion-dd-tests-pycache-{os.getuid()}")
-    )
 
 #: What a file that runs searches (or whole trainings) has among its names.
 _SEARCHING = ("run_fusion_dd", "start_fusion_dd", "sigkill_search_when", "Engine", "start_trial", "prefetch")
