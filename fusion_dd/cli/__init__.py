@@ -7,6 +7,7 @@ answer too), 2 usage or config error, or a training that does not run
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import shlex
@@ -821,42 +822,50 @@ def _crash_log(exc: BaseException) -> Path | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors become one line and exit code 2, never a traceback."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    if not args:
-        # A bare ``fusion-dd``: the help, and a successful exit.
-        args = ["--help"]
     try:
-        code = app(args=args, standalone_mode=False, prog_name="fusion-dd")
-    except UsageError as exc:
-        typer.echo(f"fusion-dd: error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("fusion-dd: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except OSError as exc:
-        # A read-only or full state directory, a vanished file: the path and the errno text.
-        where = exc.filename if exc.filename is not None else "fusion-dd"
-        typer.echo(f"fusion-dd: error: {where}: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except Exception as exc:  # click usage errors and anything unexpected
-        kind = _click_error_kind(exc)
-        if kind == "usage":
-            for line in _usage_lines(exc):
-                typer.echo(line, err=True)
+        args = sys.argv[1:] if argv is None else list(argv)
+        if not args:
+            # A bare ``fusion-dd``: the help, and a successful exit.
+            args = ["--help"]
+        try:
+            code = app(args=args, standalone_mode=False, prog_name="fusion-dd")
+        except UsageError as exc:
+            typer.echo(f"fusion-dd: error: {exc}", err=True)
             sys.exit(EXIT_USAGE)
-        if kind == "abort":
+        except typer.Exit as exc:
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
             typer.echo("fusion-dd: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        if kind == "click":
-            typer.echo(f"fusion-dd: error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
-            sys.exit(int(getattr(exc, "exit_code", EXIT_USAGE)))
-        log = _crash_log(exc)
-        where = f"; the traceback is in {log}" if log is not None else ""
-        typer.echo(f"fusion-dd: internal error: {type(exc).__name__}: {exc}{where}", err=True)
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+        except OSError as exc:
+            # A read-only or full state directory, a vanished file: the path and the errno text.
+            where = exc.filename if exc.filename is not None else "fusion-dd"
+            typer.echo(f"fusion-dd: error: {where}: {exc.strerror or exc}", err=True)
+            sys.exit(EXIT_USAGE)
+        except Exception as exc:  # click usage errors and anything unexpected
+            kind = _click_error_kind(exc)
+            if kind == "usage":
+                for line in _usage_lines(exc):
+                    typer.echo(line, err=True)
+                sys.exit(EXIT_USAGE)
+            if kind == "abort":
+                typer.echo("fusion-dd: interrupted", err=True)
+                sys.exit(EXIT_INTERRUPTED)
+            if kind == "click":
+                typer.echo(f"fusion-dd: error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
+                sys.exit(int(getattr(exc, "exit_code", EXIT_USAGE)))
+            log = _crash_log(exc)
+            where = f"; the traceback is in {log}" if log is not None else ""
+            typer.echo(f"fusion-dd: internal error: {type(exc).__name__}: {exc}{where}", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+    finally:
+        if argv is None:
+            # The process ends here. The interpreter's exit runs full garbage collections over
+            # every object (tens of thousands with numpy and joblib loaded): about 80 ms of CPU
+            # per command, for cycles that the exit frees anyway. Frozen, they are not traversed;
+            # atexit handlers and finalizers still run. (A caller passing argv keeps its GC.)
+            gc.freeze()
 
 
 if __name__ == "__main__":  # pragma: no cover
