@@ -16,6 +16,7 @@ well under two seconds of one core.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -178,4 +179,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The exit's full collections would traverse every object numpy left: not needed at exit
+    # (see fusion_dd.cli.main); a demo search runs dozens of these trainings.
+    gc.freeze()
+    sys.exit(code)
