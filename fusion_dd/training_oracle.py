@@ -92,7 +92,8 @@ class TrainingOracle:
         keys: list[ConfigKey] = []
         for config in along:
             key = (self._names(config), 0)
-            if len(pending) + len(keys) < self._width and key not in pending and key not in keys and self._cached(key) is None:
+            idle = self._width - len(pending) - len(keys)
+            if idle > 0 and key not in pending and key not in keys and self._cached(key) is None:
                 keys.append(key)
         return keys
 

@@ -32,10 +32,10 @@ so that it follows the corrected branch.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-import copy
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
