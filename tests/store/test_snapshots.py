@@ -63,3 +63,27 @@ def test_close_without_any_request_starts_no_thread() -> None:
     before = threading.active_count()
     Snapshots(lambda: None).close()
     assert threading.active_count() == before
+
+
+def test_requests_within_the_settle_time_make_one_write_and_close_meanwhile_makes_none() -> None:
+    writes: list[int] = []
+    done = threading.Event()
+
+    def write() -> None:
+        writes.append(1)
+        done.set()
+
+    snapshots = Snapshots(write, rest=0.0, settle=0.3)
+    for _ in range(5):
+        snapshots.request()  # a search's trials ending together: one snapshot after them
+    assert done.wait(30)
+    snapshots.close()
+    assert writes == [1]
+
+    waiting = Snapshots(write, rest=0.0, settle=3600)
+    waiting.request()
+    closer = threading.Thread(target=waiting.close)
+    closer.start()
+    closer.join(30)  # close does not wait out the settle time
+    assert not closer.is_alive()
+    assert writes == [1]  # nothing was written after close
