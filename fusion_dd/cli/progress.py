@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from ..rules import Rule
 from ..search.oracle import Outcome
 from ..store.state import TrialState
-from ..store.snapshots import REST as SNAPSHOT_REST
+from ..store.snapshots import REST as SNAPSHOT_REST, SETTLE as SNAPSHOT_SETTLE
 
 
 def _config_text(names: frozenset[str], total: int) -> str:
@@ -143,6 +143,9 @@ class ConsoleEvents:
             if self._stop.is_set():
                 return
             self._wanted.clear()
+            # Wanted when a trial starts or ends: first let the coordinator launch what comes next.
+            if self._stop.wait(SNAPSHOT_SETTLE):
+                return
             assert self._state_dir is not None
             began = time.monotonic()
             try:
