@@ -174,11 +174,17 @@ def _where_the_time_went(state_dir: Path, began: float, ended: float) -> dict[st
     ``startup``: the command's start to the first training's start; ``finish``: the
     last training's end to the command's exit (the report, the HTML page);
     ``busy``: the trainings' own time over the devices' time between the two (a
-    strategy that asks one question at a time leaves a device idle: not our cost).
+    strategy that asks one question at a time leaves a device idle: not our cost);
+    ``rounds``: the references' batch and every question that launched a training.
     """
     records = [json.loads(line) for line in (state_dir / "journal.jsonl").read_text(encoding="utf-8").splitlines()]
     runs = []
+    rounds, trained = 1, False  # the references' round, then each question that launched a training
     for record in records:
+        if record["type"] == "question":
+            trained = False
+        elif record["type"] == "trial_started" and record.get("role") not in ("baseline", "all_on") and not trained:
+            rounds, trained = rounds + 1, True
         if record["type"] == "trial_finished":
             status = json.loads((state_dir / "trials" / record["trial_id"] / "status.json").read_text(encoding="utf-8"))
             runs.append((float(status["start"]), float(status["end"])))
@@ -188,6 +194,7 @@ def _where_the_time_went(state_dir: Path, began: float, ended: float) -> dict[st
         "startup": first - began,
         "finish": ended - last,
         "busy": sum(end - start for start, end in runs) / (devices * (last - first)),
+        "rounds": rounds,
     }
 
 
@@ -326,8 +333,8 @@ def render(rows: dict[str, dict[str, Any]], load: tuple[float, float]) -> str:
         )
         lines.append(
             f"| where that time went: start to the first training, last training to the exit; "
-            f"devices busy training between them | - | - | {r['startup']:.2f} s, {r['finish']:.2f} s; "
-            f"{100 * r['busy']:.0f}% | - |"
+            f"devices busy training between them ({r['rounds']} rounds of trainings) | - | - | "
+            f"{r['startup']:.2f} s, {r['finish']:.2f} s; {100 * r['busy']:.0f}% | - |"
         )
     if "startup" in rows:
         r = rows["startup"]
