@@ -19,9 +19,12 @@ import sys
 
 import numpy as np
 
-from fusion_dd.backends.cann.switch import load_switch_file
 from fusion_dd.integrations import dump_tensors
-from fusion_dd.rules import Section
+
+# The switch file is read by fake_train.py's own stdlib reader (next to this file),
+# not by fusion-dd's: the training checks what fusion-dd wrote against the format.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fake_train import load_switch  # noqa: E402
 
 LAYERS = 4
 
@@ -31,10 +34,10 @@ def main() -> int:
     parser.add_argument("--breaks", action="append", default=[], metavar="RULE[+RULE]@LAYER")
     parser.add_argument("--dump-log")
     args = parser.parse_args()
-    switch = load_switch_file(os.environ["FUSION_DD_SWITCH_FILE"])
+    switch = load_switch(os.environ["FUSION_DD_SWITCH_FILE"])
 
     def on(name: str) -> bool:
-        state = switch.state(name, Section.GRAPH)
+        state = switch.state(name, "GraphFusion")
         return True if state is None else state
 
     broken: dict[int, bool] = {}
