@@ -11,18 +11,17 @@ from pathlib import Path
 import yaml
 
 from fusion_dd.backends.cann.autofuse import parse_flags
+from tests.support.artifacts import READ_SWITCH
 from tests.support.fake_training import run_fusion_dd
 
 # A training that fails when AutoFuse's Reduce fusion runs, or when the graph culprit is on.
-TRAINING = textwrap.dedent(
+TRAINING = READ_SWITCH + textwrap.dedent(
     """
     import os
-    from fusion_dd.backends.cann.switch import load_switch_file
-    from fusion_dd.rules import Section
     items = dict(item.split("=", 1) for item in os.environ.get("AUTOFUSE_FLAGS", "").split(";") if "=" in item)
     autofuse = items.get("--enable_autofuse") == "true"
     reduce_on = autofuse and "reduce" in items.get("--autofuse_enable_pass", "").split(",")
-    graph_on = load_switch_file(os.environ["FUSION_DD_SWITCH_FILE"]).state("ConvToFullyConnectionFusionPass", Section.GRAPH) is not False
+    graph_on = load_switch(os.environ["FUSION_DD_SWITCH_FILE"]).state("ConvToFullyConnectionFusionPass", "GraphFusion") is not False
     print("accuracy: %s" % (0.5 if reduce_on or graph_on else 0.9))
     """
 )
