@@ -12,7 +12,7 @@ import yaml
 
 from fusion_dd.backends.cann.autofuse import parse_flags
 from tests.support.artifacts import READ_SWITCH
-from tests.support.fake_training import run_fusion_dd
+from tests.support.fake_training import call_fusion_dd, run_fusion_dd
 
 # A training that fails when AutoFuse's Reduce fusion runs, or when the graph culprit is on.
 TRAINING = READ_SWITCH + textwrap.dedent(
@@ -89,8 +89,8 @@ def test_init_and_rules_offer_the_switch_points_when_autofuse_is_on(tmp_path: Pa
     (tmp_path / "fusion_result.json").write_text(
         json.dumps({"g": {"graph_fusion": {"ConvToFullyConnectionFusionPass": {"match_times": "1", "effect_times": "1"}}}})
     )
-    listed = run_fusion_dd("rules", "fusion_result.json", cwd=tmp_path)
+    listed = call_fusion_dd("rules", "fusion_result.json", cwd=tmp_path)  # init above was a real process
     assert yaml.safe_load(listed.stdout)["rules"]["AutoFuse"] == ["elemwise", "reduce", "concat"]
     monkeypatch.setenv("AUTOFUSE_FLAGS", "--enable_autofuse=false")
-    listed = run_fusion_dd("rules", "fusion_result.json", "--format", "json", cwd=tmp_path)
+    listed = call_fusion_dd("rules", "fusion_result.json", "--format", "json", cwd=tmp_path)
     assert "AutoFuse" not in json.loads(listed.stdout)["rules"]

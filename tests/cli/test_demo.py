@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from fusion_dd.demo import DEFAULT_SCENARIO, SCENARIOS
-from tests.support.fake_training import run_fusion_dd
+from tests.support.fake_training import call_fusion_dd, run_fusion_dd
 from tests.support.html_page import check_html_report
 
 
@@ -154,7 +154,7 @@ def test_list_scenarios_and_bad_scenario(tmp_path):
     assert listed.returncode == 0
     for name in SCENARIOS:
         assert name in listed.stdout
-    bad = run_fusion_dd("demo", "--scenario", "nope", cwd=tmp_path)
+    bad = call_fusion_dd("demo", "--scenario", "nope", cwd=tmp_path)  # refused before any training
     assert bad.returncode == 2 and "unknown scenario 'nope'" in bad.stderr
 
 

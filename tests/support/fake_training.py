@@ -92,13 +92,13 @@ def call_fusion_dd(
 
     from fusion_dd.cli import main
 
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_env, saved_cwd, environment = dict(os.environ), os.getcwd(), cli_env(env)
     saved_signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     stdout, stderr = io.StringIO(), io.StringIO()
     code: int | str | None = 0
     try:
         os.environ.clear()
-        os.environ.update(cli_env(env))
+        os.environ.update(environment)
         os.chdir(cwd)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             try:
