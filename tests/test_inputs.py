@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.support.artifacts import GRAPH_RULES, OBEDIENT_TRAINING, UB_RULE, fusion_result
-from tests.support.fake_training import call_fusion_dd, fusion_dd_runner, run_fusion_dd
+from tests.support.fake_training import FAKE_PYTHON, call_fusion_dd, fusion_dd_runner, run_fusion_dd
 
 DEPTH = 100_000
 PROMPTLY = 60  # seconds; the old code never returned on a FIFO or /dev/zero
@@ -147,7 +147,7 @@ def test_a_deeply_nested_fusion_result_leaves_the_switch_check_unverified(tmp_pa
     script.write_text(HOSTILE_TRAINING)
     document = {
         "rules": {"GraphFusion": GRAPH_RULES, "UBFusion": [UB_RULE]},
-        "train": {"command": [sys.executable, str(script), json.dumps(sections)], "devices": [0, 1]},
+        "train": {"command": [*FAKE_PYTHON, str(script), json.dumps(sections)], "devices": [0, 1]},
         "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
         "search": {"budget": 40},
     }

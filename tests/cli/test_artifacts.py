@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from tests.support.artifacts import GRAPH_RULES, OBEDIENT_TRAINING, UB_RULE, fusion_result
-from tests.support.fake_training import FAKE_TRAIN, call_fusion_dd, run_fusion_dd
+from tests.support.fake_training import FAKE_PYTHON, FAKE_TRAIN, call_fusion_dd, run_fusion_dd
 
 
 def graph_dump(path: Path) -> None:
@@ -46,7 +46,7 @@ def write_config(tmp_path: Path, rules: dict, *extra_args: str) -> Path:
     script.write_text(OBEDIENT_TRAINING)
     document = {
         "rules": rules,
-        "train": {"command": [sys.executable, str(script), json.dumps(sections), *extra_args], "devices": [0, 1]},
+        "train": {"command": [*FAKE_PYTHON, str(script), json.dumps(sections), *extra_args], "devices": [0, 1]},
         "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
         "search": {"budget": 40},
     }

@@ -12,7 +12,7 @@ import yaml
 
 from fusion_dd.backends.cann.autofuse import parse_flags
 from tests.support.artifacts import READ_SWITCH
-from tests.support.fake_training import call_fusion_dd, run_fusion_dd
+from tests.support.fake_training import FAKE_PYTHON, call_fusion_dd, run_fusion_dd
 
 # A training that fails when AutoFuse's Reduce fusion runs, or when the graph culprit is on.
 TRAINING = READ_SWITCH + textwrap.dedent(
@@ -37,7 +37,7 @@ def test_a_search_over_autofuse_and_fusion_rules_finds_both_and_writes_both_fixe
             "AutoFuse": ["elemwise", "reduce", "concat"],
         },
         "train": {
-            "command": [sys.executable, str(script)],
+            "command": [*FAKE_PYTHON, str(script)],
             "devices": [0, 1],
             "env": {"AUTOFUSE_FLAGS": "--autofuse_dfx=1"},
         },

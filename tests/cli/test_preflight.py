@@ -21,7 +21,7 @@ import yaml
 
 from tests.support import REPO
 from tests.support.cli import CULPRIT, launches, write_config
-from tests.support.fake_training import FAKE_TRAIN, call_fusion_dd, run_fusion_dd, wrapper_script
+from tests.support.fake_training import FAKE_PYTHON, FAKE_TRAIN, call_fusion_dd, fake_command, run_fusion_dd, wrapper_script
 
 README = REPO / "README.md"
 
@@ -55,7 +55,7 @@ def test_a_missing_command_stops_before_any_training(tmp_path):
     assert "pythn3" in found["training_broken"]["command"]
 
     # Fixed, the same state directory starts the search: nothing was journaled as its definition.
-    set_command(config, [sys.executable, str(FAKE_TRAIN), "--launch-log", "launch.log", "--culprits", CULPRIT])
+    set_command(config, fake_command("--launch-log", "launch.log", "--culprits", CULPRIT))
     fixed = run_fusion_dd("search", cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stderr
     assert report(tmp_path)["status"] == "found"
@@ -72,7 +72,8 @@ def test_a_training_that_exits_before_its_metric_is_broken_not_an_answer(tmp_pat
     )
     (tmp_path / "broken").write_text("")
     document = yaml.safe_load(config.read_text())
-    set_command(config, [sys.executable, "train.py", *document["train"]["command"][2:]], workdir="{trial_dir}")
+    fake_args = document["train"]["command"][document["train"]["command"].index(str(FAKE_TRAIN)) + 1 :]
+    set_command(config, [*FAKE_PYTHON, "train.py", *fake_args], workdir="{trial_dir}")
     result = run_fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     found = report(tmp_path)

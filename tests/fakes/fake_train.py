@@ -6,8 +6,8 @@ prints ``step N loss X`` lines and a final ``accuracy: X`` to stdout, appends
 ``{"step": .., "loss": .., "accuracy": ..}`` records to ``$FUSION_DD_METRICS_FILE``,
 and reads its ``fusion_switch.cfg`` to decide how well it trained.
 
-Run it as ``[sys.executable, FAKE_TRAIN, ...options]``. Tests locate it with
-``Path(__file__).parent / "fakes" / "fake_train.py"``.
+Run it as ``[sys.executable, "-S", FAKE_TRAIN, ...options]`` (``fake_command`` in
+tests/support/fake_training.py; ``-S`` because it needs only the standard library).
 
 It imports nothing of fusion-dd: it reads the switch file with its own small
 reader of CANN's format (``load_switch``; JSON sections or the old line format),
@@ -91,12 +91,12 @@ import argparse
 import fcntl
 import json
 import os
-import random
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
+
+# random, subprocess and the catalog's pathlib are imported where an option needs
+# them: most trainings never do, and every import is paid by each of them.
 
 _SEVERITY = {"low": 1, "nan": 2, "crash": 3, "hang": 4}
 CRASH_EXIT_CODE = 3
@@ -199,7 +199,8 @@ def load_switch(path: str | None) -> Switch | None:
     """The switch file at ``path``: CANN's JSON sections, or the old ``PassName:on`` lines (both sections)."""
     if not path:
         return None
-    return load_switch_text(Path(path).read_text(encoding="utf-8"), path)
+    with open(path, encoding="utf-8") as handle:
+        return load_switch_text(handle.read(), path)
 
 
 def load_switch_text(text: str, path: str) -> Switch:
@@ -237,6 +238,8 @@ def load_switch_text(text: str, path: str) -> Switch:
 
 def _catalog_section(name: str) -> str:
     """The section of a pass name the file does not mention: fusion-dd's catalog data, else GraphFusion."""
+    from pathlib import Path
+
     data = Path(__file__).resolve().parents[2] / "fusion_dd" / "data"
     for section, filename in (("GraphFusion", "graph_fusion.txt"), ("UBFusion", "ub_fusion.txt")):
         catalog = data / filename
@@ -294,6 +297,8 @@ def _device() -> str | None:
 
 
 def _spawn_child(ignore_sigterm: bool, setsid: bool = False, clean_env: bool = False) -> int:
+    import subprocess
+
     code = "import signal, time\n"
     if ignore_sigterm:
         code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -308,6 +313,13 @@ def _spawn_child(ignore_sigterm: bool, setsid: bool = False, clean_env: bool = F
         env={} if clean_env else None,
     )
     return child.pid
+
+
+def _random(seed: str):
+    """A seeded generator (random imported only by the trainings that draw)."""
+    import random
+
+    return random.Random(seed)
 
 
 def _sleep_forever() -> None:
@@ -403,11 +415,11 @@ def main(argv: list[str] | None = None) -> int:
         wanted = [] if on == "none" else sorted(on.split("+"))
         if wanted == enabled and repeat in {int(part) for part in repeats.split(",") if part.strip()}:
             broken = not broken
-    if args.flip_rate > 0 and random.Random(f"flip|{args.seed}|{repeat}|{','.join(enabled)}").random() < args.flip_rate:
+    if args.flip_rate > 0 and _random(f"flip|{args.seed}|{repeat}|{','.join(enabled)}").random() < args.flip_rate:
         broken = not broken
     accuracy = args.bad_accuracy if broken else args.accuracy
     if args.noise > 0:
-        rng = random.Random(f"{args.seed}|{repeat}|{','.join(enabled)}")
+        rng = _random(f"{args.seed}|{repeat}|{','.join(enabled)}")
         accuracy += rng.gauss(0.0, args.noise)
     for decoy in range(args.metric_times - 1, 0, -1):
         value = accuracy - 0.1 * decoy
