@@ -47,9 +47,17 @@ def pytest_configure(config: pytest.Config) -> None:
     date), every process reads them; Python checks each pyc against its source's
     mtime, so an edited module is never run stale. Without that variable Python
     writes these files on the first import anyway; a read-only install is left as it is.
+
+    The pytest processes themselves then write bytecode too: pytest caches the test
+    modules it rewrites for ``assert`` only where Python may write, and rewriting all
+    of them again took each worker about 4 s of CPU at every start. The processes the
+    tests start keep the variable as it is.
     """
-    if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
+    if not sys.dont_write_bytecode:
+        return
+    if not hasattr(config, "workerinput"):
         compileall.compile_dir(Path(fusion_dd.__file__).parent, quiet=2)
+    sys.dont_write_bytecode = False
 
 
 @pytest.hookimpl(tryfirst=True)
