@@ -90,4 +90,3 @@ def test_a_read_only_state_dir_is_one_line(tmp_path: Path) -> None:
     lines = [line for line in completed.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, lines
     assert lines[0].startswith("fusion-dd: error:") and str(state) in lines[0]
-
