@@ -19,7 +19,7 @@ import yaml
 
 from fusion_dd.closure import close
 from fusion_dd.rules import Rule, Section
-from tests.support.fake_training import run_fusion_dd
+from tests.support.fake_training import call_fusion_dd, run_fusion_dd
 
 FAKE = textwrap.dedent(
     '''
@@ -103,7 +103,7 @@ def test_without_closure_the_baseline_names_what_fired_and_rules_closure_says_wh
 
 def test_candidates_from_the_all_on_training_then_closed(tmp_path: Path) -> None:
     write(tmp_path, closure=True, from_all_on=True)
-    dry = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    dry = call_fusion_dd("search", "--dry-run", cwd=tmp_path)  # the search below is a real process
     assert dry.returncode == 0 and "rules.from: all_on" in dry.stdout
     result = run_fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -222,7 +222,7 @@ def test_cann_closure_adds_what_fusion_result_json_shows_with_its_section(tmp_pa
     assert report["baseline"] == 0.0
     assert {frozenset(r["name"] for r in c["rules"]) for c in report["culprits"]} == {frozenset({"A"}), frozenset({"B"})}
     assert '"B": "off"' in (tmp_path / ".fusion-dd" / "fusion_switch.cfg").read_text()
-    closed = run_fusion_dd("rules", "--closure", cwd=tmp_path)
+    closed = call_fusion_dd("rules", "--closure", cwd=tmp_path)  # a real process in the test above
     assert closed.returncode == 0 and "GraphFusion: [A]" in closed.stdout and "UBFusion: [B]" in closed.stdout
 
 
@@ -251,7 +251,7 @@ def test_cann_candidates_from_the_all_on_training_which_is_the_all_on_reference(
     assert "training once" not in again.stderr and "closure round" not in again.stderr
     assert json.loads(Path(state / "report.json").read_text())["culprits"] == report["culprits"]
     (state / "fusion_switch.cfg").unlink()
-    rebuilt = run_fusion_dd("report", cwd=tmp_path)  # from the journal: its candidates, not the config's
+    rebuilt = call_fusion_dd("report", cwd=tmp_path)  # from the journal: its candidates, not the config's
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads((state / "fusion_switch.cfg").read_text())["Switch"] == {
         "GraphFusion": {"A": "off"}, "UBFusion": {"B": "off"}

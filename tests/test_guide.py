@@ -16,7 +16,7 @@ from fusion_dd.guide import partners, rank, record, refined, report_entry, summa
 from fusion_dd.store.journal import read_records
 from tests.support.cli import CULPRIT, GRAPH, launches, write_config
 from tests.support.dumping import DUMP_TRAIN, started, write
-from tests.support.fake_training import run_fusion_dd
+from tests.support.fake_training import call_fusion_dd, run_fusion_dd
 
 LOCALIZE = {"env": {"FUSION_DD_DUMP_DIR": "{dump_dir}"}}
 
@@ -259,7 +259,7 @@ def test_a_resumed_guided_search_replays_its_ranking_and_trains_nothing_twice(tm
     document = yaml.safe_load((tmp_path / "fusion-dd.yaml").read_text())
     document["search"]["suspects"] = [GRAPH[9]]
     (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
-    dry = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    dry = call_fusion_dd("search", "--dry-run", cwd=tmp_path)  # the search and resume around it are real processes
     assert dry.returncode == 0, dry.stderr
     assert "journaled its guide" in dry.stdout and f"1. {GRAPH[4]}: named in search.suspects" in dry.stdout
     resumed = run_fusion_dd("resume", "--budget", "60", "-c", "fusion-dd.yaml", cwd=tmp_path)

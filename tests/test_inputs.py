@@ -5,6 +5,11 @@ over the size a real artifact has must be refused before it is read, and JSON or
 protobuf text nested 100,000 levels deep must not crash the reader. Each ends as
 one line naming the file, exit 2. In a search, a trial that leaves such a
 ``fusion_result.json`` only makes its switch check "unverified".
+
+Each refusal runs end to end through a real ``fusion-dd`` process at least once;
+the further cases of a parametrized refusal (other files with the same problem)
+call the same ``main`` in-process (``call_fusion_dd``), except where a regression
+would block (a FIFO, /dev/zero): those always get a process and its timeout.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import pytest
 import yaml
 
 from tests.support.artifacts import GRAPH_RULES, OBEDIENT_TRAINING, UB_RULE, fusion_result
-from tests.support.fake_training import run_fusion_dd
+from tests.support.fake_training import FAKE_PYTHON, call_fusion_dd, fusion_dd_runner, run_fusion_dd
 
 DEPTH = 100_000
 PROMPTLY = 60  # seconds; the old code never returned on a FIFO or /dev/zero
@@ -47,7 +52,7 @@ DEEP_JSON = {
 @pytest.mark.parametrize("name", sorted(DEEP_JSON))
 def test_rules_refuses_deeply_nested_json(tmp_path, name):
     (tmp_path / name).write_text(DEEP_JSON[name])
-    result = run_fusion_dd("rules", name, cwd=tmp_path, timeout=PROMPTLY)
+    result = fusion_dd_runner(name == min(DEEP_JSON))("rules", name, cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, name, "nested")
 
 
@@ -71,7 +76,7 @@ def test_rules_refuses_deeply_nested_graph_dump(tmp_path):
     (tmp_path / "ge_proto_00000001_graph_1_Build.txt").write_text(deep_proto(DEPTH))
     result = run_fusion_dd("rules", "ge_proto_00000001_graph_1_Build.txt", cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, "ge_proto_00000001_graph_1_Build.txt", "nested")
-    where = run_fusion_dd("rules", "--where", "X", "ge_proto_00000001_graph_1_Build.txt", cwd=tmp_path, timeout=PROMPTLY)
+    where = call_fusion_dd("rules", "--where", "X", "ge_proto_00000001_graph_1_Build.txt", cwd=tmp_path)
     one_line_error(where, "ge_proto_00000001_graph_1_Build.txt", "nested")
 
 
@@ -106,7 +111,7 @@ def test_rules_refuses_dev_zero_promptly(tmp_path):
 def test_rules_refuses_a_huge_file_without_reading_it(tmp_path, name, size):
     with open(tmp_path / name, "wb") as handle:
         handle.truncate(size)  # sparse: costs no disk
-    result = run_fusion_dd("rules", name, cwd=tmp_path, timeout=PROMPTLY)
+    result = fusion_dd_runner(name == "fusion_result.json")("rules", name, cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, name, "at most")
 
 
@@ -124,7 +129,7 @@ def test_search_refuses_a_hostile_base_cfg(tmp_path, problem):
         "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
     }
     (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
-    result = run_fusion_dd("search", "--dry-run", cwd=tmp_path, timeout=PROMPTLY)
+    result = fusion_dd_runner(problem == "nested")("search", "--dry-run", cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, "base.cfg", problem)
 
 
@@ -142,7 +147,7 @@ def test_a_deeply_nested_fusion_result_leaves_the_switch_check_unverified(tmp_pa
     script.write_text(HOSTILE_TRAINING)
     document = {
         "rules": {"GraphFusion": GRAPH_RULES, "UBFusion": [UB_RULE]},
-        "train": {"command": [sys.executable, str(script), json.dumps(sections)], "devices": [0, 1]},
+        "train": {"command": [*FAKE_PYTHON, str(script), json.dumps(sections)], "devices": [0, 1]},
         "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
         "search": {"budget": 40},
     }
@@ -202,7 +207,9 @@ def test_search_refuses_a_config_that_is_not_a_readable_file(tmp_path, problem):
         config.write_text("rules: " + "[" * DEPTH + "]" * DEPTH + "\n")
     else:
         config = Path(problem)
-    result = run_fusion_dd("search", "--dry-run", "-c", str(config), cwd=tmp_path, timeout=PROMPTLY)
+    # A FIFO or /dev/zero could block a regression forever: those two get a process and its timeout.
+    run = fusion_dd_runner(problem != "nested")
+    result = run("search", "--dry-run", "-c", str(config), cwd=tmp_path, timeout=PROMPTLY)
     one_line_error(result, str(config), "nested" if problem == "nested" else "not a regular file")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from tests.support.artifacts import GRAPH_RULES, OBEDIENT_TRAINING, UB_RULE, fusion_result
-from tests.support.fake_training import FAKE_TRAIN, run_fusion_dd
+from tests.support.fake_training import FAKE_PYTHON, FAKE_TRAIN, call_fusion_dd, run_fusion_dd
 
 
 def graph_dump(path: Path) -> None:
@@ -46,7 +46,7 @@ def write_config(tmp_path: Path, rules: dict, *extra_args: str) -> Path:
     script.write_text(OBEDIENT_TRAINING)
     document = {
         "rules": rules,
-        "train": {"command": [sys.executable, str(script), json.dumps(sections), *extra_args], "devices": [0, 1]},
+        "train": {"command": [*FAKE_PYTHON, str(script), json.dumps(sections), *extra_args], "devices": [0, 1]},
         "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
         "search": {"budget": 40},
     }
@@ -96,13 +96,14 @@ def test_rules_command_formats_and_errors(tmp_path):
     assert yaml.safe_load(result.stdout) == {
         "rules": {"GraphFusion": ["FixPipeAbilityProcessPass"], "UBFusion": [UB_RULE]}
     }
-    as_json = run_fusion_dd("rules", "fusion_result.json", "--format", "json", cwd=tmp_path)
+    # The other formats and errors of the same command: in-process (the first call was a real process).
+    as_json = call_fusion_dd("rules", "fusion_result.json", "--format", "json", cwd=tmp_path)
     assert "FixPipeAbilityProcessPass" in as_json.stdout
     (tmp_path / "broken.json").write_text('{"session_and_graph_id_0_0": {"graph_fusion": ')
-    broken = run_fusion_dd("rules", "broken.json", cwd=tmp_path)
+    broken = call_fusion_dd("rules", "broken.json", cwd=tmp_path)
     assert broken.returncode == 2
     assert "broken.json" in broken.stderr and "Traceback" not in broken.stderr
-    missing = run_fusion_dd("rules", "nope.json", cwd=tmp_path)
+    missing = call_fusion_dd("rules", "nope.json", cwd=tmp_path)
     assert missing.returncode == 2 and "nope.json" in missing.stderr
 
 
@@ -122,10 +123,10 @@ def test_init_writes_a_config_that_validates(tmp_path):
     assert result.returncode == 0, result.stderr
     text = (tmp_path / "fusion-dd.yaml").read_text()
     assert "device_env: ASCEND_RT_VISIBLE_DEVICES" in text and "fusion_switch_file" in text
-    dry = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    dry = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert "FixPipeAbilityProcessPass" in dry.stdout
-    again = run_fusion_dd("init", cwd=tmp_path)
+    again = call_fusion_dd("init", cwd=tmp_path)
     assert again.returncode == 2 and "already exists" in again.stderr
 
 

@@ -11,18 +11,17 @@ from pathlib import Path
 import yaml
 
 from fusion_dd.backends.cann.autofuse import parse_flags
-from tests.support.fake_training import run_fusion_dd
+from tests.support.artifacts import READ_SWITCH
+from tests.support.fake_training import FAKE_PYTHON, call_fusion_dd, run_fusion_dd
 
 # A training that fails when AutoFuse's Reduce fusion runs, or when the graph culprit is on.
-TRAINING = textwrap.dedent(
+TRAINING = READ_SWITCH + textwrap.dedent(
     """
     import os
-    from fusion_dd.backends.cann.switch import load_switch_file
-    from fusion_dd.rules import Section
     items = dict(item.split("=", 1) for item in os.environ.get("AUTOFUSE_FLAGS", "").split(";") if "=" in item)
     autofuse = items.get("--enable_autofuse") == "true"
     reduce_on = autofuse and "reduce" in items.get("--autofuse_enable_pass", "").split(",")
-    graph_on = load_switch_file(os.environ["FUSION_DD_SWITCH_FILE"]).state("ConvToFullyConnectionFusionPass", Section.GRAPH) is not False
+    graph_on = load_switch(os.environ["FUSION_DD_SWITCH_FILE"]).state("ConvToFullyConnectionFusionPass", "GraphFusion") is not False
     print("accuracy: %s" % (0.5 if reduce_on or graph_on else 0.9))
     """
 )
@@ -38,7 +37,7 @@ def test_a_search_over_autofuse_and_fusion_rules_finds_both_and_writes_both_fixe
             "AutoFuse": ["elemwise", "reduce", "concat"],
         },
         "train": {
-            "command": [sys.executable, str(script)],
+            "command": [*FAKE_PYTHON, str(script)],
             "devices": [0, 1],
             "env": {"AUTOFUSE_FLAGS": "--autofuse_dfx=1"},
         },
@@ -90,8 +89,8 @@ def test_init_and_rules_offer_the_switch_points_when_autofuse_is_on(tmp_path: Pa
     (tmp_path / "fusion_result.json").write_text(
         json.dumps({"g": {"graph_fusion": {"ConvToFullyConnectionFusionPass": {"match_times": "1", "effect_times": "1"}}}})
     )
-    listed = run_fusion_dd("rules", "fusion_result.json", cwd=tmp_path)
+    listed = call_fusion_dd("rules", "fusion_result.json", cwd=tmp_path)  # init above was a real process
     assert yaml.safe_load(listed.stdout)["rules"]["AutoFuse"] == ["elemwise", "reduce", "concat"]
     monkeypatch.setenv("AUTOFUSE_FLAGS", "--enable_autofuse=false")
-    listed = run_fusion_dd("rules", "fusion_result.json", "--format", "json", cwd=tmp_path)
+    listed = call_fusion_dd("rules", "fusion_result.json", "--format", "json", cwd=tmp_path)
     assert "AutoFuse" not in json.loads(listed.stdout)["rules"]

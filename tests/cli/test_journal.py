@@ -14,7 +14,7 @@ from pathlib import Path
 from fusion_dd.store.journal import Journal
 from tests.support import FIXTURES
 from tests.support.cli import CULPRIT, launches, start_search, wrap_fake_train, write_config
-from tests.support.fake_training import FAKE_TRAIN, run_fusion_dd
+from tests.support.fake_training import FAKE_TRAIN, call_fusion_dd, fusion_dd_runner, run_fusion_dd
 from tests.support.processes import eventually
 
 FIXTURE = FIXTURES / "journal-0.1.0"
@@ -114,7 +114,8 @@ def test_a_journal_line_edited_into_other_valid_json_is_refused_with_file_and_li
     (state / "journal.jsonl").write_text("".join(lines))
     before = len(launches(tmp_path))
     for command in (["resume", "--budget", "60"], ["status"], ["search"]):
-        result = run_fusion_dd(*command, cwd=tmp_path)
+        # status reads and writes nothing: in-process; the commands that would train, real processes.
+        result = fusion_dd_runner(command != ["status"])(*command, cwd=tmp_path)
         assert result.returncode == 2, (command, result.stderr)
         assert f"journal.jsonl:{number}: journal line does not match its checksum" in result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -158,7 +159,7 @@ def test_a_journal_written_by_0_1_0_resumes(tmp_path):
     assert report["trainings"] == len(finished_before) + len(new)
     assert "[6/60] start" in result.stderr
     assert (state / "journal.jsonl").read_bytes().startswith(legacy), "the old lines must stay as they were"
-    assert run_fusion_dd("status", cwd=tmp_path).returncode == 0
+    assert call_fusion_dd("status", cwd=tmp_path).returncode == 0
 
 
 def test_the_progress_counter_goes_on_from_the_trainings_of_earlier_sessions(tmp_path):
@@ -205,7 +206,7 @@ def test_status_after_sigkill_of_the_coordinator_reads_what_the_supervisors_wrot
     assert eventually(
         lambda: all((state / "trials" / name / "status.json").exists() for name in ("0001", "0002")), within=60
     ), "the supervisors did not finish their trainings"
-    result = run_fusion_dd("status", cwd=tmp_path)
+    result = call_fusion_dd("status", cwd=tmp_path)  # status in a real process: tests/cli/test_search.py
     assert result.returncode == 0, result.stderr
     assert "running #" not in result.stdout
     assert "ended   #0001" in result.stdout and "ended   #0002" in result.stdout

@@ -18,7 +18,7 @@ from fusion_dd.config import load_config
 from fusion_dd.errors import UsageError
 from tests.support.cli import GRAPH
 from tests.support.dumping import PAIR, SINGLE, started, write
-from tests.support.fake_training import run_fusion_dd
+from tests.support.fake_training import call_fusion_dd, run_fusion_dd
 
 
 def report(tmp_path: Path) -> dict:
@@ -74,7 +74,7 @@ def test_a_search_localizes_every_culprit_set_in_the_report_and_the_summary(tmp_
 def localize_later(tmp_path: Path) -> None:
     """fusion-dd localize on a search that finished without a localize: section."""
     assert "localization" not in report(tmp_path)["culprits"][0]
-    refused = run_fusion_dd("localize", "--state-dir", "state", cwd=tmp_path)
+    refused = call_fusion_dd("localize", "--state-dir", "state", cwd=tmp_path)  # refused before any training
     assert refused.returncode == 2 and "no localize: section" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     with_section = write(tmp_path, name="with-localize.yaml")
@@ -122,7 +122,7 @@ def test_localize_without_a_finished_search_is_one_line(tmp_path: Path) -> None:
     missing = run_fusion_dd("localize", "--state-dir", "nothing", "-c", str(write(tmp_path)), cwd=tmp_path)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
     assert "no search here" in missing.stderr
-    shown = run_fusion_dd("search", "--dry-run", "-c", str(write(tmp_path)), cwd=tmp_path)
+    shown = call_fusion_dd("search", "--dry-run", "-c", str(write(tmp_path)), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     dump_dir = tmp_path / "state" / "trials" / "0001" / "dump"
     assert f"FUSION_DD_DUMP_DIR={dump_dir} " in shown.stdout and "localization trains with tensor dumps" in shown.stdout

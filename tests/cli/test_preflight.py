@@ -3,6 +3,10 @@
 A training that cannot start or never prints a metric must stop the search as
 ``training_broken`` (exit 2, reason, command and the log's tail on stderr), not be
 taken for an answer about fusion (``baseline_fails``, exit 0).
+
+Every test runs ``fusion-dd`` end to end in a real process; where it checks more
+cases of the same refusal, the further ones call the CLI's ``main`` in-process
+(``call_fusion_dd``: the same output, without an interpreter start each).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import yaml
 
 from tests.support import REPO
 from tests.support.cli import CULPRIT, launches, write_config
-from tests.support.fake_training import FAKE_TRAIN, run_fusion_dd, wrapper_script
+from tests.support.fake_training import FAKE_PYTHON, FAKE_TRAIN, call_fusion_dd, fake_command, run_fusion_dd, wrapper_script
 
 README = REPO / "README.md"
 
@@ -36,7 +40,7 @@ def set_command(config: Path, command: list[str], **train: object) -> None:
 def test_a_missing_command_stops_before_any_training(tmp_path):
     config = write_config(tmp_path, "--culprits", CULPRIT)
     set_command(config, ["pythn3", str(FAKE_TRAIN), "--fusion-switch", "{switch_file}"])
-    dry = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    dry = call_fusion_dd("search", "--dry-run", cwd=tmp_path)  # the search below runs in a real process
     assert dry.returncode == 2, dry.stdout + dry.stderr
     assert "command not found: pythn3" in dry.stdout and "training_broken" in dry.stderr
     assert not (tmp_path / ".fusion-dd").exists()
@@ -51,7 +55,7 @@ def test_a_missing_command_stops_before_any_training(tmp_path):
     assert "pythn3" in found["training_broken"]["command"]
 
     # Fixed, the same state directory starts the search: nothing was journaled as its definition.
-    set_command(config, [sys.executable, str(FAKE_TRAIN), "--launch-log", "launch.log", "--culprits", CULPRIT])
+    set_command(config, fake_command("--launch-log", "launch.log", "--culprits", CULPRIT))
     fixed = run_fusion_dd("search", cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stderr
     assert report(tmp_path)["status"] == "found"
@@ -68,7 +72,8 @@ def test_a_training_that_exits_before_its_metric_is_broken_not_an_answer(tmp_pat
     )
     (tmp_path / "broken").write_text("")
     document = yaml.safe_load(config.read_text())
-    set_command(config, [sys.executable, "train.py", *document["train"]["command"][2:]], workdir="{trial_dir}")
+    fake_args = document["train"]["command"][document["train"]["command"].index(str(FAKE_TRAIN)) + 1 :]
+    set_command(config, [*FAKE_PYTHON, "train.py", *fake_args], workdir="{trial_dir}")
     result = run_fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     found = report(tmp_path)
@@ -165,7 +170,7 @@ def test_the_readme_example_runs_as_is(tmp_path):
     # Only what cannot run here is adapted, from outside the file: two devices,
     # and `python` is this test's interpreter.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    dry = run_fusion_dd("search", "--dry-run", "--devices", "0,1", cwd=tmp_path, env={"PATH": path})
+    dry = call_fusion_dd("search", "--dry-run", "--devices", "0,1", cwd=tmp_path, env={"PATH": path})
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert f"python {tmp_path / 'train.py'} --fusion-switch" in dry.stdout
     result = run_fusion_dd("search", "--devices", "0,1", cwd=tmp_path, env={"PATH": path})
@@ -179,7 +184,7 @@ def test_the_readme_example_runs_as_is(tmp_path):
 def test_init_with_a_relative_script_writes_no_trap(tmp_path):
     (tmp_path / "train.py").write_text(EXAMPLE_TRAIN)
     (tmp_path / "rules.txt").write_text("ConvBatchnormFusionPass\nSoftmaxFusionPass\nTbeEltwiseFusionPass\n")
-    made = run_fusion_dd("init", "--from", "rules.txt", "--command", "python train.py --fusion-switch {switch_file}", cwd=tmp_path)
+    made = call_fusion_dd("init", "--from", "rules.txt", "--command", "python train.py --fusion-switch {switch_file}", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     result = run_fusion_dd("search", "--budget", "20", cwd=tmp_path, env={"PATH": path})
@@ -198,7 +203,7 @@ def test_a_foreign_or_root_state_dir_is_refused(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
     assert sorted(path.name for path in foreign.iterdir()) == ["weights.bin"]
     for root in ("/", str(Path.home())):
-        refused = run_fusion_dd("search", "--dry-run", "--state-dir", root, cwd=tmp_path)
+        refused = call_fusion_dd("search", "--dry-run", "--state-dir", root, cwd=tmp_path)
         assert refused.returncode == 2 and ("filesystem root" in refused.stderr or "home directory" in refused.stderr)
     assert not launches(tmp_path)
 
@@ -207,7 +212,7 @@ def test_command_line_budget_and_devices_are_validated(tmp_path):
     write_config(tmp_path, "--culprits", CULPRIT)
     budget = run_fusion_dd("search", "--budget", "2", cwd=tmp_path)
     assert budget.returncode == 2 and "--budget: must be at least 3" in budget.stderr
-    devices = run_fusion_dd("search", "--devices", "0,,1", cwd=tmp_path)
+    devices = call_fusion_dd("search", "--devices", "0,,1", cwd=tmp_path)
     assert devices.returncode == 2 and "--devices: empty device id" in devices.stderr
     assert not (tmp_path / ".fusion-dd").exists() and not launches(tmp_path)
 
@@ -219,7 +224,7 @@ def test_unknown_rule_names_are_an_error_unless_rules_unknown_says_otherwise(tmp
     assert "rules.GraphFusion[0]: SoftmaxFusionPas" in error.stderr and "SoftmaxFusionPass" in error.stderr
     assert "rules.unknown: warn" in error.stderr
     write_config(tmp_path, rules={"GraphFusion": ["SoftmaxFusionPas"], "UBFusion": [], "unknown": "warn"})
-    warned = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    warned = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
     assert warned.returncode == 0, warned.stderr
     assert "warning: SoftmaxFusionPas" in warned.stderr
 
@@ -232,12 +237,12 @@ def test_thousands_of_unknown_names_give_bounded_output(tmp_path):
     assert len(error.stderr.strip().splitlines()) == 1
     assert "and 4,999 more unknown name(s)" in error.stderr
     write_config(tmp_path, rules={"GraphFusion": names, "UBFusion": [], "unknown": "warn"})
-    warned = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    warned = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
     lines = [line for line in warned.stderr.splitlines() if "warning" in line]
     assert 1 < len(lines) <= 21
     assert "and 4,990 more names unknown to the catalog" in warned.stderr
     write_config(tmp_path, rules={"GraphFusion": names, "UBFusion": [], "unknown": "ignore"})
-    ignored = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    ignored = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
     assert "MadeUpFusionPass1 " not in ignored.stderr
 
 
@@ -247,7 +252,8 @@ def test_names_from_artifacts_are_validated_like_listed_names(tmp_path):
             json.dumps({"graph_0": {"graph_fusion": {bad: {"match_times": "1", "effect_times": "1"}}}})
         )
         write_config(tmp_path, rules={"from": ["fusion_result.json"]})
-        result = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+        run = run_fusion_dd if bad == "" else call_fusion_dd  # one name through a real process
+        result = run("search", "--dry-run", cwd=tmp_path)
         assert result.returncode == 2, (bad, result.stdout)
         assert "fusion_result.json: rule name" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1

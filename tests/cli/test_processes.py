@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from fusion_dd.rules import catalog
-from tests.support.fake_training import fake_command, run_fusion_dd, start_fusion_dd
+from tests.support.fake_training import call_fusion_dd, fake_command, run_fusion_dd, start_fusion_dd
 from tests.support.processes import eventually, group_gone, pid_gone
 
 GRAPH = [name for name, section in catalog().items() if section.value == "GraphFusion"][:4]
@@ -243,7 +243,7 @@ def test_placeholders_in_a_shell_script_are_quoted(tmp_path: Path, shell: list[s
         assert (trial_dir / "launch.log").exists()
 
     # The dry run shows what really ran (trial 0001's own paths).
-    shown = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    shown = call_fusion_dd("search", "--dry-run", cwd=tmp_path)  # after a real search
     assert shown.returncode == 0, shown.stderr
     (line,) = [line for line in shown.stdout.splitlines() if line.startswith("  ASCEND_DEVICE_ID=0 ")]
     argv = shlex.split(line.split(") ", 1)[1])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import CULPRIT, GRAPH, UB, write_config
-from tests.support.fake_training import run_fusion_dd, sigkill_search_when
+from tests.support.fake_training import call_fusion_dd, fusion_dd_runner, run_fusion_dd, sigkill_search_when
 
 SAME = ("culprits", "trainings", "smallest_failing", "switched_off", "fix_verified", "baseline", "all_on", "threshold")
 
@@ -60,7 +60,7 @@ def test_report_of_a_finished_search_is_the_engines(finished, tmp_path):
     result = run_fusion_dd("report", "--json", cwd=finished)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == engine
-    summary = run_fusion_dd("report", cwd=finished)
+    summary = call_fusion_dd("report", cwd=finished)  # the same command's other format, in-process
     assert "culprits found" in summary.stdout and CULPRIT in summary.stdout
 
 
@@ -84,7 +84,7 @@ def test_crashed_midway_matches_a_resume_that_may_launch_nothing(finished, tmp_p
     crashed.mkdir()
     resumed.mkdir()
     state = cut(finished, crashed, trials, torn=True)
-    result = run_fusion_dd("report", "--json", cwd=crashed)
+    result = fusion_dd_runner(trials == 4)("report", "--json", cwd=crashed)  # one case in a real process
     assert result.returncode == 0, result.stderr
     rebuilt = json.loads(result.stdout)
     assert rebuilt["status"] == "interrupted"
@@ -99,7 +99,7 @@ def test_crashed_midway_matches_a_resume_that_may_launch_nothing(finished, tmp_p
     for key in SAME:
         assert rebuilt[key] == engine[key], key
     # The engine recorded its stop; the report now says so, and still agrees.
-    again = json.loads(run_fusion_dd("report", "--json", cwd=resumed).stdout)
+    again = json.loads(call_fusion_dd("report", "--json", cwd=resumed).stdout)
     assert again["status"] == "budget_exhausted"
     for key in SAME:
         assert again[key] == engine[key], key

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import CULPRIT, GRAPH, launches, start_search, write_config
-from tests.support.fake_training import run_fusion_dd, sigkill_search_when
+from tests.support.fake_training import fusion_dd_runner, run_fusion_dd, sigkill_search_when
 
 
 def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
@@ -95,7 +95,7 @@ def test_sigterm_and_ctrl_c_stop_cleanly(tmp_path, sig, code):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     time.sleep(0.5)
-    status = run_fusion_dd("status", "--state-dir", str(state), cwd=tmp_path)
+    status = fusion_dd_runner(sig == signal.SIGTERM)("status", "--state-dir", str(state), cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     assert f"running (coordinator pid {coordinator.pid})" in status.stdout
     assert "running #0001" in status.stdout and "running #0002" in status.stdout

@@ -45,6 +45,27 @@ def test_bare_command_prints_help_and_succeeds(tmp_path: Path) -> None:
     assert "search" in completed.stdout and "Traceback" not in completed.stderr
 
 
+def test_the_in_process_cli_the_tests_use_answers_as_a_real_process_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``call_fusion_dd`` (tests/support/fake_training.py) stands in for a fusion-dd process in the
+    further cases of a behaviour one real process already covers: the same exit status, stdout and
+    stderr, with the caller's working directory and environment (AUTOFUSE_FLAGS set by the test)."""
+    from tests.support.artifacts import fusion_result
+    from tests.support.cli import CULPRIT, write_config
+    from tests.support.fake_training import call_fusion_dd, run_fusion_dd
+
+    write_config(tmp_path, "--culprits", CULPRIT)
+    fusion_result(tmp_path / "fusion_result.json", {"ConvToFullyConnectionFusionPass": "GraphFusion"})
+    for args in (["search", "--dry-run"], ["search", "--budget", "2"], ["status"], ["search", "--bogus"]):
+        real, here = run_fusion_dd(*args, cwd=tmp_path), call_fusion_dd(*args, cwd=tmp_path)
+        assert (here.returncode, here.stdout, here.stderr) == (real.returncode, real.stdout, real.stderr), args
+    monkeypatch.setenv("AUTOFUSE_FLAGS", "--enable_autofuse=true")
+    real, here = run_fusion_dd("rules", "fusion_result.json", cwd=tmp_path), call_fusion_dd("rules", "fusion_result.json", cwd=tmp_path)
+    assert (here.returncode, here.stdout, here.stderr) == (real.returncode, real.stdout, real.stderr)
+    assert "AutoFuse" in here.stdout, here.stdout  # the test's environment reached the command
+
+
 def test_a_read_only_state_dir_is_one_line(tmp_path: Path) -> None:
     """An OSError on the state directory names the path and the errno text."""
     import os

@@ -17,31 +17,21 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
-from fusion_dd.backends.cann.switch import load_switch_file
-from fusion_dd.integrations import dump_tensors
-from fusion_dd.rules import Section
+# The switch file is read by fake_train.py's own stdlib reader (next to this file),
+# not by fusion-dd's: the training checks what fusion-dd wrote against the format.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fake_train import load_switch  # noqa: E402
 
 LAYERS = 4
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--breaks", action="append", default=[], metavar="RULE[+RULE]@LAYER")
-    parser.add_argument("--dump-log")
-    args = parser.parse_args()
-    switch = load_switch_file(os.environ["FUSION_DD_SWITCH_FILE"])
+def _dump_layers(broken: dict[int, bool]) -> None:
+    """Run the four layers and dump each output (numpy and fusion-dd imported only here:
+    a training that does not dump skips them, as its accuracy depends on ``broken`` alone)."""
+    import numpy as np
 
-    def on(name: str) -> bool:
-        state = switch.state(name, Section.GRAPH)
-        return True if state is None else state
+    from fusion_dd.integrations import dump_tensors
 
-    broken: dict[int, bool] = {}
-    for item in args.breaks:
-        names, _, layer = item.partition("@")
-        if all(on(name) for name in names.split("+")):
-            broken[int(layer)] = True
     rng = np.random.default_rng(0)
     x = rng.standard_normal((8, 16)).astype(np.float32)
     for layer in range(LAYERS):
@@ -50,6 +40,26 @@ def main() -> int:
         if broken.get(layer):
             x = x + np.float32(0.5)
         dump_tensors(f"layer_{layer}/out", x)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--breaks", action="append", default=[], metavar="RULE[+RULE]@LAYER")
+    parser.add_argument("--dump-log")
+    args = parser.parse_args()
+    switch = load_switch(os.environ["FUSION_DD_SWITCH_FILE"])
+
+    def on(name: str) -> bool:
+        state = switch.state(name, "GraphFusion")
+        return True if state is None else state
+
+    broken: dict[int, bool] = {}
+    for item in args.breaks:
+        names, _, layer = item.partition("@")
+        if all(on(name) for name in names.split("+")):
+            broken[int(layer)] = True
+    if os.environ.get("FUSION_DD_DUMP_DIR", "").strip():
+        _dump_layers(broken)
     if os.environ.get("FUSION_DD_DUMP_DIR") and args.dump_log:
         with open(args.dump_log, "a", encoding="utf-8") as log:
             log.write(os.environ["FUSION_DD_DUMP_DIR"] + "\n")

@@ -6,8 +6,13 @@ prints ``step N loss X`` lines and a final ``accuracy: X`` to stdout, appends
 ``{"step": .., "loss": .., "accuracy": ..}`` records to ``$FUSION_DD_METRICS_FILE``,
 and reads its ``fusion_switch.cfg`` to decide how well it trained.
 
-Run it as ``[sys.executable, FAKE_TRAIN, ...options]``. Tests locate it with
-``Path(__file__).parent / "fakes" / "fake_train.py"``.
+Run it as ``[sys.executable, "-S", FAKE_TRAIN, ...options]`` (``fake_command`` in
+tests/support/fake_training.py; ``-S`` because it needs only the standard library).
+
+It imports nothing of fusion-dd: it reads the switch file with its own small
+reader of CANN's format (``load_switch``; JSON sections or the old line format),
+so a training costs one bare interpreter start and the tests check what
+fusion-dd writes against the format, not against fusion-dd's own reader.
 
 Simulated fusion bugs (read from ``--switch-file``, default ``$FUSION_DD_SWITCH_FILE``):
 
@@ -86,12 +91,12 @@ import argparse
 import fcntl
 import json
 import os
-import random
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
+
+# random, subprocess and the catalog's pathlib are imported where an option needs
+# them: most trainings never do, and every import is paid by each of them.
 
 _SEVERITY = {"low": 1, "nan": 2, "crash": 3, "hang": 4}
 CRASH_EXIT_CODE = 3
@@ -157,28 +162,99 @@ def _bug_groups(args: argparse.Namespace) -> list[tuple[list[str], str]]:
     return groups
 
 
-def _load_switch(path: str | None):  # -> fusion_dd.backends.cann.switch.SwitchFile | None
+class Switch:
+    """A fusion_switch.cfg as CANN applies it (DESIGN.md 2.1), read with the standard library only.
+
+    The fake reads the file on its own, not with fusion-dd's reader, so that the
+    tests check what fusion-dd writes against the format itself, and so that a
+    training costs an interpreter start, not fusion-dd's imports.
+    ``entries`` maps a section (GraphFusion, UBFusion) to its exact entries
+    (``ALL`` included) as booleans, in file order.
+    """
+
+    def __init__(self, entries: dict[str, dict[str, bool]]) -> None:
+        self.entries = entries
+
+    def state(self, name: str, section: str) -> bool | None:
+        """An exact entry beats ``ALL``; None when the file is silent (CANN's default: on)."""
+        section_entries = self.entries.get(section, {})
+        return section_entries.get(name, section_entries.get("ALL"))
+
+    def names(self) -> list[tuple[str, str]]:
+        """Every exact (non-``ALL``) entry with its section, in file order."""
+        return [(name, section) for section, entries in self.entries.items() for name in entries if name != "ALL"]
+
+
+_SECTIONS = ("GraphFusion", "UBFusion")
+_TOP_LEVEL = ("Switch", "Priority", "ExceptionalPassOfO1Level")
+_VALUES = {"on": True, "off": False}
+
+
+def _bad_switch(path: str, problem: str) -> SystemExit:
+    """CANN refuses a malformed switch file, so the fake training does not run either."""
+    return SystemExit(f"fake_train: {path}: {problem}")
+
+
+def load_switch(path: str | None) -> Switch | None:
+    """The switch file at ``path``: CANN's JSON sections, or the old ``PassName:on`` lines (both sections)."""
     if not path:
         return None
+    with open(path, encoding="utf-8") as handle:
+        return load_switch_text(handle.read(), path)
+
+
+def load_switch_text(text: str, path: str) -> Switch:
+    """A switch file's ``text``; ``path`` names it in the refusal of a malformed one."""
+    if not text.lstrip().startswith("{"):
+        seen: dict[str, bool] = {}
+        for number, raw in enumerate(text.splitlines(), start=1):
+            line = raw.strip()
+            if not line:
+                continue
+            name, sep, value = line.rpartition(":")
+            if not sep or not name or value not in _VALUES or name in seen:
+                raise _bad_switch(path, f"line {number}: {line!r}")
+            seen[name] = _VALUES[value]
+        return Switch({section: dict(seen) for section in _SECTIONS})
     try:
-        from fusion_dd.backends.cann.switch import load_switch_file
-    except ImportError:  # run from a checkout without installing
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-        from fusion_dd.backends.cann.switch import load_switch_file
-    return load_switch_file(path)
+        document = json.loads(text)
+    except ValueError as exc:
+        raise _bad_switch(path, f"not JSON ({exc})") from None
+    if not isinstance(document, dict) or any(key not in _TOP_LEVEL for key in document):
+        raise _bad_switch(path, f"top-level keys other than {', '.join(_TOP_LEVEL)}")
+    switch = document.get("Switch", {})
+    if not isinstance(switch, dict):
+        raise _bad_switch(path, "'Switch' is not an object")
+    entries: dict[str, dict[str, bool]] = {}
+    for section, section_entries in switch.items():
+        if section not in _SECTIONS or not isinstance(section_entries, dict):
+            raise _bad_switch(path, f"'Switch.{section}' is not a GraphFusion or UBFusion object")
+        for name, value in section_entries.items():
+            if value not in _VALUES:
+                raise _bad_switch(path, f"'Switch.{section}.{name}' is {value!r}, not \"on\" or \"off\"")
+        entries[section] = {name: _VALUES[value] for name, value in section_entries.items()}
+    return Switch(entries)
 
 
-def _is_on(switch, name: str) -> bool:
+def _catalog_section(name: str) -> str:
+    """The section of a pass name the file does not mention: fusion-dd's catalog data, else GraphFusion."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[2] / "fusion_dd" / "data"
+    for section, filename in (("GraphFusion", "graph_fusion.txt"), ("UBFusion", "ub_fusion.txt")):
+        catalog = data / filename
+        if catalog.exists() and name in {line.strip() for line in catalog.read_text(encoding="utf-8").splitlines()}:
+            return section
+    return "GraphFusion"
+
+
+def _is_on(switch: Switch, name: str) -> bool:
     """CANN's view: on unless the file switches it off (silence means default on)."""
-    from fusion_dd.rules import Section, catalog_section
-
-    sections = [section for entry, section in switch.names() if entry == name]
-    if not sections:
-        sections = [catalog_section(name) or Section.GRAPH]
+    sections = [section for entry, section in switch.names() if entry == name] or [_catalog_section(name)]
     return any(switch.state(name, section) is not False for section in sections)
 
 
-def _enabled_names(switch) -> list[str]:
+def _enabled_names(switch: Switch | None) -> list[str]:
     """Names switched on by an exact entry: the configuration fusion-dd wrote."""
     if switch is None:
         return []
@@ -221,6 +297,8 @@ def _device() -> str | None:
 
 
 def _spawn_child(ignore_sigterm: bool, setsid: bool = False, clean_env: bool = False) -> int:
+    import subprocess
+
     code = "import signal, time\n"
     if ignore_sigterm:
         code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -237,6 +315,13 @@ def _spawn_child(ignore_sigterm: bool, setsid: bool = False, clean_env: bool = F
     return child.pid
 
 
+def _random(seed: str):
+    """A seeded generator (random imported only by the trainings that draw)."""
+    import random
+
+    return random.Random(seed)
+
+
 def _sleep_forever() -> None:
     while True:
         time.sleep(3600)
@@ -248,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     repeat = int(os.environ.get("FUSION_DD_REPEAT", "0") or 0)
 
-    switch = _load_switch(args.switch_file)
+    switch = load_switch(args.switch_file)
     effect = None
     if switch is not None:
         for names, bug_effect in _bug_groups(args):
@@ -330,11 +415,11 @@ def main(argv: list[str] | None = None) -> int:
         wanted = [] if on == "none" else sorted(on.split("+"))
         if wanted == enabled and repeat in {int(part) for part in repeats.split(",") if part.strip()}:
             broken = not broken
-    if args.flip_rate > 0 and random.Random(f"flip|{args.seed}|{repeat}|{','.join(enabled)}").random() < args.flip_rate:
+    if args.flip_rate > 0 and _random(f"flip|{args.seed}|{repeat}|{','.join(enabled)}").random() < args.flip_rate:
         broken = not broken
     accuracy = args.bad_accuracy if broken else args.accuracy
     if args.noise > 0:
-        rng = random.Random(f"{args.seed}|{repeat}|{','.join(enabled)}")
+        rng = _random(f"{args.seed}|{repeat}|{','.join(enabled)}")
         accuracy += rng.gauss(0.0, args.noise)
     for decoy in range(args.metric_times - 1, 0, -1):
         value = accuracy - 0.1 * decoy

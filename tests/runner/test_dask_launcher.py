@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.support.cli import CULPRIT, GRAPH, write_config
-from tests.support.fake_training import cli_env, run_fusion_dd, start_fusion_dd, wrapper_script
+from tests.support.fake_training import FAKE_TRAIN, cli_env, run_fusion_dd, start_fusion_dd, wrapper_script
 
 try:
     import distributed
@@ -222,7 +222,8 @@ def dask_config(
     if prelude is not None:
         # Each training says it started (before the prelude's sleep) in started.log.
         said = f'open({str(tmp_path / "started.log")!r}, "a").write(os.environ["FUSION_DD_TRIAL_ID"] + "\\n")\n'
-        document["train"]["command"][1] = str(wrapper_script(tmp_path / "wrapped_train.py", said + prelude))
+        command = document["train"]["command"]
+        command[command.index(str(FAKE_TRAIN))] = str(wrapper_script(tmp_path / "wrapped_train.py", said + prelude))
     config.write_text(yaml.safe_dump(document))
     return config
 

@@ -6,6 +6,8 @@ import json
 import textwrap
 from pathlib import Path
 
+from tests.support import FAKES
+
 GRAPH_RULES = ["ConvToFullyConnectionFusionPass", "ARefreshCubeC0FusionPass", "FixPipeAbilityProcessPass"]
 UB_RULE = "TbeEltwiseFusionPass"
 
@@ -22,17 +24,20 @@ def fusion_result(path: Path, fired: dict[str, str]) -> None:
     path.write_text(json.dumps({"session_and_graph_id_0_0": {"graph_fusion": graph, "ub_fusion": ub}}))
 
 
+# The fake training's own reader of the switch file (tests/fakes/fake_train.py): a
+# training script imports it with these lines instead of fusion-dd's reader, so it
+# starts as a bare interpreter and reads what fusion-dd wrote independently of it.
+READ_SWITCH = f"import sys; sys.path.insert(0, {str(FAKES)!r}); from fake_train import load_switch\n"
+
 # A training that reports what its compiler fused; with --ignore-switch it fuses
 # everything whatever the switch file says (the wiring bug fusion-dd must catch).
-OBEDIENT_TRAINING = textwrap.dedent(
+OBEDIENT_TRAINING = READ_SWITCH + textwrap.dedent(
     """
     import json, os, sys
-    from fusion_dd.backends.cann.switch import load_switch_file
-    from fusion_dd.rules import Section
     rules = json.loads(sys.argv[1])
-    switch = load_switch_file(os.environ["FUSION_DD_SWITCH_FILE"])
+    switch = load_switch(os.environ["FUSION_DD_SWITCH_FILE"])
     on = {name: section for name, section in rules.items()
-          if "--ignore-switch" in sys.argv or switch.state(name, Section(section)) is not False}
+          if "--ignore-switch" in sys.argv or switch.state(name, section) is not False}
     graph = {n: {"match_times": "1", "effect_times": "1"} for n, s in on.items() if s == "GraphFusion"}
     ub = {n: {"match_times": "5", "effect_times": "5", "repository_hit_times": "0"}
           for n, s in on.items() if s == "UBFusion"}

@@ -8,13 +8,12 @@ log the fake writes (``launches`` reads it back).
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from fusion_dd.rules import catalog
-from tests.support.fake_training import FAKE_TRAIN, read_launches, start_fusion_dd, wrapper_script
+from tests.support.fake_training import FAKE_TRAIN, fake_command, read_launches, start_fusion_dd, wrapper_script
 
 GRAPH = [name for name, section in catalog().items() if section.value == "GraphFusion"][:24]
 UB = [name for name, section in catalog().items() if section.value == "UBFusion"][:6]
@@ -26,7 +25,7 @@ def write_config(tmp_path: Path, *train_args: str, budget: int = 100, **sections
     document = {
         "rules": {"GraphFusion": GRAPH, "UBFusion": UB},
         "train": {
-            "command": [sys.executable, str(FAKE_TRAIN), "--launch-log", "launch.log", *train_args],
+            "command": fake_command("--launch-log", "launch.log", *train_args),
             "devices": [0, 1],
             "timeout": 120,
         },
@@ -46,7 +45,8 @@ def wrap_fake_train(tmp_path: Path, name: str, prelude: str, *train_args: str) -
     wrapper = wrapper_script(tmp_path / name, prelude)
     config = write_config(tmp_path, *train_args)
     document = yaml.safe_load(config.read_text())
-    document["train"]["command"][1] = str(wrapper)
+    command = document["train"]["command"]
+    command[command.index(str(FAKE_TRAIN))] = str(wrapper)
     config.write_text(yaml.safe_dump(document))
     return config
 

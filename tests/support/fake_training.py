@@ -2,7 +2,8 @@
 
 One home for what tests need to run fusion-dd against the fake training: where
 the fake is, its command line, a wrapper that makes some trials misbehave, the
-``fusion-dd`` CLI as a subprocess (blocking or in the background), and the
+``fusion-dd`` CLI as a subprocess (blocking or in the background) or in-process
+(for the further cases of a behaviour one subprocess already covers), and the
 launch log the fake writes. ``tests/conftest.py`` exposes the same things as
 fixtures.
 """
@@ -20,11 +21,16 @@ from fusion_dd.runner.trial import TrialSpec
 from tests.support import FAKES
 
 FAKE_TRAIN = FAKES / "fake_train.py"
+#: The interpreter of a fake training: ``-S`` (no site), since the fake needs only the
+#: standard library. ``site`` runs every .pth file of the environment, and an editable
+#: install's import hook alone costs about 30 ms of CPU in each process: more than
+#: half of a fake training, which the suite starts over a thousand times.
+FAKE_PYTHON = (sys.executable, "-S")
 
 
 def fake_command(*args: str) -> list[str]:
     """The argv of one fake training with ``args`` (see the options in fake_train.py)."""
-    return [sys.executable, str(FAKE_TRAIN), *args]
+    return [*FAKE_PYTHON, str(FAKE_TRAIN), *args]
 
 
 def fake_trial_spec(tmp_path: Path, name: str, *fake_args: str, **overrides: Any) -> TrialSpec:
@@ -68,6 +74,59 @@ def run_fusion_dd(
         text=True,
         timeout=timeout,
     )
+
+
+def call_fusion_dd(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`fusion-dd ARGS` in this process, as ``run_fusion_dd`` would see it, without an interpreter start.
+
+    The console script's own ``main`` runs with the subprocess's working directory
+    and environment (``cli_env``), its exit status and both streams captured, and
+    everything restored afterwards. A subprocess costs about 0.3 s of CPU in
+    interpreter and imports; this costs milliseconds. For commands that train
+    nothing and block on nothing (usage errors, ``--dry-run``, ``rules``, ``report``,
+    ``status``, ``init``), where a test checks many cases of one behaviour: each
+    behaviour keeps one case end to end through ``run_fusion_dd`` (a real process,
+    as users start it), the others come here (``fusion_dd_runner``). ``timeout`` is
+    accepted for the same signature; there is no process to time out.
+    """
+    import contextlib
+    import io
+    import signal
+
+    from fusion_dd.cli import main
+
+    saved_env, saved_cwd, environment = dict(os.environ), os.getcwd(), cli_env(env)
+    saved_signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    try:
+        os.environ.clear()
+        os.environ.update(environment)
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                main(list(args))
+            except SystemExit as exit_:
+                code = exit_.code
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for signum, handler in saved_signals.items():
+            signal.signal(signum, handler)
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"): the message on stderr, status 1
+        stderr.write(f"{code}\n")
+        code = 1
+    return subprocess.CompletedProcess(["fusion-dd", *args], code, stdout.getvalue(), stderr.getvalue())
+
+
+def fusion_dd_runner(end_to_end: bool):
+    """``run_fusion_dd`` for the case of a behaviour that goes through a real process, else ``call_fusion_dd``."""
+    return run_fusion_dd if end_to_end else call_fusion_dd
 
 
 def start_fusion_dd(cwd: Path, *args: str, stdout: int | None = None, stderr: int | None = None) -> subprocess.Popen[str]:

@@ -108,3 +108,46 @@ def test_a_rule_hashes_as_its_fields_and_survives_another_process() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(rule), capture_output=True, check=True)
     assert out.stdout.strip() == b"1"
+
+
+def _fake_training_module():
+    """tests/fakes/fake_train.py as a module: its own, stdlib-only reader of the switch file."""
+    import importlib.util
+
+    from tests.support.fake_training import FAKE_TRAIN
+
+    spec = importlib.util.spec_from_file_location("fake_train_under_test", FAKE_TRAIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FAKE = _fake_training_module()
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    st.dictionaries(names, st.tuples(st.sampled_from([Section.GRAPH, Section.UB]), st.booleans()), min_size=1, max_size=12),
+    st.sampled_from(["", '{"Switch": {"GraphFusion": {"ALL": "off", "Base1": "on"}}, "Priority": {}}', "Base1:on\nBase2:off\n"]),
+)
+def test_the_fake_trainings_own_reader_sees_what_the_writer_meant(table, base_text):
+    """The fake training decides with its own reader (no fusion-dd import): it must see every
+    candidate's state and the base cfg's entries as fusion-dd's reader does, under CANN's precedence."""
+    rules = [Rule(name, section) for name, (section, _) in table.items()]
+    enabled = [Rule(name, section) for name, (section, on) in table.items() if on]
+    text = render_switch(rules, enabled, parse_switch_text(base_text) if base_text else None)
+    for written in (text, base_text) if base_text else (text,):  # the base as a user wrote it, too
+        ours, fake = parse_switch_text(written), FAKE.load_switch_text(written, "cfg")
+        assert FAKE._enabled_names(fake) == sorted({name for name, section in ours.names() if ours.state(name, section)})
+        for name in [*table, "Base1", "Base2", "Unlisted"]:
+            for section in (Section.GRAPH, Section.UB):
+                assert fake.state(name, section.value) is ours.state(name, section)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"Switch": {"GraphFusion": {"A": "ON"}}}', '{"Switch": {"Graph": {}}}', '{"Swtich": {}}', "A:on\nA:off\n", "A=on\n"],
+)
+def test_the_fake_training_refuses_a_malformed_switch_file_like_cann(text):
+    with pytest.raises(SystemExit, match="fake_train: cfg: "):
+        FAKE.load_switch_text(text, "cfg")
