@@ -355,7 +355,7 @@ class WithoutPrefetch(SimulatedOracle):
 
 
 @pytest.mark.parametrize("name", STRATEGY_NAMES)
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None, max_examples=20)
 @given(case=planted(), parallelism=st.sampled_from([2, 3]), rate=st.sampled_from([0.0, 0.1, 0.25]), seed=st.integers(0, 99))
 def test_prefetching_the_next_fix_candidate_changes_no_answer_and_saves_rounds(case, name, parallelism, rate, seed) -> None:
     """A confirming repeat leaves devices idle; the fix candidate asked after it trains there.
