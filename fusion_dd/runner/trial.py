@@ -334,14 +334,23 @@ def start_trial(spec: TrialSpec, forkserver: "ForkServer | None" = None) -> "Run
     as ``python -m fusion_dd.runner.supervisor``.
     """
     trial_dir = Path(spec.trial_dir)
-    trial_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        trial_dir.mkdir(parents=True)
+        fresh = True
+    except FileExistsError:
+        fresh = False
     trial_dir = trial_dir.resolve()
-    for stale in (STATUS_FILE, SUPERVISOR_FILE, EARLY_STOP_FILE):
-        with contextlib.suppress(FileNotFoundError):
-            (trial_dir / stale).unlink()
+    if not fresh:
+        # An earlier attempt's files; a new directory has none. (Creating a file costs about
+        # a millisecond on some disks, on every training's way to its start: the metrics
+        # file, which the training appends to, is emptied only when it is there.)
+        for stale in (STATUS_FILE, SUPERVISOR_FILE, EARLY_STOP_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (trial_dir / stale).unlink()
+        if (trial_dir / METRICS_FILE).exists():
+            (trial_dir / METRICS_FILE).write_bytes(b"")
     (trial_dir / SWITCH_FILE).write_text(spec.switch_text, encoding="utf-8")
-    (trial_dir / METRICS_FILE).write_bytes(b"")
-    (trial_dir / LOG_FILE).write_bytes(b"")
+    (trial_dir / LOG_FILE).write_bytes(b"")  # there from the start, for whoever follows it
     if spec.dumps:
         for sub in DUMP_PLACEHOLDERS.values():
             (trial_dir / sub).mkdir(exist_ok=True)
