@@ -117,3 +117,30 @@ def test_dry_run_launches_nothing(tmp_path):
     assert "nothing was launched" in result.stdout
     assert not (tmp_path / ".fusion-dd").exists()
     assert not (tmp_path / "launch.log").exists()
+
+
+def test_the_fix_candidate_trains_beside_the_repeat_that_confirms_a_second_culprit(tmp_path):
+    """Two devices: the confirming repeat of a later culprit leaves one idle, and the next fix
+    candidate (prefetched) trains there instead of in a round of its own."""
+    second = GRAPH[20]
+    write_config(tmp_path, "--culprits", f"{CULPRIT},{second}")
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert sorted(rule["name"] for culprit in report["culprits"] for rule in culprit["rules"]) == sorted(
+        [CULPRIT, second]
+    )
+    assert report["fix_verified"] is True
+    rounds: list[list[dict]] = []  # the trainings launched for each question, in order
+    for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["type"] == "question":
+            rounds.append([])
+        elif record["type"] == "trial_started" and rounds:
+            rounds[-1].append(record)
+    rode_along = [
+        batch for batch in rounds if sorted(trial["role"] for trial in batch) == ["repeat", "search"]
+        and len(next(trial for trial in batch if trial["role"] == "search")["config"]) == len(GRAPH + UB) - 2
+    ]
+    assert rode_along, "no fix candidate trained beside a confirming repeat"
+    assert len(set(launches(tmp_path))) == len(launches(tmp_path)), "a configuration was trained twice"
