@@ -61,33 +61,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_SUBMODULE_OF))
 
 
-__all__ = [
-    "FORMATS",
-    "CandidateSet",
-    "FusedOp",
-    "FusionResult",
-    "GraphModel",
-    "GraphOp",
-    "NameWarning",
-    "PassStats",
-    "SourceInfo",
-    "SwitchCheck",
-    "check_switch_applied",
-    "closest_names",
-    "collect_candidates",
-    "find_fusion_results",
-    "format_locations",
-    "format_rules",
-    "graph_paths",
-    "layers",
-    "load_graph",
-    "load_graphs",
-    "read_fusion_result",
-    "read_trial_results",
-    "resolve_sections",
-    "rule_locations",
-    "rules_of",
-    "ub_kernels",
-    "validate_names",
-    "where",
-]
+__all__ = sorted(_SUBMODULE_OF)
