@@ -39,11 +39,13 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
+from fusion_dd.search.bisection import bisect
 from fusion_dd.search.ddmin import ordered
 from fusion_dd.search.hitting import HittingSet, minimum_hitting_set
 from fusion_dd.search.lanes import Lanes, width_of
 from fusion_dd.search.masks import Answers, Masks
 from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised, majority
+from fusion_dd.search.splitting import Split, split
 from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, prefetch, supports_repeats
 
 T = TypeVar("T", bound=Hashable)
@@ -478,8 +480,14 @@ def _loop(
     witness: RepeatOracle[T] | None = None,
     masks: Masks[T] | None = None,
     on_fix: Callable[[frozenset[T]], None] | None = None,
+    grouping: bool = False,
 ) -> None:
     """Minimize, switch off the fewest rules for all sets found, verify the fix; again inside a failing fix.
+
+    ``grouping``: when the first fix candidate fails and every set found so far
+    is a single rule, the culprits left are looked for by group testing
+    (``fusion_dd.search.splitting``) instead of a search per culprit; whatever
+    that cannot settle (an interaction) goes back to the strategy.
 
     ``on_fix`` is told each fix candidate before it is asked or prefetched (the
     engine then trains it with tensor dumps, so that the fix's training also
@@ -524,6 +532,7 @@ def _loop(
     failing: frozenset[T] | None = universe  # known (at first: assumed) to fail; None: try singles
     width = 1  # how many first rules the next dense round asks alone
     leading = 0  # searches in a row whose answer was the first rule of its configuration alone
+    grouped = False  # the splitting phase ran (fusion_dd.search.splitting)
     while True:
         new: list[frozenset[T]] = []
         if failing is None:
@@ -576,6 +585,65 @@ def _loop(
         if progress.fix_outcome is not Outcome.FAIL:
             break
         failing = candidate
+        if grouping and not grouped and all(len(rules) == 1 for rules in sets):
+            grouped = True  # once: after an interaction shows, the interaction-aware search goes on
+            outcome = _group_phase(order, recorder, progress, sets, preference, parallelism, masks, check, on_fix)
+            if outcome.fix_passes:
+                break
+            failing = outcome.failing if outcome.failing is not None else universe - progress.switched_off
+
+
+def _group_phase(
+    order: list[T],
+    recorder: _Recorder[T],
+    progress: _Progress[T],
+    sets: list[frozenset[T]],
+    preference: _Preference[T],
+    parallelism: Lanes,
+    masks: Masks[T],
+    check: Callable[[frozenset[T], bool, bool], None] | None,
+    on_fix: Callable[[frozenset[T]], None] | None,
+) -> Split[T]:
+    """Group testing over the rules of the failing fix candidate not yet shown clean.
+
+    Clean: inside some passing configuration (under monotonicity none of them
+    fails alone; if one does with others, the fix candidate still fails at the
+    end and the strategy takes over). The density estimate starts from the
+    rules with a known verdict: the clean ones and the culprits found.
+    """
+    universe = frozenset(order)
+    full = masks.of(universe)
+    clean = 0
+    for high in recorder.answers.antichains.max_pass:
+        clean |= high
+    candidate = universe - progress.switched_off
+    pool = [rule for rule in order if rule in candidate and not clean & (1 << masks.bit(rule))]
+    examined = clean.bit_count() + len(sets)
+
+    def ask(configs: Sequence[frozenset[T]]) -> list[bool]:
+        return [outcome is Outcome.FAIL for outcome in recorder.outcomes(list(configs))]
+
+    def on_culprit(rule: T) -> None:
+        rules = frozenset({rule})
+        if check is not None:
+            check(rules, False, False)  # its own training alone found and proves it
+        sets.append(rules)
+        _settle(progress, sets, order, preference, grow=len(sets) > len(order))
+
+    def fix_fails() -> bool:
+        fix = universe - progress.switched_off
+        masks.remember(fix, full & ~masks.of(progress.switched_off))
+        if not fix:
+            progress.fix_outcome = Outcome.PASS  # the empty configuration is the engine's precondition
+            return False
+        if on_fix is not None:
+            on_fix(fix)
+        progress.fix_outcome = recorder.outcomes([fix])[0]
+        return progress.fix_outcome is Outcome.FAIL
+
+    return split(
+        pool, ask, fix_fails, on_culprit, found=len(sets), examined=examined, width=lambda: width_of(parallelism)
+    )
 
 
 def _attempt(
@@ -589,10 +657,11 @@ def _attempt(
     progress: _Progress[T],
     masks: Masks[T] | None = None,
     on_fix: Callable[[frozenset[T]], None] | None = None,
+    grouping: bool = False,
 ) -> None:
     """One pass of the loop, then the guard's checks of the answer; may raise ``Revised``."""
     if guard is None:
-        _loop(order, oracle, strategy, choose, parallelism, progress, masks=masks, on_fix=on_fix)
+        _loop(order, oracle, strategy, choose, parallelism, progress, masks=masks, on_fix=on_fix, grouping=grouping)
         return
     strict = policy.confirm == "strict"
 
@@ -610,7 +679,7 @@ def _attempt(
 
     _loop(
         order, guard, strategy, choose, parallelism, progress, check,
-        witness=cast(RepeatOracle[T], oracle), masks=masks, on_fix=on_fix,
+        witness=cast(RepeatOracle[T], oracle), masks=masks, on_fix=on_fix, grouping=grouping,
     )  # fmt: skip
     fix = frozenset(r for r in order if r not in progress.switched_off)
     # A lone culprit needs a second witness, except the singles of a dense chain on a
@@ -639,6 +708,7 @@ def find_culprits(
     choose_off: Chooser | None = None,
     noise: NoisePolicy | None = None,
     on_fix: Callable[[frozenset[T]], None] | None = None,
+    group_testing: bool | None = None,
 ) -> CulpritSearch[T]:
     """Find every culprit set and a verified fix configuration.
 
@@ -659,6 +729,9 @@ def find_culprits(
     ``noise`` (default ``NoisePolicy()``, confirm "auto") applies when the oracle
     supports repeats (``supports_repeats``); see ``fusion_dd.search.noise``.
     ``on_fix`` is told each fix candidate just before it is asked (no effect on the questions).
+    ``group_testing``: look for the independent culprits left after the first
+    one by group testing (``fusion_dd.search.splitting``); None means on for
+    ``bisect``, whose answers it keeps (other strategies keep their own way).
     """
     order = ordered(universe)
     choose = choose_off or default_choose_off
@@ -667,12 +740,15 @@ def find_culprits(
     guard: NoiseGuard[T] | None = None
     if policy.confirm != "off" and supports_repeats(oracle):
         guard = NoiseGuard(cast(RepeatOracle[T], oracle), order, policy, masks)
+    grouping = group_testing if group_testing is not None else strategy is bisect
     progress: _Progress[T] = _Progress()
     try:
         while True:
             progress = _Progress()
             try:
-                _attempt(order, oracle, guard, policy, strategy, choose, parallelism, progress, masks, on_fix)
+                _attempt(
+                    order, oracle, guard, policy, strategy, choose, parallelism, progress, masks, on_fix, grouping
+                )
                 break
             except Revised:
                 assert guard is not None
