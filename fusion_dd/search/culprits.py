@@ -385,6 +385,7 @@ class _Progress(Generic[T]):
     exact: bool = True
     may_hide: frozenset[T] = frozenset()
     searched: list[frozenset[T]] = field(default_factory=list)  # sets a strategy found (not dense singles)
+    split: list[frozenset[T]] = field(default_factory=list)  # singles group testing narrowed down
     # Independent culprits described once (their description depends on nothing else).
     singles: dict[tuple[frozenset[T], bool], CulpritSet[T]] = field(default_factory=dict, repr=False)
     # For _settle's shortcut: how many sets the last full choice covered, and their rules.
@@ -590,7 +591,8 @@ def _loop(
             outcome = _group_phase(order, recorder, progress, sets, preference, parallelism, masks, check, on_fix)
             if outcome.fix_passes:
                 break
-            failing = outcome.failing if outcome.failing is not None else universe - progress.switched_off
+            assert outcome.failing is not None
+            failing = outcome.failing
 
 
 def _group_phase(
@@ -604,46 +606,44 @@ def _group_phase(
     check: Callable[[frozenset[T], bool, bool], None] | None,
     on_fix: Callable[[frozenset[T]], None] | None,
 ) -> Split[T]:
-    """Group testing over the rules of the failing fix candidate not yet shown clean.
+    """Group testing over the failing fix candidate's rules, from its longest prefix known to pass.
 
-    Clean: inside some passing configuration (under monotonicity none of them
-    fails alone; if one does with others, the fix candidate still fails at the
-    end and the strategy takes over). The density estimate starts from the
-    rules with a known verdict: the clean ones and the culprits found.
+    The first search's passing boundary is such a prefix (the rules before the
+    culprit it found); the density estimate starts from it.
     """
     universe = frozenset(order)
-    full = masks.of(universe)
+    candidate = universe - progress.switched_off
+    rules = [rule for rule in order if rule in candidate]
     clean = 0
     for high in recorder.answers.antichains.max_pass:
-        clean |= high
-    candidate = universe - progress.switched_off
-    pool = [rule for rule in order if rule in candidate and not clean & (1 << masks.bit(rule))]
-    examined = clean.bit_count() + len(sets)
+        j = 0
+        while j < len(rules) and high >> masks.bit(rules[j]) & 1:
+            j += 1
+        clean = max(clean, j)
 
     def ask(configs: Sequence[frozenset[T]]) -> list[bool]:
         return [outcome is Outcome.FAIL for outcome in recorder.outcomes(list(configs))]
 
-    def on_culprit(rule: T) -> None:
+    def on_culprit(rule: T, dense: bool) -> None:
         rules = frozenset({rule})
         if check is not None:
             check(rules, False, False)  # its own training alone found and proves it
+        if not dense:
+            progress.split.append(rules)
         sets.append(rules)
         _settle(progress, sets, order, preference, grow=len(sets) > len(order))
 
-    def fix_fails() -> bool:
-        fix = universe - progress.switched_off
-        masks.remember(fix, full & ~masks.of(progress.switched_off))
-        if not fix:
-            progress.fix_outcome = Outcome.PASS  # the empty configuration is the engine's precondition
-            return False
+    def announce(fix: frozenset[T]) -> None:
         if on_fix is not None:
             on_fix(fix)
-        progress.fix_outcome = recorder.outcomes([fix])[0]
-        return progress.fix_outcome is Outcome.FAIL
 
-    return split(
-        pool, ask, fix_fails, on_culprit, found=len(sets), examined=examined, width=lambda: width_of(parallelism)
+    outcome = split(
+        rules, clean, ask, on_culprit, found=len(sets), width=lambda: width_of(parallelism), announce=announce
     )
+    if outcome.fix_passes:
+        fix = universe - progress.switched_off
+        progress.fix_outcome = recorder.outcomes([fix])[0] if fix else Outcome.PASS  # asked already: free
+    return outcome
 
 
 def _attempt(
@@ -688,7 +688,7 @@ def _attempt(
     lone = [
         c.rules
         for c in progress.found
-        if len(c.rules) == 1 and (guard.flaky or c.rules in progress.searched)
+        if len(c.rules) == 1 and (guard.flaky or c.rules in progress.searched or c.rules in progress.split)
     ]
     guard.confirm([r for r in lone if not guard.necessity_shown(next(iter(r)))], None)
     if len(progress.searched) > 1:
