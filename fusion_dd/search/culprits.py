@@ -697,6 +697,8 @@ def _attempt(
         guard.confirm(progress.searched, None)
     guard.confirm_single_removals([c.rules for c in progress.found if len(c.rules) > 1])
     guard.confirm([c.rules for c in progress.found], fix, everything=strict or guard.flaky)
+    if progress.fix_outcome is Outcome.PASS:
+        guard.confirm_fix(fix)  # the claim the user acts on: never on one training
 
 
 def find_culprits(
