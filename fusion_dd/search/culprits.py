@@ -666,16 +666,14 @@ def _attempt(
     strict = policy.confirm == "strict"
 
     def check(rules: frozenset[T], unshrunk: bool, later: bool) -> None:
-        # Before the next search builds on a set: its interaction claims always; all
-        # its claims once noise was seen, in strict mode, when nothing but the fix
-        # candidate's one training says it fails (a one-rule fix leaves no search that
-        # could notice a flip), or when a search found it inside a failing fix
-        # candidate: a false FAIL of that candidate leads a search to passing
-        # configurations only, and one more false FAIL of the set it ends on would
-        # name a culprit that does not exist while nothing contradicts it. One more
-        # training of the set costs one training per extra set on a clean run.
+        # Before the next search builds on a set: its interaction claims always; all its
+        # claims once noise was seen, in strict mode, or when nothing but the fix
+        # candidate's one training says it fails (a one-rule fix leaves no search that could
+        # notice a flip). A run without noise pays nothing more here: the fix it hands over
+        # is re-trained at the end whatever happened, and a flip anywhere makes the run
+        # flaky, which brings every check back.
         assert guard is not None
-        guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk or later)
+        guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk)
 
     _loop(
         order, guard, strategy, choose, parallelism, progress, check,
@@ -691,7 +689,7 @@ def _attempt(
         if len(c.rules) == 1 and (guard.flaky or c.rules in progress.searched or c.rules in progress.split)
     ]
     guard.confirm([r for r in lone if not guard.necessity_shown(next(iter(r)))], None)
-    if len(progress.searched) > 1:
+    if len(progress.searched) > 1 and guard.flaky:
         # Two searches, two sets: the first one's claims too were built on single
         # trainings that a later answer never re-examined.
         guard.confirm(progress.searched, None)
