@@ -66,15 +66,18 @@ def expected_left(found: int, examined: int, left: int, more_known: bool) -> flo
     """How many culprits the ``left`` rules probably hold: the density seen so far, scaled.
 
     ``more_known``: a prefix reaching into them failed, so at least one is there.
-    The density is damped by a fifth of the rules, or by as many rules again
-    as were examined when that is less (a culprit found early says little
-    about how dense the rest is, and groups too large cost a halving step per
-    doubling where groups too small cost a training each; but the first rule
-    failing alone should already make the next ones be asked alone).
+    The density is damped by a fifth of all the rules: a culprit found early
+    says little about how dense the rest is, and groups too small cost a
+    training each where groups too large cost one halving step per doubling.
+    Only when every rule examined was a culprit (the first rule failed alone,
+    and so did each next one) is the rest taken to be as dense: its rules are
+    then asked alone.
     """
     if left == 0:
         return 0.0
-    guess = found * left / (examined + min(examined, (examined + left) / 5))
+    if found and examined == found:
+        return float(left)
+    guess = found * left / (examined + (examined + left) / 5)
     return min(float(left), max(guess, 1.0) if more_known else guess)
 
 
