@@ -363,7 +363,7 @@ def targets(cells: list[dict], seeds: int) -> list[str]:
         "| target | default | limit | met | guard off | search per culprit | Hwang (told d) | picire 21.8 | lower bound |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (label, model, n, d, p, metric, limit), cell in zip(TARGETS, cells):
+    for (label, *_, metric, limit), cell in zip(TARGETS, cells):
         met = cell["default"] <= limit and cell["default_ok"]
         hwang = "-" if cell["hwang"] is None else fmt(cell["hwang"][0]) + ("" if cell["hwang"][1] else " (**wrong**)")
         pic = "-" if cell["picire"] is None else fmt(cell["picire"][0]) + ("" if cell["picire"][1] else " (**wrong**)")
