@@ -23,7 +23,7 @@ This module is pure: it works on scanned tensors and loaded graph models.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..ascend.graph import GraphModel, GraphOp
 from .sources import DumpedTensor, FileProblem
@@ -61,10 +61,10 @@ def pair_tensors(
 ) -> Pairing:
     """Pair every comparable fusion-on tensor with its fusion-off counterpart."""
     result = Pairing()
-    on = _unique(on, result.problems, "fusion-on")
-    off = _unique(off, result.problems, "fusion-off")
     ops_on = _ops_by_name(graph_on)
     ops_off = _ops_by_name(graph_off)
+    on = _unique(_graph_names(on, ops_on), result.problems, "fusion-on")
+    off = _unique(_graph_names(off, ops_off), result.problems, "fusion-off")
     _check_graph(graph_on, on, ops_on, result.problems)
     _check_graph(graph_off, off, ops_off, result.problems)
 
@@ -142,6 +142,26 @@ def _unique(tensors: Sequence[DumpedTensor], problems: list[FileProblem], side: 
             continue
         seen[tensor.key] = tensor
     return list(seen.values())
+
+
+def _graph_names(tensors: Sequence[DumpedTensor], ops: dict[str, GraphOp]) -> list[DumpedTensor]:
+    """Tensors named by the file name only (nano dumps carry no op name, and file names
+    turn ``/`` and ``.`` into ``_``) get the graph's real op name when exactly one op
+    of the graph has that file-name form."""
+    if not ops:
+        return list(tensors)
+    from ..ascend.dump import sanitize
+
+    forms: dict[str, list[str]] = {}
+    for name in ops:
+        forms.setdefault(sanitize(name), []).append(name)
+    renamed = []
+    for tensor in tensors:
+        real = forms.get(tensor.op, [])
+        if tensor.op not in ops and len(real) == 1:
+            tensor = replace(tensor, op=real[0])
+        renamed.append(tensor)
+    return renamed
 
 
 def _ops_by_name(graph: GraphModel | None) -> dict[str, GraphOp]:

@@ -312,6 +312,7 @@ def _join_slices(
     members = sorted(members, key=lambda m: (m[1].slice_index if m[1].slice_index is not None else -1, m[1].thread_id or 0, m[1].timestamp))
     first_path, first_name, first = members[0]
     order = (min(m[1].timestamp for m in members), first_path.name)
+    base = _LXSLICE.sub("", first.op_name) if first.op_name else base
     if len(members) == 1:
         return _tensors_of(base, op_type, str(first_path), order, first), None
     attrs = _ffts_attrs(first)
@@ -355,6 +356,9 @@ def _join_slices(
         order=order,
     )
     return tensors, note
+
+
+_LXSLICE = re.compile(r"_lxslice\d+")
 
 
 def _ffts_attrs(header: DumpFile) -> dict:
