@@ -30,7 +30,7 @@ from typing import Any
 from ..ascend.graph import GraphModel
 from ..ascend.layout import LayoutError
 from ..errors import UsageError
-from .metrics import Metrics, Thresholds, compare_arrays
+from .metrics import Metrics, Thresholds, compare_arrays, compare_statistics, tensor_statistics
 from .pairing import Pair, pair_tensors
 from .sources import DumpedTensor, DumpGroup, FileProblem, scan, select
 
@@ -436,11 +436,20 @@ def compare_pair(on: DumpedTensor, off: DumpedTensor) -> tuple[Metrics | str, in
     """
     nbytes = on.nbytes + off.nbytes
     try:
+        if on.stats or off.stats:
+            return compare_statistics(_statistics(on, "fusion-on"), _statistics(off, "fusion-off")), nbytes
         x = _load(on, "fusion-on")
         y = _load(off, "fusion-off")
         return compare_arrays(x, y), nbytes
     except (LayoutError, ValueError, OSError) as exc:
         return str(exc), nbytes
+
+
+def _statistics(tensor: DumpedTensor, side: str) -> dict[str, float]:
+    """A statistics-only tensor's row, or the statistics of a full tensor compared with one."""
+    if tensor.stats:
+        return dict(tensor.stats)
+    return tensor_statistics(_load(tensor, side))
 
 
 def _load(tensor: DumpedTensor, side: str):

@@ -93,6 +93,7 @@ class Metrics:
     inf_on: int = 0
     nan_off: int = 0
     inf_off: int = 0
+    basis: str = "tensor"  # "statistics": measured from a statistics-only dump
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
@@ -105,6 +106,8 @@ class Metrics:
         nonfinite = [f"{count} {what}" for count, what in (
             (self.nan_on, "NaN fusion-on"), (self.inf_on, "Inf fusion-on"), (self.nan_off, "NaN fusion-off"), (self.inf_off, "Inf fusion-off"),
         ) if count]  # fmt: skip
+        if self.basis == "statistics":
+            text = f"statistics only: max abs {_fmt(self.max_abs)}, largest relative difference {_fmt(self.mean_rel)}"
         if nonfinite:
             text += " (" + ", ".join(nonfinite) + ")"
         if self.flags:
@@ -284,3 +287,61 @@ class _Accumulator:
             nan_off=self.nan_y,
             inf_off=self.inf_y,
         )
+
+
+#: The statistics a statistics-only dump gives per tensor, as ``statistic.csv`` names them.
+STATISTICS = ("max", "min", "mean", "norm")
+
+
+def tensor_statistics(array: np.ndarray) -> dict[str, float]:
+    """The statistics of a full tensor, to compare it with a statistics-only dump (finite values only)."""
+    values = np.asarray(array, dtype=np.float64).reshape(-1)
+    finite = values[np.isfinite(values)]
+    stats = {"count": float(values.size), "nan": float(np.count_nonzero(np.isnan(values))),
+             "inf": float(np.count_nonzero(np.isinf(values)))}  # fmt: skip
+    if finite.size:
+        stats.update(max=float(finite.max()), min=float(finite.min()), mean=float(finite.mean()),
+                     norm=float(np.sqrt(np.dot(finite, finite))))  # fmt: skip
+    return stats
+
+
+def compare_statistics(on: dict[str, float], off: dict[str, float], *, rel_eps: float = REL_EPS) -> Metrics:
+    """Metrics of two tensors known only by their statistics (max, min, mean, L2 norm).
+
+    Enough to rank and localize, not to prove closeness: the cosine is unknown
+    (NaN); ``max_abs`` is the largest difference of max, min and mean;
+    ``mean_rel`` and ``max_rel`` the largest relative difference of the four;
+    ``rel_euclid`` is ``|norm_on - norm_off| / norm_off``, a lower bound of the
+    true relative distance (triangle inequality). NaN or Inf counts that
+    differ flag the pair.
+    """
+    flags: list[str] = []
+    shared = [name for name in STATISTICS if name in on and name in off]
+    if not shared:
+        raise ValueError("no statistic in common (max, min, mean or norm) on both sides")
+    diffs = {name: abs(on[name] - off[name]) for name in shared}
+    rels = {name: diffs[name] / max(abs(off[name]), rel_eps) for name in shared}
+    for what in ("nan", "inf"):
+        if what in on and what in off and on[what] != off[what]:
+            flags.append(f"{what.upper()} count {on[what]:.0f} fusion-on, {off[what]:.0f} fusion-off")
+    worst_rel = max(rels.values())
+    rel_euclid = math.nan
+    if "norm" in shared:
+        rel_euclid = diffs["norm"] / off["norm"] if off["norm"] else (0.0 if not diffs["norm"] else math.inf)
+    return Metrics(
+        cosine=math.nan,
+        max_abs=max((diffs[name] for name in shared if name != "norm"), default=diffs.get("norm", 0.0)),
+        max_rel=worst_rel,
+        mean_rel=worst_rel,
+        rel_euclid=rel_euclid,
+        rmse=math.nan,
+        within_0001=math.nan,
+        within_0005=math.nan,
+        elements=int(off.get("count", on.get("count", 0))),
+        flags=tuple(flags),
+        nan_on=int(on.get("nan", 0)),
+        inf_on=int(on.get("inf", 0)),
+        nan_off=int(off.get("nan", 0)),
+        inf_off=int(off.get("inf", 0)),
+        basis="statistics",
+    )

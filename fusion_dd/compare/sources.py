@@ -81,6 +81,9 @@ class DumpedTensor:
     kind: str = "output"  # or "input"
     slices: tuple[tuple[str, TensorInfo], ...] = ()  # FFTS+ slices joined along cut_axis
     cut_axis: int | None = None
+    stats: tuple[tuple[str, float], ...] = ()  # a statistics-only dump's row (statistic.csv)
+    stat_dtype: str = ""
+    stat_shape: tuple[int, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -93,16 +96,18 @@ class DumpedTensor:
 
     @property
     def dtype(self) -> str:
-        return self.info.dtype_text if self.info is not None else ""
+        return self.info.dtype_text if self.info is not None else self.stat_dtype
 
     @property
     def shape(self) -> tuple[int, ...]:
         if self.info is None:
-            return ()
+            return self.stat_shape
         return self.info.original_shape or self.info.shape
 
     @property
     def nbytes(self) -> int:
+        if self.stats:
+            return 0
         if self.slices:
             return sum(info.size for _, info in self.slices)
         if self.info is not None:
@@ -193,6 +198,7 @@ def scan(directory: str | Path) -> ScannedDump:
     ascend: list[tuple[Path, str]] = []
     arrays: list[Path] = []
     graphs: list[Path] = []
+    statistics: list[Path] = []
     notes: list[FileProblem] = []
     for path in walk_files(root):
         if path.name.endswith((".npy", ".npz")):
@@ -201,6 +207,8 @@ def scan(directory: str | Path) -> ScannedDump:
             graphs.append(path)
         elif path.name in (MAPPING_CSV, ORDER_FILE):
             continue  # read with the files they name
+        elif path.name == STATISTIC_CSV:
+            statistics.append(path)
         else:
             ascend.append((path, path.name))
     build = [path for path in graphs if path.name.endswith(discover.BUILD_SUFFIX)]
@@ -219,6 +227,12 @@ def scan(directory: str | Path) -> ScannedDump:
         scanned = _scan_ascend(root, dump_files)
         for path in arrays:
             notes.append(FileProblem(str(path), "array file beside an Ascend binary dump: not compared (give its folder on its own)"))
+        for path in statistics:
+            notes.append(FileProblem(str(path), "statistics beside full tensor dumps: not used (the tensors are compared)"))
+    elif statistics:
+        scanned = _scan_statistics(root, statistics)
+        for path in arrays:
+            notes.append(FileProblem(str(path), "array file beside a statistics dump: not compared (give its folder on its own)"))
     elif arrays:
         scanned = _scan_arrays(root, arrays)
     else:
@@ -286,6 +300,86 @@ def _scan_ascend(root: Path, files: list[tuple[Path, DumpName]]) -> ScannedDump:
         if problem is not None:
             notes.append(problem)
     return ScannedDump(root, groups, problems, "ascend", notes=notes, overflows=overflows)
+
+
+STATISTIC_CSV = "statistic.csv"
+#: statistic.csv columns (CANN's and MindSpore's spellings), lower-cased, to the statistic they hold.
+_STAT_COLUMNS = {"max value": "max", "min value": "min", "avg value": "mean", "l2norm value": "norm",
+                 "count": "count", "nan count": "nan"}  # fmt: skip
+_INF_COLUMNS = ("negative inf count", "positive inf count")
+
+
+def _scan_statistics(root: Path, paths: list[Path]) -> ScannedDump:
+    """Tensors of a statistics-only dump: one row of ``statistic.csv`` per input or output.
+
+    The header row names the columns (``Op Type, Op Name, Task ID, Stream ID,
+    Timestamp, Input/Output`` or ``IO``, ``Slot, Data Size, Data Type[, Format],
+    Shape`` and the statistics chosen: ``Max Value, Min Value, Avg Value,
+    L2Norm Value, Count, NaN Count, ...``); rows that cannot be read are problems.
+    """
+    import csv
+
+    groups: dict[tuple[str | None, str | None, int | None], DumpGroup] = {}
+    problems: list[FileProblem] = []
+    for path in paths:
+        location = _location(path, None)
+        group = groups.setdefault(location, DumpGroup(*location))
+        try:
+            text = _read_text(path)
+        except (OSError, ValueError) as exc:
+            problems.append(FileProblem(str(path), f"cannot read ({exc})"))
+            continue
+        rows = list(csv.reader(text.splitlines()))
+        if not rows:
+            problems.append(FileProblem(str(path), "empty statistic.csv"))
+            continue
+        columns = {name.strip().lower(): index for index, name in enumerate(rows[0])}
+        needed = ("op name", "slot")
+        kind_column = columns.get("input/output", columns.get("io"))
+        if any(name not in columns for name in needed) or kind_column is None or not any(c in columns for c in _STAT_COLUMNS):
+            problems.append(FileProblem(str(path), "statistic.csv without the columns Op Name, Input/Output (or IO), Slot and a statistic"))
+            continue
+        for number, row in enumerate(rows[1:], start=2):
+            where = f"{path}:{number}"
+            try:
+                tensor = _statistic_row(row, columns, kind_column, where)
+            except (ValueError, IndexError) as exc:
+                problems.append(FileProblem(where, f"unreadable row ({exc})"))
+                continue
+            group.tensors.append(tensor)
+    return ScannedDump(root, groups, problems, "statistics")
+
+
+def _statistic_row(row: list[str], columns: dict[str, int], kind_column: int, where: str) -> DumpedTensor:
+    cell = lambda name: row[columns[name]].strip() if name in columns and columns[name] < len(row) else ""  # noqa: E731
+    kind = row[kind_column].strip().lower()
+    if kind not in ("input", "output"):
+        raise ValueError(f"Input/Output is {kind!r}")
+    stats = {}
+    for column, name in _STAT_COLUMNS.items():
+        if cell(column):
+            stats[name] = float(cell(column))
+    if any(cell(column) for column in _INF_COLUMNS):
+        stats["inf"] = sum(float(cell(column) or 0) for column in _INF_COLUMNS)
+    timestamp = int(cell("timestamp")) if cell("timestamp").isdigit() else 0
+    shape_text = cell("shape").strip('"()[] ')
+    shape = tuple(int(d) for d in shape_text.replace("x", ",").split(",") if d.strip()) if shape_text else ()
+    return DumpedTensor(
+        op=cell("op name"), op_type=cell("op type"), index=int(cell("slot")), source=where,
+        order=(timestamp, where), kind=kind, stats=tuple(stats.items()), stat_dtype=cell("data type"), stat_shape=shape,
+    )  # fmt: skip
+
+
+#: A statistic.csv has one short row per tensor: even a huge network stays far below.
+MAX_STATISTIC_BYTES = 1024 * MiB
+
+
+def _read_text(path: Path) -> str:
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_STATISTIC_BYTES + 1)
+    if len(data) > MAX_STATISTIC_BYTES:
+        raise ValueError(f"larger than {MAX_STATISTIC_BYTES // MiB} MiB")
+    return data.decode("utf-8", errors="replace")
 
 
 def _tensors_of(op: str, op_type: str, source: str, order: tuple[int, str], header: DumpFile) -> list[DumpedTensor]:

@@ -202,3 +202,54 @@ def test_converters_folder_must_hold_converters(tmp_path: Path, flag: str) -> No
     write_run(tmp_path / "off", off_ops)
     done = _cli("--on", "on", "--off", "off", flag, "plugins", cwd=tmp_path)
     assert done.returncode == 2 and "convert_<FROM>_to_<TO>.py" in done.stderr
+
+
+STAT_HEADER = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,Input/Output,Slot,Data Size,Data Type,Format,Shape,"
+               "Max Value,Min Value,Avg Value,L2Norm Value,Count,NaN Count")  # fmt: skip
+
+
+def _statistic_csv(folder: Path, ops: list[Op], inputs: bool = True) -> Path:
+    """A statistics-only dump as CANN writes it with dump_data "stats": one row per input and output."""
+    folder.mkdir(parents=True, exist_ok=True)
+    values = {op.name: op.value for op in ops}
+    rows = [STAT_HEADER]
+    for task, op in enumerate(ops):
+        tensors = [("output", 0, op.value)]
+        if inputs:
+            tensors = [("input", slot, values[name]) for slot, name in enumerate(op.inputs)] + tensors
+        for kind, slot, value in tensors:
+            v = np.asarray(value, dtype=np.float64)
+            shape = ",".join(str(d) for d in v.shape)
+            rows.append(f'{op.type},{op.name},{task},0,{1767225600000000 + task},{kind},{slot},{v.size * 4},DT_FLOAT,ND,"({shape})",'
+                        f"{float(v.max())!r},{float(v.min())!r},{float(v.mean())!r},{float(np.sqrt((v * v).sum()))!r},{v.size},0")  # fmt: skip
+    path = folder / "statistic.csv"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_statistics_only_dumps_rank_and_localize(tmp_path: Path) -> None:
+    on_ops, off_ops = _network(bad=True)
+    for side, ops in (("on", on_ops), ("off", off_ops)):
+        step = tmp_path / side / "20260101000000" / "0" / "net" / "1" / "0"
+        _statistic_csv(step, ops)
+        write_run(tmp_path / side, ops, with_graph=True, step=99)  # only for the graph file
+        for dump in (tmp_path / side).rglob("99"):
+            for file in dump.iterdir():
+                file.unlink()
+            dump.rmdir()
+    done = _cli("--on", "on", "--off", "off", "--out", "report", cwd=tmp_path)
+    first = _first_line(done)
+    assert first.startswith(f"first divergence: bn1/fused ({RULE}") and "statistics only" in first
+    report = json.loads((tmp_path / "report" / "compare.json").read_text())
+    assert report["problems"] == []
+    assert {p["metrics"]["basis"] for p in report["pairs"]} == {"statistics"}
+    assert [p["op"] for p in report["pairs"] if p["bad"]][:1] == ["bn1/fused"]
+
+
+def test_a_statistics_row_that_cannot_be_read_is_a_problem(tmp_path: Path) -> None:
+    on_ops, off_ops = _network(bad=False)
+    path = _statistic_csv(tmp_path / "on", on_ops, inputs=False)
+    _statistic_csv(tmp_path / "off", off_ops, inputs=False)
+    path.write_text(path.read_text() + "Add,broken,1,0,5,sideways,0,4,DT_FLOAT,ND,\"(1)\",1,1,1,1,1,0\n")
+    comparison = compare_dumps(tmp_path / "on", tmp_path / "off")
+    assert [p.reason for p in comparison.problems if p.file.endswith(":5")] == ["unreadable row (Input/Output is 'sideways')"]
