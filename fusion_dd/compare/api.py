@@ -200,8 +200,10 @@ class Comparison:
         return None
 
     def hidden_before(self) -> list[FileProblem]:
-        """Fusion-on files that could not be compared and ran before the first divergence
-        (or anywhere, when none was found): the real first divergence may be among them."""
+        """Fusion-on files that could not be read or decoded and ran before the first
+        divergence (or anywhere, when none was found): the real first divergence may be
+        among them. Ops that merely have no fusion-off counterpart are not counted: the
+        blame of a divergence already looks through those."""
         first = self.first_divergence
         limit = None
         if first is not None:

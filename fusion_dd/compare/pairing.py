@@ -108,7 +108,7 @@ def pair_tensors(
             wanted = f"{key[0]}:{key[2]}"
             result.problems.append(
                 FileProblem(tensor.source, f"no counterpart in the fusion-off dump (looked for {wanted})", op=tensor.op,
-                            order=tensor.order, side="fusion-on")  # fmt: skip
+                            order=tensor.order)  # fmt: skip
             )
             continue
         used.add(counterpart.key)
