@@ -90,9 +90,10 @@ def pair_tensors(
                 result.unpaired_inputs += 1
                 continue
             used.add(counterpart.key)
+            # no rules: an input holds what its producer computed, not what this op's fusion did
             result.pairs.append(
-                Pair(position, tensor, counterpart, "input by name", graph_op.passes() if graph_op is not None else (),
-                     _layers(tensor, graph_op, on), graph_op.type if graph_op is not None and graph_op.type else tensor.op_type)
+                Pair(position, tensor, counterpart, "input by name", (), _layers(tensor, graph_op, on),
+                     graph_op.type if graph_op is not None and graph_op.type else tensor.op_type)
             )  # fmt: skip
             position += 1
             continue
