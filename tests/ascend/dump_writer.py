@@ -223,7 +223,9 @@ def ffts_attrs(slices: int, cuts: list[list[int]], thread_mode: bool = False) ->
     return {"ffts": json.dumps({"slice_instance_num": slices, "outputCutList": cuts, "threadMode": thread_mode})}
 
 
-def op_file(folder: Path, op_type: str, op_name: str, task: int, timestamp: int, variant: str = "stream") -> Path:
+def op_file(
+    folder: Path, op_type: str, op_name: str, task: int, timestamp: int, variant: str = "stream", thread: int = 0
+) -> Path:
     """The dump file name in one of the runtime's variants.
 
     stream ``type.name.task.stream.ts``, nostream ``type.name.task.ts``, dumpnum
@@ -237,7 +239,7 @@ def op_file(folder: Path, op_type: str, op_name: str, task: int, timestamp: int,
     if variant == "dumpnum":
         return folder / f"{base}.0.{task}.0.{timestamp}"
     if variant == "ffts":
-        return folder / f"{base}.2.{task}.{timestamp}.4.330.0.0"
+        return folder / f"{base}.2.{task}.{timestamp}.4.330.{thread}.0"
     if variant == "ffts8":
-        return folder / f"{base}.{task}.{timestamp}.4.330.0.0"
+        return folder / f"{base}.{task}.{timestamp}.4.330.{thread}.0"
     return folder / f"{base}.{task}.0.{timestamp}"

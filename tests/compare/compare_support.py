@@ -29,6 +29,7 @@ class Op:
     extra: dict = field(default_factory=dict)
     slices: int = 0  # FFTS+ manual slicing: this many _lxslice<N> files, cut along axis 0
     cut_list: bool = True  # whether the sliced files say along which axis they were cut
+    thread_mode: bool = False  # FFTS+ auto mode: one file per thread id instead of _lxslice<N> names
 
 
 def graph_text(ops: list[Op], name: str = "net") -> str:
@@ -87,11 +88,12 @@ def write_run(
         elif spec.slices:
             pieces = np.array_split(data, spec.slices, axis=0)
             cuts = [[spec.slices] + [1] * (data.ndim - 1)]
-            attrs = ffts_attrs(spec.slices, cuts) if spec.cut_list else None
+            attrs = ffts_attrs(spec.slices, cuts, spec.thread_mode) if spec.cut_list else None
             for number, piece in enumerate(pieces):
-                name = f"{spec.name}_lxslice{number}"
+                name = spec.name if spec.thread_mode else f"{spec.name}_lxslice{number}"
+                thread = number if spec.thread_mode else 0
                 piece_tensor = {**tensor, "data": piece, "original_shape": spec.value.shape}
-                write(op_file(folder, spec.type, name, task_base + task, timestamp + number, variant), name,
+                write(op_file(folder, spec.type, name, task_base + task, timestamp + number, variant, thread), name,
                       [piece_tensor], feeds, attrs=attrs)  # fmt: skip
         else:
             write(op_file(folder, spec.type, spec.name, task_base + task, timestamp, variant), spec.name, [tensor], feeds)

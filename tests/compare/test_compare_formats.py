@@ -27,7 +27,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def _network(bad: bool, slices: int = 0, cut_list: bool = True) -> tuple[list[Op], list[Op]]:
+def _network(bad: bool, slices: int = 0, cut_list: bool = True, thread_mode: bool = False) -> tuple[list[Op], list[Op]]:
     """conv -> bn+relu (fused in the fusion-on run, ``bad`` plants an error there) -> fc."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(4, 20)).astype(np.float32)
@@ -38,7 +38,8 @@ def _network(bad: bool, slices: int = 0, cut_list: bool = True) -> tuple[list[Op
     on = [
         Op("conv1", "Conv2D", x, origin=("conv1", 0)),
         Op("bn1/fused", "BNInferenceRelu", bad_relu, inputs=("conv1",), pass_name=(RULE,),
-           originals=("bn1/FusedBatchNorm", "bn1/Relu"), origin=("bn1/Relu", 0), slices=slices, cut_list=cut_list),
+           originals=("bn1/FusedBatchNorm", "bn1/Relu"), origin=("bn1/Relu", 0), slices=slices, cut_list=cut_list,
+           thread_mode=thread_mode),
         Op("fc", "MatMul", bad_relu[:, :10] * 2, inputs=("bn1/fused",), origin=("fc", 0)),
     ]  # fmt: skip
     off = [
@@ -71,6 +72,24 @@ def test_ffts_names_and_lxslice_slices_are_joined_and_the_planted_op_found(tmp_p
     fused = next(p for p in report["pairs"] if p["op"] == "bn1/fused")
     assert fused["shape"] == [4, 20] and fused["metrics"]["elements"] == 80  # both slices, joined
     assert report["graph"].startswith("found in the fusion-on dump")
+
+
+def test_ffts_auto_mode_thread_files_are_joined_in_thread_order(tmp_path: Path) -> None:
+    on_ops, off_ops = _network(bad=True, slices=3, thread_mode=True)
+    write_run(tmp_path / "on", on_ops, variant="ffts")
+    write_run(tmp_path / "off", off_ops, variant="ffts")
+    threads = sorted(p.name.split(".")[-2] for p in (tmp_path / "on").rglob("BNInferenceRelu.*"))
+    assert threads == ["0", "1", "2"]
+    comparison = compare_dumps(tmp_path / "on", tmp_path / "off")
+    assert comparison.problems == [] and comparison.notes == []
+    fused = next(p for p in comparison.pairs if p.op == "bn1/fused")
+    assert fused.metrics.elements == 80
+    assert comparison.first_divergence is not None and comparison.first_divergence.op == "bn1/fused"
+    # unplanted, the joined slices equal the unsliced fusion-off tensor: joined in the right order
+    good_on, _ = _network(bad=False, slices=3, thread_mode=True)
+    write_run(tmp_path / "good", good_on, variant="ffts")
+    good = compare_dumps(tmp_path / "good", tmp_path / "off")
+    assert next(p for p in good.pairs if p.op == "bn1/fused").metrics.max_abs == 0.0
 
 
 def test_slices_without_a_cut_list_are_compared_one_by_one_and_flagged(tmp_path: Path) -> None:
@@ -253,3 +272,17 @@ def test_a_statistics_row_that_cannot_be_read_is_a_problem(tmp_path: Path) -> No
     path.write_text(path.read_text() + "Add,broken,1,0,5,sideways,0,4,DT_FLOAT,ND,\"(1)\",1,1,1,1,1,0\n")
     comparison = compare_dumps(tmp_path / "on", tmp_path / "off")
     assert [p.reason for p in comparison.problems if p.file.endswith(":5")] == ["unreadable row (Input/Output is 'sideways')"]
+
+
+def test_lying_sizes_and_nan_pairs_are_shown_as_they_are(tmp_path: Path) -> None:
+    for side in ("on", "off"):
+        folder = tmp_path / side / "20260101000000" / "0" / "net" / "1" / "0"
+        value = np.full(4, np.nan, np.float32) if side == "on" else np.ones(4, np.float32)
+        write(op_file(folder, "Relu", "a", 1, 1000), "a", [{"data": value}])
+        big = {"data": np.ones(4, np.float32), "shape": (2**32, 2**32), "size": 16}
+        write(op_file(folder, "Add", "lying", 2, 1001), "lying", [big])
+    done = _cli("--on", "on", "--off", "off", cwd=tmp_path)
+    first = _first_line(done)
+    assert first.startswith("first divergence: a ") and "4 NaN fusion-on" in first
+    lying = next(line for line in done.stdout.splitlines() if "[lying]" in line)
+    assert f"shape holds {2**64 * 4} bytes but size says 16" in lying
