@@ -289,6 +289,10 @@ def _scan_ascend(root: Path, files: list[tuple[Path, DumpName]]) -> ScannedDump:
             continue
         for note in header.notes:
             notes.append(FileProblem(str(path), note, op=parsed.base_name, order=order))
+        if not header.inputs and not header.outputs:
+            notes.append(FileProblem(str(path), "the header declares no input and no output: nothing to compare",
+                                     op=parsed.base_name, order=order))  # fmt: skip
+            continue
         if parsed.ffts:
             sliced.setdefault((location, parsed.op_type, parsed.base_name), []).append((path, parsed, header))
             continue
