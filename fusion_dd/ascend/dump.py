@@ -4,15 +4,18 @@ With data dump on, the runtime writes one file per executed op under
 ``{dump_path}/{YYYYMMDDhhmmss}/{device_id}/{model_name}/{model_id}/{dump_number}/``,
 named ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp_us}``. Releases
 differ: some leave out the stream id, some add a dump-number field after the op
-name; all three are read. Space, ``.``, ``/`` and ``\\`` of the op type and name
+name, and FFTS+ (Atlas A2/A3) adds task type, context, thread and device ids
+and may slice an op into ``{op_name}_lxslice<N>`` files; 4 to 9 fields are read
+(``parse_file_name``). Space, ``.``, ``/`` and ``\\`` of the op type and name
 become ``_``; a name too long for the file system is saved under a hash, with a
 ``hash,original_file_name`` line in a ``mapping.csv`` of the same folder.
 
 A file is ``uint64 header_len`` (little-endian), a ``DumpData`` message of that
 many bytes whose tensor ``data`` fields are empty, then the raw bytes of every
-input, output, buffer and workspace in that order, ``size`` bytes each. The file
-size must equal ``8 + header_len + sum(sizes)``; anything else is a truncated or
-foreign file, reported per file rather than failing the comparison.
+input, output, buffer and workspace in that order, ``size`` bytes each. A nano
+dump has the same frame around a TLV header (magic ``0x5A5A5A5A``). A file
+shorter than ``8 + header_len + sum(sizes)`` is truncated and reported per file;
+bytes beyond it are tolerated with a note, as msaccucmp does.
 
 Only headers are read when a dump is scanned; a tensor's bytes are read (memory
 mapped) when it is compared, so a dump of many gigabytes is streamed.

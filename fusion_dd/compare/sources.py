@@ -299,6 +299,12 @@ def _scan_ascend(root: Path, files: list[tuple[Path, DumpName]]) -> ScannedDump:
         op = header.op_name or parsed.op_name
         group.tensors.extend(_tensors_of(op, parsed.op_type, str(path), order, header))
     for (location, op_type, base), members in sliced.items():
+        if all(m[1].slice_index is None for m in members) and len({m[1].thread_id for m in members}) == 1:
+            # one thread, no slices: separate executions of the op, each file on its own
+            for path, parsed, header in members:
+                op = _LXSLICE.sub("", header.op_name) if header.op_name else parsed.base_name
+                groups[location].tensors.extend(_tensors_of(op, op_type, str(path), (parsed.timestamp, path.name), header))
+            continue
         tensors, problem = _join_slices(base, op_type, members)
         groups[location].tensors.extend(tensors)
         if problem is not None:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fusion_dd.compare import compare_dumps
+from fusion_dd.compare.sources import scan
 from tests.ascend.dump_writer import op_file, write
 from tests.compare.compare_support import Op, write_run
 
@@ -286,3 +287,12 @@ def test_lying_sizes_and_nan_pairs_are_shown_as_they_are(tmp_path: Path) -> None
     assert first.startswith("first divergence: a ") and "4 NaN fusion-on" in first
     lying = next(line for line in done.stdout.splitlines() if "[lying]" in line)
     assert f"shape holds {2**64 * 4} bytes but size says 16" in lying
+
+
+def test_an_ffts_op_run_twice_on_one_thread_is_two_executions_not_slices(tmp_path: Path) -> None:
+    folder = tmp_path / "on" / "20260101000000" / "0" / "net" / "1" / "0"
+    for number, ts in enumerate((1767225600000001, 1767225600000009)):
+        write(op_file(folder, "Add", "add", 3 + number, ts, "ffts"), "add", [{"data": np.full(3, float(number), np.float32)}])
+    scanned = scan(tmp_path / "on")
+    assert scanned.notes == [] and scanned.problems == []
+    assert [t.op for t in next(iter(scanned.groups.values())).tensors] == ["add", "add"]
