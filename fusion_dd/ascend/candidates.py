@@ -135,7 +135,7 @@ def read_source(path: Path) -> _Evidence:
     if path.suffix in (".yaml", ".yml"):
         return _from_rule_document(_load_yaml(text, str(path)), str(path))
     stripped = text.lstrip()
-    if stripped.startswith("{") or path.suffix == ".json":
+    if stripped.startswith(("{", "[")) or path.suffix == ".json":
         return _from_json(text, str(path))
     lines = _significant_lines(text)
     if lines and all(_SWITCH_LINE.match(line) for line in lines):
