@@ -79,7 +79,9 @@ class FusionResultHook:
     def collect(self, files: TrialFiles) -> dict[str, Any]:
         read = read_trial_results(files.trial_dir)
         results = read.results
-        enabled = [self._by_name[name] for name in sorted(files.enabled) if name in self._by_name]
+        # ``enabled`` holds names: a name searched in both sections counts as on in both (a
+        # rule in the section it does not belong to never fires, so this can hide no proof).
+        enabled = [rule for rule in self.candidates if rule.name in files.enabled]
         check = check_switch_applied(results, self.candidates, enabled, read.unreadable)
         facts: dict[str, Any] = {"switch_check": {"status": check.status, "message": check.message}}
         if read.unreadable:
