@@ -106,12 +106,18 @@ class _Evidence:
 
 
 def collect_candidates(
-    paths: Iterable[str | Path], *, keep_unfired: bool = False
+    paths: Iterable[str | Path],
+    *,
+    keep_unfired: bool = False,
+    declared_sections: Mapping[str, Section] | None = None,
 ) -> CandidateSet:
     """Read every source and combine them into one candidate set.
 
-    Raises UsageError for a missing or malformed file and for a declared rule
-    whose section nothing knows.
+    ``declared_sections`` are sections the caller's own sources give names (the
+    config's ``rules.GraphFusion`` / ``rules.UBFusion``): a name these files list
+    without a section takes it from there before it is searched in both. Raises
+    UsageError for a missing or malformed file and for a sectionless name that
+    looks like a misspelling.
     """
     files: list[Path] = []
     for raw in paths:
@@ -126,7 +132,7 @@ def collect_candidates(
         raise UsageError("no rule source given: name fusion_result.json, graph dumps or rule lists")
 
     evidence = [(path, read_source(path)) for path in dict.fromkeys(files)]
-    return _combine(evidence, keep_unfired)
+    return _combine(evidence, keep_unfired, declared_sections or {})
 
 
 def read_source(path: Path) -> _Evidence:
@@ -303,7 +309,9 @@ def _parse_section(text: str, where: str) -> Section:
 # --- combining ------------------------------------------------------------------------
 
 
-def _combine(evidence: list[tuple[Path, _Evidence]], keep_unfired: bool) -> CandidateSet:
+def _combine(
+    evidence: list[tuple[Path, _Evidence]], keep_unfired: bool, given_sections: Mapping[str, Section]
+) -> CandidateSet:
     ub_names: set[str] = set()
     sections: dict[str, set[Section]] = {}
     fired: set[str] | None = None
@@ -329,7 +337,7 @@ def _combine(evidence: list[tuple[Path, _Evidence]], keep_unfired: bool) -> Cand
         sections.setdefault(name, set()).update(found)
 
     # Sections people gave a name somewhere in this run (JSON switch file, "Name Section" lines).
-    declared_sections: dict[str, set[Section]] = {}
+    declared_sections: dict[str, set[Section]] = {name: {section} for name, section in given_sections.items()}
     for _, item in evidence:
         for name, section, _where in item.declared:
             if section is not None:

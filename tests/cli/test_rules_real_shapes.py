@@ -106,3 +106,24 @@ def test_a_search_whose_trainings_leave_an_unreadable_result_names_it(tmp_path):
     assert "unreadable fusion_result.json" in output and "top level must be a JSON object" in output
     report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
     assert "applied" not in report["switch_check"]
+
+
+def test_a_config_takes_sectionless_names_from_a_list_placing_them_by_the_config_or_in_both(tmp_path):
+    (tmp_path / "names.txt").write_text("SoftmaxFusionPass\nQuuxAttentionRewritePass\nBrandNewKernelFusion\n")
+    (tmp_path / "train.py").write_text("print('accuracy: 1')\n")
+    document = {
+        "rules": {"from": ["names.txt"], "UBFusion": ["QuuxAttentionRewritePass"], "unknown": "warn"},
+        "train": {"command": ["python", "train.py"]},
+        "metric": {"pattern": r"accuracy: (\S+)"},
+    }
+    (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
+    dry = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    listed = [line.split() for line in dry.stdout.splitlines() if line.startswith("  ") and len(line.split()) == 2]
+    assert ["GraphFusion", "BrandNewKernelFusion"] in listed and ["UBFusion", "BrandNewKernelFusion"] in listed
+    assert ["UBFusion", "QuuxAttentionRewritePass"] in listed and ["GraphFusion", "QuuxAttentionRewritePass"] not in listed
+    assert dry.stderr.count("written into both sections") == 1 and "BrandNewKernelFusion" in dry.stderr
+    (tmp_path / "names.txt").write_text("SoftmaxFusionPas\n")
+    typo = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert typo.returncode == 2 and "did you mean SoftmaxFusionPass" in typo.stderr
+    assert len(typo.stderr.strip().splitlines()) == 1

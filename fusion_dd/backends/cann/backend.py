@@ -86,8 +86,9 @@ class FusionResultHook:
         facts: dict[str, Any] = {"switch_check": {"status": check.status, "message": check.message}}
         if read.unreadable:
             # Counts from part of the files would mislead the switch-off choice: none are journaled.
-            path, reason = read.unreadable[0]
-            facts["error"] = f"unreadable fusion_result.json {path}: {reason}"
+            if check.status != "ignored":  # an ignored switch stops the search with its own message
+                path, reason = read.unreadable[0]
+                facts["error"] = f"unreadable fusion_result.json {path}: {reason}"
             facts["unreadable"] = [{"path": path, "reason": reason} for path, reason in read.unreadable]
             return facts
         effects: dict[str, int] = {}
