@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ...ascend import check_switch_applied, read_trial_results
-from ...errors import UsageError
 from ...hooks import TrialFiles
 from ...rules import Rule, Section
 from ...search.culprits import Chooser, choose_off_by_effect, preferring
