@@ -184,6 +184,11 @@ def _from_fusion_result(text: str, source: str) -> _Evidence:
         evidence.sections.setdefault(rule.name, set()).add(rule.section)
     if not result.graphs:
         evidence.warnings.append(f"{source}: no compiled graph in this {FUSION_RESULT}")
+    elif not evidence.rules:
+        evidence.warnings.append(
+            f"{source}: {len(result.rules())} pass(es) matched in {len(result.graphs)} graph(s) but none has "
+            "effect_times > 0: no fusion rule changed this network, so none is a candidate"
+        )
     return evidence
 
 

@@ -295,6 +295,8 @@ def test_rules_from_every_real_shape_are_exactly_the_fired_ones():
         candidates = collect_candidates([REAL / name])
         assert {rule.name for rule in candidates.rules} == fired
         assert [source.kind for source in candidates.sources] == ["fusion_result"]
+        said = [warning for warning in candidates.warnings if "none has effect_times > 0" in warning]
+        assert len(said) == (0 if fired else 1)
     flat = collect_candidates([REAL / "fusion_result.flat.atc-ctpn.json"])
     assert flat.by_section()[Section.UB] == ["TbeCommonRules0FusionPass"]
     assert len(flat.rules) == 8
