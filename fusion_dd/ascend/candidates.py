@@ -397,6 +397,8 @@ def _combine(
         # One line for them all instead of an "unknown name" warning per rule and section.
         name_warnings = [w for w in name_warnings if not (w.kind == "unknown" and w.rule.name in both)]
     warnings.extend(str(warning) for warning in name_warnings)
+    chosen_names = {rule.name for rule in chosen}
+    both = [name for name in both if name in chosen_names]  # the rest never fired: said below
     if both:
         warnings.append(
             f"{len(both)} name(s) in neither the catalog nor any given artifact, so written into both "

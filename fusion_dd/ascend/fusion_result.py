@@ -88,7 +88,7 @@ def parse_fusion_result(text: str, source: str) -> FusionResult:
     graphs: dict[str, dict[Rule, PassStats]] = {}
     reported: set[Section] = set()
     for document in _json_documents(text, source):
-        for graph_key, graph_value in _graphs_of(document, source):
+        for graph_key, graph_value in _graphs_of(document):
             key = _unique_key(graph_key, graphs)
             graphs[key] = _graph_stats(graph_value, source, graph_key)
             reported |= {_SECTIONS[k] for k, _ in graph_value if k in _SECTIONS}
@@ -119,7 +119,7 @@ def _is_graph_object(value: Any) -> bool:
     return isinstance(value, dict) and any(key in _GRAPH_FIELDS for key in value)
 
 
-def _graphs_of(document: Any, source: str) -> list[tuple[str, Any]]:
+def _graphs_of(document: Any) -> list[tuple[str, Any]]:
     """The (graph key, graph object) pairs of one top-level JSON value, whatever its shape."""
     if not isinstance(document, _Pairs):  # a JSON list (_Pairs is a list too)
         return [(_graph_name(item, f"[{index}]"), item) for index, item in enumerate(document)]
