@@ -372,6 +372,14 @@ def candidates_from_all_on(config: Any, say: Callable[[str], None]) -> tuple[Any
         started = time.time()
         result = train_once(config, listed, listed, trial_dir, "rules.from: all_on")
         _stop_if_ignored(result.artifacts, set(), "rules.from: all_on")
+        unreadable = [
+            str(facts["error"])
+            for facts in (result.artifacts or {}).values()
+            if isinstance(facts, Mapping) and facts.get("error")
+        ]
+        if unreadable and not fired_of(result.artifacts):
+            # "Nothing fired" would be a guess: what fired is in a file fusion-dd could not read.
+            raise UsageError(f"rules.from: all_on: could not read which rules fired: {unreadable[0]}")
         rendered = backend.render(listed, listed)
         record = {
             "fired": sorted(fired_of(result.artifacts)),

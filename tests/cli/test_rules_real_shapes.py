@@ -127,3 +127,22 @@ def test_a_config_takes_sectionless_names_from_a_list_placing_them_by_the_config
     typo = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
     assert typo.returncode == 2 and "did you mean SoftmaxFusionPass" in typo.stderr
     assert len(typo.stderr.strip().splitlines()) == 1
+
+
+def test_rules_from_all_on_names_an_unreadable_result_instead_of_saying_nothing_fired(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import os\n"
+        "open(os.path.join(os.environ['FUSION_DD_TRIAL_DIR'], 'fusion_result.json'), 'w')"
+        ".write('[{\"graph_fusion\": {\"A\": {\"effect_times\": \"x\"}}}]')\n"
+        "print('accuracy: 0.9')\n"
+    )
+    document = {
+        "rules": {"from": "all_on"},
+        "train": {"command": [*FAKE_PYTHON, "train.py"]},
+        "metric": {"pattern": r"accuracy: (\S+)"},
+    }
+    (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "could not read which rules fired: unreadable fusion_result.json" in result.stderr
+    assert "'[0].graph_fusion.A.effect_times' is 'x'" in result.stderr and "Traceback" not in result.stderr
