@@ -638,10 +638,19 @@ def compare(
     jobs: Optional[int] = typer.Option(None, "--jobs", help="Worker processes decoding tensors."),
     cosine: float = typer.Option(0.99, "--cosine", help="Bad below this cosine (with --max-abs exceeded)."),
     max_abs: float = typer.Option(0.001, "--max-abs", help="Bad above this max abs error (with --cosine)."),
+    cosine_floor: float = typer.Option(0.9, "--cosine-floor", help="Bad below this cosine whatever the abs error."),
+    abs_ceiling: float = typer.Option(1.0, "--abs-ceiling", help="Bad above this max abs error whatever the cosine."),
+    rel: float = typer.Option(0.05, "--rel", help="Bad above this mean relative error (a uniform scale error keeps cosine 1)."),
+    converters: Optional[Path] = typer.Option(None, "--converters", help="Folder of convert_<FROM>_to_<TO>.py format converters."),
 ) -> None:
     from ..compare.command import run_compare
 
-    raise typer.Exit(run_compare(on, off, graph_on, graph_off, out, output_format, step, model, jobs, cosine, max_abs))
+    raise typer.Exit(
+        run_compare(
+            on, off, graph_on, graph_off, out, output_format, step, model, jobs, cosine, max_abs,
+            cosine_floor=cosine_floor, abs_ceiling=abs_ceiling, rel=rel, converters=converters,
+        )  # fmt: skip
+    )
 
 
 @app.command()
