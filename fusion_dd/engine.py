@@ -49,6 +49,8 @@ from .training_oracle import TrainingOracle
 from . import guide as guidance
 from . import localize as localization
 from .store.state import LOCALIZE_ROLE
+from .store.state import EARLY_PASS, PROOF_ROLE
+from .runner.horizon import departure, horizon
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -131,6 +133,12 @@ class Engine:
         )
         self.state = SearchState()
         self._baseline_curve: list[tuple[int, float]] = []  # for the divergence rule of early stopping
+        # Early passes (fusion_dd.runner.horizon): the step at which a search training still inside the
+        # baseline's band counts as a pass, and the round of the search (a full training that
+        # contradicts an early pass starts the next round, in which no early pass counts).
+        self._horizon: int | None = None
+        self._horizon_said = False
+        self._round = 0
         self._start_failures: dict[Device, int] = {}
         self._retired: list[Device] = []
         self._in_service: list[Device] = []  # the devices (or a cluster's slots) of the last batch
@@ -273,9 +281,26 @@ class Engine:
         trial = self.state.cache().get(key)
         if trial is None:
             return None
+        if self._early_distrusted(trial):
+            full = self.state.full_trial(key)  # the early pass counts no more: a full training decides
+            if full is None:
+                return None
+            if full.resolved or self.state.full_attempts(key) > self.config.train.retries:
+                return full
+            return None
         if trial.resolved or self.state.attempts(key) > self.config.train.retries:
             return trial
         return None
+
+    def _early_distrusted(self, trial: TrialState) -> bool:
+        """Whether this trial's early pass no longer counts: a full training contradicted one in an earlier round."""
+        revised = self.state.early_revised_round
+        return (
+            revised is not None
+            and self._round > revised
+            and trial.finished is not None
+            and trial.finished.get("kind") == EARLY_PASS
+        )
 
     def remaining_budget(self) -> int:
         return max(0, self.config.search.budget - self.state.launched)
@@ -372,9 +397,25 @@ class Engine:
             hooks=tuple(self._hooks),
             enabled=trial.config,
             role=trial.role,
-            early_stop=None if dumps else self.config.early_stop,
+            early_stop=None if dumps else self._early_stop_for(trial),
             baseline_curve=tuple(self._baseline_curve),
         )
+
+    def _early_stop_for(self, trial: TrialState) -> Any:
+        """The early-stop rule for this training: with the horizon for the search's own trainings.
+
+        The references and a fix's proof always run to their end; after a full
+        training contradicted an early pass, no training stops early as a pass.
+        """
+        rule = self.config.early_stop
+        if (
+            rule is None
+            or self._horizon is None
+            or trial.role not in ("search", "repeat")
+            or self.state.early_revised_round is not None
+        ):
+            return rule
+        return replace(rule, pass_step=self._horizon)
 
     def _devices(self) -> DevicePool:
         """A pool of the devices still in service; the engine retires broken ones from it."""
@@ -548,6 +589,41 @@ class Engine:
         keys = [(frozenset(), repeat) for repeat in range(self.config.score.baseline_repeats)]
         if all(key in cache for key in keys):
             self._baseline_curve = envelope(self._curve_of(cache[key], rule.step_pattern) for key in keys)
+            self._load_horizon(rule)
+
+    def _load_horizon(self, rule: Any) -> None:
+        """The horizon of early passes, from the baseline's curve and the all-on trainings' departure from its band.
+
+        With several all-on trainings the latest departure counts (the safe
+        side); an all-on training stopped early counts as departed at its stop.
+        """
+        score = self.config.score
+        cache = self.state.cache()
+        everything = frozenset(rule_.name for rule_ in self.rules)
+        keys = [(everything, repeat) for repeat in range(score.all_on_repeats)] if score.all_on_metric is None else []
+        departures: list[int | None] = []
+        for key in keys:
+            trial = cache.get(key)
+            if trial is None:
+                return
+            departed = departure(
+                self._baseline_curve, self._curve_of(trial, rule.step_pattern), divergence=rule.divergence,
+                relative=rule.relative, patience=rule.patience, start_step=rule.start_step,
+            )  # fmt: skip
+            stop = (trial.finished or {}).get("early_stop") or {}
+            if departed is None and isinstance(stop.get("step"), int):
+                departed = stop["step"]
+            departures.append(departed)
+        departed_at = None if not departures or None in departures else max(d for d in departures if d is not None)
+        length = self._baseline_curve[-1][0] if self._baseline_curve else None
+        self._horizon = horizon(rule.pass_at, length, departed_at)
+        if self._horizon is not None and not self._horizon_said and self.state.early_revised_round is None:
+            self._horizon_said = True
+            self.events.message(
+                f"early passes: a search training whose loss stays inside the baseline's band up to step "
+                f"{self._horizon} of {length} is stopped there and counts as a pass for the search's decisions; "
+                "the fix is proven by a full training (early_stop.pass_at: off trains every configuration to its end)"
+            )
 
     def _curve_of(self, trial: TrialState, step_pattern: Any) -> list[tuple[int, float]]:
         """A baseline's loss curve as its hook journaled it; read from its files only for a journal
@@ -832,28 +908,31 @@ class Engine:
             on_new=lambda index, width: self._append({"type": "question", "index": index, "width": width}, durable=False),
         )
         assert self._oracle is not None
-        self._oracle.threshold = pre.threshold
-        self._oracle.margin = self._margin(pre)
-        self._oracle.lanes = lanes
-        score = self.config.score
-        if score.baseline_metric is None:
-            self._oracle.note_asked(frozenset(), score.baseline_repeats + extra["baseline"])
-        if score.all_on_metric is None:
-            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats + extra["all_on"])
         prior = self._guide()
-        strategy = guided(
-            prior, STRATEGIES[self.config.search.strategy], partners=self._partners(),
-            refine=self._refine if self._refines() else None,
-        )  # fmt: skip
-        result = find_culprits(
-            self.rules,
-            self._oracle,
-            strategy,
-            parallelism=lanes,
-            noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
-            choose_off=self._switch_off_chooser(),
-            on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
-        )
+        while True:
+            self._prepare_oracle(pre, lanes, extra)
+            strategy = guided(
+                prior, STRATEGIES[self.config.search.strategy], partners=self._partners(),
+                refine=self._refine if self._refines() else None,
+            )  # fmt: skip
+            result = find_culprits(
+                self.rules,
+                self._oracle,
+                strategy,
+                parallelism=lanes,
+                noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
+                choose_off=self._switch_off_chooser(),
+                on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
+            )
+            if result.exhausted or result.no_failure:
+                break
+            proof = self._prove_fix(result)
+            if proof is None:  # the budget leaves no room for the fix's full training
+                result = replace(result, exhausted=True, smallest_failing=self._oracle.smallest_failing)
+                break
+            if proof:
+                break
+            self._round += 1  # a full training contradicted an early pass: search again, trusting none
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
             return self._stop("budget_exhausted", EXIT_BUDGET, pre, result)
@@ -864,6 +943,85 @@ class Engine:
             culprits = [[rule.name for rule in culprit.rules] for culprit in result.culprit_sets]
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
         return self._finish("found", pre, result)
+
+    def _prepare_oracle(self, pre: Preconditions, lanes: LanePlan, extra: dict[str, int]) -> None:
+        """The oracle for one round of the search: the journal's answers, repeats counted afresh.
+
+        A later round asks its questions from the start again (every answer
+        still cached, except the early passes it no longer trusts), so its
+        repeats are counted from zero like a resumed session's.
+        """
+        if self._round > 0:
+            self._oracle = TrainingOracle(
+                threshold=None,
+                crash_is_failure=self.config.score.crash_is_failure,
+                cached=self._settled,
+                launch=self._launch_batch,
+                remaining_budget=self.remaining_budget,
+                repeats=self.config.search.confirm != "off",
+                realize=lambda config: self.backend.realize(self.rules, config),
+            )
+        assert self._oracle is not None and pre.threshold is not None
+        self._oracle.threshold = pre.threshold
+        self._oracle.margin = self._margin(pre)
+        self._oracle.lanes = lanes
+        score = self.config.score
+        if score.baseline_metric is None:
+            self._oracle.note_asked(frozenset(), score.baseline_repeats + extra["baseline"])
+        if score.all_on_metric is None:
+            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats + extra["all_on"])
+
+    def _prove_fix(self, result: CulpritSearch) -> bool | None:
+        """Back the fix by a full training when only early passes vouch for it.
+
+        True: the fix needs no proof (no early pass among its trainings, or a
+        full one passed already) or its full training passed. False: the full
+        training contradicts the early passes; journaled once as
+        ``early_passes_revised``, after which no early pass counts (the noise
+        layer's answer to an inconsistency, one level up: the verdicts are
+        revised and the search asks again). None: the budget is spent first.
+        """
+        if not result.fix_verified:
+            return True
+        assert self._oracle is not None
+        names = self._oracle.key_names(result.fix)
+        trials: list[TrialState] = []
+        while (trial := self._settled((names, len(trials)))) is not None:  # repeats are numbered from 0 on
+            trials.append(trial)
+        full = [trial for trial in trials if (trial.finished or {}).get("kind") != EARLY_PASS]
+        if not any((trial.finished or {}).get("kind") == EARLY_PASS for trial in trials):
+            return True
+        if any(self._oracle.verdict_of(trial) is Outcome.PASS for trial in full):
+            return True
+        key = (names, 0)
+        while True:
+            proof = self.state.full_trial(key)
+            if proof is not None and (proof.resolved or self.state.full_attempts(key) > self.config.train.retries):
+                break
+            if self.remaining_budget() == 0:
+                return None
+            self.events.message("early passes: training the fix to its end, to prove it")
+            self._launch_batch([key], None, PROOF_ROLE)
+        verdict = self._oracle.verdict_of(proof)
+        if verdict is Outcome.PASS:
+            self.events.message(f"early passes: the fix passed its full training (#{proof.trial_id})")
+            return True
+        if self.state.early_revised_round is None:
+            self._append(
+                {
+                    "type": "early_passes_revised",
+                    "round": self._round,
+                    "config": sorted(names),
+                    "trial_id": proof.trial_id,
+                    "reason": f"the fix's full training #{proof.trial_id} gave {verdict.value} "
+                    f"({proof.finished.get('reason', '') if proof.finished else ''}) after early passes",
+                }
+            )
+        self.events.message(
+            f"warning: the fix's full training #{proof.trial_id} did not pass although early passes vouched for it: "
+            "the damage appears after the horizon; searching again with full trainings only"
+        )
+        return False
 
     # -- the guide (fusion_dd.guide) ----------------------------------------------------------
 

@@ -265,7 +265,67 @@ def build_report(
         _trial_entry(trial, threshold, config.score.crash_is_failure) for trial in state.trials.values()
     ]
     _add_early_stop_savings(report, config, state)
+    _add_cost(report, state)
     return report
+
+
+def _trial_steps(trial: TrialState) -> int | None:
+    """How many steps a finished training ran: its early stop's step, else the last step it reported."""
+    finished = trial.finished or {}
+    stop = finished.get("early_stop") or {}
+    if isinstance(stop.get("step"), int):
+        return int(stop["step"])
+    facts = (finished.get("artifacts") or {}).get("loss_curve") or {}
+    if isinstance(facts.get("last_step"), int):
+        return int(facts["last_step"])
+    curve = facts.get("curve")
+    if isinstance(curve, list) and curve and isinstance(curve[-1], list) and isinstance(curve[-1][0], int):
+        return int(curve[-1][0])
+    return None
+
+
+def _add_cost(report: dict[str, Any], state: SearchState) -> None:
+    """What the search cost in accelerator time, beside the count of trainings.
+
+    Training-steps: the steps each finished training ran (an early stop's step,
+    else the last step it reported), summed. Device-seconds: each training's
+    wall time times the devices it held. Full-training equivalents: the steps
+    over the baseline's length. Trainings whose steps are unknown (no loss
+    reports) are counted in ``steps_unknown``, never guessed.
+    """
+    finished = [trial for trial in state.trials.values() if trial.finished is not None]
+    steps = [_trial_steps(trial) for trial in finished]
+    baseline = state.cache().get((frozenset(), 0))
+    length = _trial_steps(baseline) if baseline is not None and baseline.finished is not None else None
+    known = [value for value in steps if value is not None]
+    device_seconds = sum(
+        float(trial.finished.get("duration") or 0.0) * max(len(trial.device), 1)
+        for trial in finished
+        if trial.finished is not None
+    )
+    early_passes = [trial for trial in finished if (trial.finished or {}).get("kind") == "early_pass"]
+    report["cost"] = {
+        "trainings": len(finished),
+        "training_steps": sum(known) if known else None,
+        "steps_unknown": len(steps) - len(known),
+        "steps_per_full_training": length,
+        "full_training_equivalents": round(sum(known) / length, 2) if known and length else None,
+        "device_seconds": round(device_seconds, 1),
+    }
+    outcomes = {entry["trial_id"]: entry.get("outcome") for entry in report["trials"]}
+    proofs = [trial for trial in finished if trial.role == "proof"]
+    report["early_passes"] = {
+        "trainings": len(early_passes),
+        "steps": sorted({step for trial in early_passes if (step := _trial_steps(trial)) is not None}),
+        # Full trainings of the fix that passed where early passes had vouched for it.
+        "fix_proven_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) == "pass"],
+        "contradicted_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) != "pass"],
+        "revised": [record.get("reason") for record in state.early_revisions],
+    }
+    for entry in report["trials"]:
+        trial = state.trials.get(entry["trial_id"])
+        if trial is not None and trial.finished is not None:
+            entry["steps"] = _trial_steps(trial)
 
 
 def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state: SearchState) -> None:
@@ -276,6 +336,7 @@ def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state:
         trial.trial_id: trial.finished["early_stop"]
         for trial in state.trials.values()
         if trial.finished is not None and trial.finished.get("early_stop")
+        and trial.finished.get("kind") != "early_pass"  # a pass, not a failure: report["early_passes"]
     }
     report["early_stops"] = {"trainings": len(stopped), "seconds_saved": 0.0}
     if not stopped:
@@ -293,6 +354,38 @@ def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state:
             savings = estimate_savings(stop, last_step, duration)
             entry["early_stop"] = {"step": stop.get("step"), "reason": stop.get("reason"), **savings}
             report["early_stops"]["seconds_saved"] += savings["seconds_saved"] or 0.0
+
+
+def cost_lines(report: Mapping[str, Any]) -> list[str]:
+    """The summary's lines on what the search cost in accelerator time and what early passes did."""
+    cost = report.get("cost") or {}
+    lines: list[str] = []
+    if cost.get("trainings"):
+        steps = cost.get("training_steps")
+        text = f"  cost: {cost['trainings']} training(s)"
+        if steps is not None:
+            text += f", {steps:,} training-steps"
+            if cost.get("full_training_equivalents") is not None:
+                text += f" (= {cost['full_training_equivalents']:g} full trainings of {cost['steps_per_full_training']:,} steps)"
+        text += f", {cost.get('device_seconds', 0.0):,.0f} device-seconds"
+        if cost.get("steps_unknown"):
+            text += f"; {cost['steps_unknown']} training(s) reported no steps"
+        lines.append(text)
+    early = report.get("early_passes") or {}
+    if early.get("trainings"):
+        at = ", ".join(str(step) for step in early.get("steps") or [])
+        text = (
+            f"  early passes: {early['trainings']} training(s) stopped inside the baseline's band at step {at} "
+            "and counted as passes for the search's decisions"
+        )
+        if early.get("fix_proven_by"):
+            text += f"; the fix was proven by full training #{', #'.join(early['fix_proven_by'])}"
+        lines.append(text)
+        for reason in early.get("revised") or []:
+            lines.append(
+                f"  early passes revised: {reason}; the search asked again and no early pass counted any more"
+            )
+    return lines
 
 
 def _names_in_artifacts(state: SearchState, read: Callable[[Any], Iterable[str]]) -> list[str]:
@@ -499,6 +592,7 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"  early stops: {early['trainings']} training(s) stopped once they had failed, "
             f"about {early['seconds_saved'] / 60:.1f} training-minutes saved"
         )
+    lines.extend(cost_lines(report))
     for warning in report.get("warnings") or []:
         lines.append(f"  warning: {warning}")
     if state_dir is not None:

@@ -483,7 +483,9 @@ def test_the_baseline_curve_is_journaled_by_a_hook_and_capped(tmp_path: Path) ->
     lines = "".join(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\n" for step in range(12000))
     (tmp_path / "metrics.jsonl").write_text(lines)
     hook = LossCurveHook()
-    assert hook.collect(TrialFiles(tmp_path, frozenset(), "search")) == {}  # only baselines are compared with
+    # A search training journals only its length (the search's cost in steps); the references their curves.
+    assert hook.collect(TrialFiles(tmp_path, frozenset(), "search")) == {"last_step": 11999}
+    assert hook.collect(TrialFiles(tmp_path, frozenset(), "all_on"))["last_step"] == 11999
     curve = hook.collect(TrialFiles(tmp_path, frozenset(), "baseline"))["curve"]
     assert len(curve) <= MAX_CURVE_POINTS + 1
     assert curve[0] == [0, 1.0] and curve[-1] == [11999, 1.0 / 12000]
