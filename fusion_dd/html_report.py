@@ -518,6 +518,26 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _cost_facts(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The search's cost in accelerator time and its early passes, for the facts table."""
+    cost = report.get("cost") or {}
+    facts: list[tuple[str, str]] = []
+    if cost.get("training_steps") is not None:
+        text = f"{cost['training_steps']:,} training-steps"
+        if cost.get("full_training_equivalents") is not None:
+            text += f" (= {cost['full_training_equivalents']:g} full trainings)"
+        facts.append(("cost", f"{text}, {cost.get('device_seconds', 0.0):,.0f} device-seconds"))
+    early = report.get("early_passes") or {}
+    if early.get("trainings"):
+        text = f"{early['trainings']} training(s) stopped inside the baseline's band and counted as passes"
+        if early.get("fix_proven_by"):
+            text += f"; fix proven by full training #{', #'.join(early['fix_proven_by'])}"
+        if early.get("revised"):
+            text += "; revised after a full training contradicted them"
+        facts.append(("early passes", text))
+    return facts
+
+
 def _answer(report: dict[str, Any]) -> list[str]:
     parts: list[str] = []
     good = report.get("status") == "found"
@@ -525,6 +545,7 @@ def _answer(report: dict[str, Any]) -> list[str]:
     facts = [
         ("status", report.get("status")),
         ("trainings launched", f"{report.get('trainings')} of budget {report.get('budget')}"),
+        *_cost_facts(report),
         ("strategy", report.get("strategy")),
         ("baseline (all candidates off)", report.get("baseline")),
         ("all candidates on", report.get("all_on")),
