@@ -65,7 +65,7 @@ _SCHEMA: dict[str, Any] = {
         "launcher": None,
         "scheduler": None,
     },
-    "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None},
+    "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None, "speed_pattern": None},
     "score": {
         "tolerance": None,
         "crash_is_failure": None,
@@ -137,6 +137,9 @@ class MetricConfig:
     key: str = "accuracy"
     goal: str = "max"
     loss_pattern: str | None = DEFAULT_LOSS_PATTERN.pattern
+    # The training's own throughput (samples/s ...) in its output; only reported, never part of a
+    # verdict, so not part of the search's definition and free to change on resume.
+    speed_pattern: str | None = None
 
 
 @dataclass(frozen=True)
@@ -830,7 +833,10 @@ def _read_metric(reader: _Reader, section: Mapping[str, Any]) -> MetricConfig:
     if "loss_pattern" in section:
         raw = section["loss_pattern"]
         loss_pattern = None if raw is None or raw == "" else _check_regex(reader, raw, "metric.loss_pattern")
-    return MetricConfig(pattern=pattern, key=key, goal=goal, loss_pattern=loss_pattern)
+    speed_pattern = None
+    if section.get("speed_pattern") is not None:
+        speed_pattern = _check_regex(reader, section["speed_pattern"], "metric.speed_pattern")
+    return MetricConfig(pattern=pattern, key=key, goal=goal, loss_pattern=loss_pattern, speed_pattern=speed_pattern)
 
 
 def parse_tolerance(raw: Any, key: str = "score.tolerance") -> Tolerance:

@@ -13,6 +13,7 @@ decides between a live terminal display and plain lines.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,7 @@ from . import localize as localization
 from .store.state import LOCALIZE_ROLE
 from .store.state import EARLY_PASS, PROOF_ROLE
 from .runner.horizon import departure, horizon
+from .runner.speed import SpeedHook
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -131,6 +133,8 @@ class Engine:
         self._hooks: list[Any] = list(self.backend.hooks(self.rules))
         if config.early_stop is not None and config.early_stop.active and config.score.baseline_metric is None:
             self._hooks.append(LossCurveHook(config.early_stop.step_pattern))
+        if config.metric.speed_pattern is not None:
+            self._hooks.append(SpeedHook(re.compile(config.metric.speed_pattern)))
         self.rule_by_name = {rule.name: rule for rule in self.rules}
         self.metric_spec = MetricSpec.from_text(
             config.metric.pattern, config.metric.key, config.metric.goal, config.metric.loss_pattern

@@ -535,6 +535,12 @@ def _cost_facts(report: dict[str, Any]) -> list[tuple[str, str]]:
         if early.get("revised"):
             text += "; revised after a full training contradicted them"
         facts.append(("early passes", text))
+    speed = report.get("speed") or {}
+    if report.get("status") == "found" and speed.get("fix_vs_all_on") is not None:
+        text = f"{speed['fix_vs_all_on']:.2f}x the speed of all fusion on ({speed['fix']['trainings']} training(s))"
+        if speed.get("baseline_vs_all_on") is not None:
+            text += f"; all off {speed['baseline_vs_all_on']:.2f}x ({speed['baseline']['trainings']} training(s))"
+        facts.append((f"the fix's speed ({speed.get('unit')})", text))
     return facts
 
 

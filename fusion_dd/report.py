@@ -266,7 +266,41 @@ def build_report(
     ]
     _add_early_stop_savings(report, config, state)
     _add_cost(report, state)
+    _add_speed(report, config, state, result)
     return report
+
+
+def _trial_speed(trial: TrialState, from_output: bool) -> float | None:
+    """The trial's speed: its ``metric.speed_pattern`` reading, else its steps per second of wall time."""
+    from .runner.speed import steps_per_second
+
+    finished = trial.finished or {}
+    if from_output:
+        value = ((finished.get("artifacts") or {}).get("speed") or {}).get("per_second")
+        return float(value) if isinstance(value, (int, float)) else None
+    return steps_per_second(_trial_steps(trial), finished.get("duration"))
+
+
+def _add_speed(report: dict[str, Any], config: SearchConfig, state: SearchState, result: CulpritSearch | None) -> None:
+    """The fix's measured speed against all-on and the baseline, each with the trainings behind it."""
+    from .runner.speed import compare_speeds
+
+    from_output = config.metric.speed_pattern is not None
+    everything = frozenset(rule.name for rule in config.rules)
+    fix = frozenset(getattr(rule, "name", rule) for rule in result.fix) if result is not None and result.fix else None
+
+    def speeds(names: frozenset[str] | None) -> list[float]:
+        if names is None:
+            return []
+        found = [
+            _trial_speed(trial, from_output)
+            for trial in state.trials.values()
+            if trial.config == names and trial.finished is not None and trial.role != LOCALIZE_ROLE
+        ]
+        return [value for value in found if value is not None]
+
+    unit = "metric.speed_pattern" if from_output else "steps/s of wall time"
+    report["speed"] = compare_speeds(speeds(fix), speeds(everything), speeds(frozenset()), unit)
 
 
 def _trial_steps(trial: TrialState) -> int | None:
@@ -593,6 +627,12 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"about {early['seconds_saved'] / 60:.1f} training-minutes saved"
         )
     lines.extend(cost_lines(report))
+    if report.get("status") == "found" and report.get("speed"):
+        from .runner.speed import speed_line
+
+        said = speed_line(report["speed"])
+        if said:
+            lines.append(said)
     for warning in report.get("warnings") or []:
         lines.append(f"  warning: {warning}")
     if state_dir is not None:

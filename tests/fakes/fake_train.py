@@ -49,6 +49,10 @@ Whole-run behaviour, independent of the switch file:
   --damage-at NAME:N     the damage of the bugs naming NAME starts at step N instead
                          (repeatable; with several bugs, the earliest start counts)
   --damage-rate R        loss added per step of damage (default 0.05)
+  --speed X              print ``speed X samples/s`` after each step line: the training's
+                         throughput with every fusion on ...
+  --slow-when-off NAME:F ... and F (a fraction) slower for each such rule switched off
+                         (repeatable; rules not named cost nothing)
                          (with --nan-at-step: a long run that early stopping cuts)
   --exit-code N          exit with N after the steps, before the metric (a crash)
   --hang                 after the steps, sleep until killed
@@ -125,6 +129,8 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--damage-from", type=int, default=None)
     parser.add_argument("--damage-at", action="append", default=[])
     parser.add_argument("--damage-rate", type=float, default=0.05)
+    parser.add_argument("--speed", type=float, default=None)
+    parser.add_argument("--slow-when-off", action="append", default=[])
     parser.add_argument("--exit-code", type=int, default=None)
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--ignore-sigterm", action="store_true")
@@ -392,6 +398,12 @@ def main(argv: list[str] | None = None) -> int:
             metrics.write(json.dumps(entry) + "\n")  # NaN as the bare JSON token
             metrics.flush()
 
+    speed = args.speed
+    if speed is not None and switch is not None:
+        for item in args.slow_when_off:
+            name, _, fraction = item.rpartition(":")
+            if not _is_on(switch, name):
+                speed *= 1.0 - float(fraction)
     diverges = args.nan or effect == "nan"
     curve = _loss_curve(args.loss_curve)
     loss = float("nan")
@@ -404,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.nan_at_step is not None and step >= args.nan_at_step:
             loss = float("nan")
         print(f"step {step} loss {loss:.4f}", flush=True)
+        if speed is not None:
+            print(f"speed {speed:.6g} samples/s", flush=True)
         record({"step": step, "loss": loss})
         if args.sleep > 0:
             time.sleep(args.sleep / max(args.steps, 1))
