@@ -14,6 +14,7 @@ decides between a live terminal display and plain lines.
 from __future__ import annotations
 
 import re
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +55,9 @@ from .store.state import LOCALIZE_ROLE
 from .store.state import EARLY_PASS, PROOF_ROLE
 from .runner.horizon import departure, horizon
 from .runner.speed import SpeedHook
+from .report import trial_speed
+from .search.alternatives import fastest, minimum_hitting_sets
+from .store.state import ALTERNATIVE_ROLE
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -146,6 +150,7 @@ class Engine:
         # contradicts an early pass starts the next round, in which no early pass counts).
         self._horizon: int | None = None
         self._horizon_said = False
+        self._alternatives: list[dict[str, Any]] = []  # fix.prefer: speed: the fixes compared, for the report
         self._round = 0
         self._start_failures: dict[Device, int] = {}
         self._retired: list[Device] = []
@@ -975,6 +980,8 @@ class Engine:
             if proof:
                 break
             self._round += 1  # a full training contradicted an early pass: search again, trusting none
+        if not result.exhausted and not result.no_failure and self.config.fix.prefer == "speed":
+            result = self._prefer_speed(result)
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
             return self._stop("budget_exhausted", EXIT_BUDGET, pre, result)
@@ -1035,15 +1042,10 @@ class Engine:
             return True
         if any(self._oracle.verdict_of(trial) is Outcome.PASS for trial in full):
             return True
-        key = (names, 0)
-        while True:
-            proof = self.state.full_trial(key)
-            if proof is not None and (proof.resolved or self.state.full_attempts(key) > self.config.train.retries):
-                break
-            if self.remaining_budget() == 0:
-                return None
-            self.events.message("early passes: training the fix to its end, to prove it")
-            self._launch_batch([key], None, PROOF_ROLE)
+        self.events.message("early passes: training the fix to its end, to prove it")
+        proof = self._full_training((names, 0), PROOF_ROLE)
+        if proof is None:
+            return None
         verdict = self._oracle.verdict_of(proof)
         if verdict is Outcome.PASS:
             self.events.message(f"early passes: the fix passed its full training (#{proof.trial_id})")
@@ -1064,6 +1066,75 @@ class Engine:
             "the damage appears after the horizon; searching again with full trainings only"
         )
         return False
+
+    def _full_training(self, key: ConfigKey, role: str) -> TrialState | None:
+        """The full-length training that decides this key, trained (as ``role``) if there is none; None: no budget."""
+        while True:
+            trial = self.state.full_trial(key)
+            if trial is not None and (trial.resolved or self.state.full_attempts(key) > self.config.train.retries):
+                return trial
+            if self.remaining_budget() == 0:
+                return None
+            self._launch_batch([key], None, role)
+
+    def _speed_of(self, names: frozenset[str]) -> float | None:
+        """The median speed of this configuration's full-length trainings (``fusion_dd.runner.speed``)."""
+        from_output = self.config.metric.speed_pattern is not None
+        trials = [
+            trial for trial in self.state.trials.values()
+            if trial.config == names and trial.finished is not None and trial.role != LOCALIZE_ROLE
+            and trial.finished.get("kind") != EARLY_PASS
+        ]  # fmt: skip
+        speeds = [speed for trial in trials if (speed := trial_speed(trial, from_output)) is not None]
+        return statistics.median(speeds) if speeds else None
+
+    def _prefer_speed(self, result: CulpritSearch) -> CulpritSearch:
+        """``fix.prefer: speed``: train the other minimum fixes in full, hand over the fastest that passes.
+
+        Deterministic given the journal (the alternatives in name order, their
+        trainings cached), so a resume hands over the same fix.
+        """
+        assert self._oracle is not None
+        chosen = frozenset(rule for culprit in result.culprit_sets for rule in culprit.switched_off)
+        others = minimum_hitting_sets(
+            [culprit.rules for culprit in result.culprit_sets], chosen, self.config.fix.max_alternatives,
+            key=lambda rule: rule.name,
+        )  # fmt: skip
+        self._alternatives = []
+        if not others:
+            return result
+        self.events.message(f"fix.prefer: speed: training {len(others)} other fix(es) that switch off as few rules")
+        universe = result.fix | chosen
+        measured: list[tuple[frozenset[Rule], bool, float | None]] = []
+        for switched_off in others:
+            names = self._oracle.key_names(universe - switched_off)
+            trial = self._full_training((names, 0), ALTERNATIVE_ROLE)
+            if trial is None:
+                self.events.message("fix.prefer: speed: the budget is spent; the alternatives not trained are not compared")
+                break
+            passed = self._oracle.verdict_of(trial) is Outcome.PASS
+            measured.append((switched_off, passed, self._speed_of(names)))
+        chosen_speed = self._speed_of(self._oracle.key_names(result.fix))
+        best = fastest(chosen, chosen_speed, measured)
+        self._alternatives = [
+            {"switched_off": sorted(rule.name for rule in chosen), "passed": True, "per_second": chosen_speed,
+             "picked": best == chosen, "searched": True},
+            *({"switched_off": sorted(rule.name for rule in off), "passed": passed, "per_second": speed,
+               "picked": best == off, "searched": False} for off, passed, speed in measured),
+        ]  # fmt: skip
+        if best == chosen:
+            return result
+        sets = [
+            replace(culprit, switched_off=culprit.rules & best, reason=(
+                f"{{{', '.join(sorted(rule.name for rule in culprit.rules))}}} ({culprit.kind}): of the fixes that "
+                f"switch off as few rules, switching off {', '.join(sorted(rule.name for rule in culprit.rules & best))} "
+                "passed its full training and trained fastest (fix.prefer: speed)"))
+            for culprit in result.culprit_sets
+        ]  # fmt: skip
+        singles = {rule for culprit in result.culprit_sets if len(culprit.rules) == 1 for rule in culprit.rules}
+        # Switched off without failing alone: a culprit set containing it could hide behind the fix.
+        hiding = frozenset(rule for rule in best if rule not in singles)
+        return replace(result, fix=universe - best, culprit_sets=sets, may_hide=hiding)
 
     # -- the guide (fusion_dd.guide) ----------------------------------------------------------
 
@@ -1306,6 +1377,8 @@ class Engine:
             message=message,
         )
         report = localization.attach(report, self.state, self.config.localize is not None, display_path(self.state_dir))
+        if self._alternatives:
+            report["fix_alternatives"] = list(self._alternatives)
         if self.state.guide is not None:
             report["guide"] = guidance.report_entry(
                 self.state.guide, list(self.state.refined.values()), [rule.name for rule in self.rules]

@@ -267,10 +267,19 @@ def build_report(
     _add_early_stop_savings(report, config, state)
     _add_cost(report, state)
     _add_speed(report, config, state, result)
+    if result is not None and result.culprit_sets and config.fix.prefer == "cheapest":
+        from .search.alternatives import minimum_hitting_sets
+
+        chosen = frozenset(rule for culprit in result.culprit_sets for rule in culprit.switched_off)
+        others = minimum_hitting_sets(
+            [culprit.rules for culprit in result.culprit_sets], chosen, config.fix.max_alternatives,
+            key=lambda rule: getattr(rule, "name", str(rule)),
+        )  # fmt: skip
+        report["other_fixes"] = [sorted(getattr(rule, "name", str(rule)) for rule in other) for other in others]
     return report
 
 
-def _trial_speed(trial: TrialState, from_output: bool) -> float | None:
+def trial_speed(trial: TrialState, from_output: bool) -> float | None:
     """The trial's speed: its ``metric.speed_pattern`` reading, else its steps per second of wall time."""
     from .runner.speed import steps_per_second
 
@@ -293,7 +302,7 @@ def _add_speed(report: dict[str, Any], config: SearchConfig, state: SearchState,
         if names is None:
             return []
         found = [
-            _trial_speed(trial, from_output)
+            trial_speed(trial, from_output)
             for trial in state.trials.values()
             if trial.config == names and trial.finished is not None and trial.role != LOCALIZE_ROLE
         ]
@@ -627,6 +636,20 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"about {early['seconds_saved'] / 60:.1f} training-minutes saved"
         )
     lines.extend(cost_lines(report))
+    for alternative in report.get("fix_alternatives") or []:
+        speed = alternative.get("per_second")
+        lines.append(
+            f"  fix.prefer: speed: switching off {', '.join(alternative['switched_off'])}: "
+            f"{'passes' if alternative['passed'] else 'does NOT pass'} its full training, "
+            f"{'speed unknown' if speed is None else f'{speed:.4g}/s'}"
+            f"{' (the search chose it)' if alternative.get('searched') else ''}{' <- handed over' if alternative['picked'] else ''}"
+        )
+    if report.get("other_fixes"):
+        shown = "; ".join(", ".join(names) for names in report["other_fixes"])
+        lines.append(
+            f"  a faster fix may exist: switching off {shown} instead also defeats every culprit set; "
+            "fix.prefer: speed trains such alternatives and hands over the fastest that passes"
+        )
     if report.get("status") == "found" and report.get("speed"):
         from .runner.speed import speed_line
 

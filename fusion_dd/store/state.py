@@ -23,6 +23,8 @@ EARLY_PASS = "early_pass"
 #: The role of a full training of the fix whose verdict was an early pass: it
 #: proves the fix, and answers no question of the search that asked for it.
 PROOF_ROLE = "proof"
+#: The role of a full training of another minimum fix (``fix.prefer: speed``).
+ALTERNATIVE_ROLE = "alternative"
 #: The role of localization trainings (``fusion_dd.localize``): dumped trainings of a
 #: configuration are other trainings than the search's, so they are kept out of the
 #: search's cache (same key, different training) and have their own.
