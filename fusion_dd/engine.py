@@ -338,7 +338,7 @@ class Engine:
                 "time": time.time(),
             }
             if repeat == 0 and self._references_dump() and (
-                role in ("baseline", "all_on") or (role == "search" and names in self._fix_candidates)
+                role in ("baseline", "all_on") or (role in ("search", PROOF_ROLE) and names in self._fix_candidates)
             ):
                 # Also a dumped training of its configuration (fusion_dd.guide): the references for
                 # the guide's ranking, a fix candidate for localization (the same training, dumped).
@@ -417,8 +417,9 @@ class Engine:
     def _early_stop_for(self, trial: TrialState) -> Any:
         """The early-stop rule for this training: with the horizon for the search's own trainings.
 
-        The references and a fix's proof always run to their end; after a full
-        training contradicted an early pass, no training stops early as a pass.
+        The references, a fix's proof and (when the references dump for the
+        guide) the fix candidates always run to their end; after a full training
+        contradicted an early pass, no training stops early as a pass.
         """
         rule = self.config.early_stop
         if (
@@ -426,9 +427,16 @@ class Engine:
             or self._horizon is None
             or trial.role not in ("search", "repeat")
             or self.state.early_revised_round is not None
+            # A fix candidate that dumps for localization (search.guide: dumps) is trained in full: its
+            # dump and its verdict serve localization and the answer at once, with no proof after.
+            or (trial.config in self._fix_candidates and self._references_dump())
         ):
             return rule
-        return replace(rule, pass_step=self._horizon)
+        step = self._horizon
+        localize = self.config.localize
+        if self.state.dumped(trial.trial_id) and localize is not None and localize.step is not None:
+            step = max(step, localize.step + 1)  # its dump of the localized step serves localization
+        return replace(rule, pass_step=step)
 
     def _devices(self) -> DevicePool:
         """A pool of the devices still in service; the engine retires broken ones from it."""

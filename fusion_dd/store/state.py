@@ -230,11 +230,15 @@ class SearchState:
             elif trial is not None and trial.finished is None and trial.role == PROOF_ROLE:
                 trial.finished = record
                 self._note_full(trial)
+                if trial.trial_id in self._dumping and record.get("kind") == "metric":
+                    self._localize_by_key.setdefault(trial.key, trial)  # the fix's dumped full training
             elif trial is not None and trial.finished is None:
                 trial.finished = record
                 if record.get("kind") != EARLY_PASS:
                     self._note_full(trial)
-                if trial.trial_id in self._dumping and record.get("kind") == "metric":
+                if trial.trial_id in self._dumping and record.get("kind") in ("metric", EARLY_PASS):
+                    # An early pass dumped before it stopped (the engine lets no dumping training
+                    # pass before the localized step): its dump serves localization too.
                     self._localize_by_key.setdefault(trial.key, trial)
                 self._attempts[trial.key] = self._attempts.get(trial.key, 0) + 1
                 current = self._by_key.get(trial.key)
