@@ -243,6 +243,14 @@ def build_report(
             report["smallest_failing"] = sorted(rule.name for rule in result.smallest_failing)
         report["flaky"] = bool(result.flaky)
         report["confirmed"] = bool(result.confirmed)
+        early = sum(1 for trial in state.trials.values() if (trial.finished or {}).get("kind") == "early_pass")
+        if report["confirmed"] and early:
+            # Two agreeing trainings means two full ones: an early pass is a speculation until proven.
+            report["confirmed"] = False
+            report["confirmed_reason"] = (
+                f"{early} verdict(s) are early passes (early_stop.pass_at), not full trainings; "
+                "the fix itself passed a full training"
+            )
         report["inconsistencies"] = [_inconsistency_json(item) for item in result.inconsistencies]
     if status == "budget_exhausted":
         report["continue_with"] = (
