@@ -313,6 +313,7 @@ def _add_speed(report: dict[str, Any], config: SearchConfig, state: SearchState,
             trial_speed(trial, from_output)
             for trial in state.trials.values()
             if trial.config == names and trial.finished is not None and trial.role != LOCALIZE_ROLE
+            and trial.finished.get("kind") != "early_pass"  # full trainings only, as fix.prefer: speed compares
         ]
         return [value for value in found if value is not None]
 
