@@ -143,3 +143,54 @@ def test_resume_of_a_flaky_search_trains_no_repeat_twice(tmp_path):
     assert [[rule["name"] for rule in c["rules"]] for c in report["culprits"]] == [[culprit]]
     launched = launches(tmp_path)
     assert len(set(launched)) == len(launched), "a (configuration, repeat) was trained twice"
+
+
+RULE_NAMES_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "journal-rule-names"
+
+
+def copy_rule_names_journal(tmp_path: Path, journal: str) -> Path:
+    """A search journaled with configurations by rule name, as its user left it (trial dirs not needed)."""
+    import shutil
+
+    from tests.support.fake_training import FAKE_TRAIN
+
+    shutil.copy(RULE_NAMES_FIXTURE / "fusion-dd.yaml", tmp_path / "fusion-dd.yaml")
+    shutil.copy(FAKE_TRAIN, tmp_path / "fake_train.py")
+    state = tmp_path / ".fusion-dd"
+    state.mkdir()
+    shutil.copy(RULE_NAMES_FIXTURE / journal, state / "journal.jsonl")
+    return state
+
+
+def test_a_journal_with_configurations_by_rule_name_resumes_without_repeating_a_training(tmp_path):
+    state = copy_rule_names_journal(tmp_path, "journal-exhausted.jsonl")
+    legacy = (state / "journal.jsonl").read_bytes()
+    finished_before = {
+        tuple(record["config"])
+        for record in map(json.loads, legacy.splitlines())
+        if record["type"] == "trial_started"
+    }
+    # search beside the config: the journal's config_path names the directory it was made in.
+    result = run_fusion_dd("search", "--budget", "60", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == "found"
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == ["AASquareSumMaximumRsqrtMulFusionPass"]
+    new = [config for config, _ in launches(tmp_path)]
+    assert new and not set(new) & finished_before, "a training the old journal had finished was repeated"
+    assert report["trainings"] == len(finished_before) + len(new) == 8  # as the finished fixture's search
+    assert (state / "journal.jsonl").read_bytes().startswith(legacy), "the old lines must stay as they were"
+
+
+def test_a_finished_journal_with_the_report_in_search_finished_shows_its_answer(tmp_path):
+    state = copy_rule_names_journal(tmp_path, "journal-finished.jsonl")
+    records = [json.loads(line) for line in (state / "journal.jsonl").read_text().splitlines()]
+    journaled = records[-1]["report"]
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "already finished" in result.stderr
+    assert not (tmp_path / "launch.log").exists(), "a finished search trains nothing"
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == journaled["status"] == "found"
+    assert report["switched_off"] == journaled["switched_off"] == ["AASquareSumMaximumRsqrtMulFusionPass"]
+    assert report["trainings"] == journaled["trainings"] == 8
