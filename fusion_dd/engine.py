@@ -45,6 +45,7 @@ from .runner.broken import STATUS as TRAINING_BROKEN
 from .runner.broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
 from .runner.broken import report_details
 from .preflight import preflight
+from .session_context import context_of
 from .training_oracle import TrainingOracle
 from . import guide as guidance
 from . import localize as localization
@@ -742,6 +743,7 @@ class Engine:
                     "type": "session_started",
                     "budget": self.config.search.budget,
                     "devices": self._session_devices(),
+                    "context": context_of(self.config.train),
                     "timeout": self.config.train.timeout,
                     "version": __version__,
                 }
@@ -1079,6 +1081,7 @@ class Engine:
                 "purpose": "localize",
                 "budget": self.config.search.budget,
                 "devices": self._session_devices(),
+                "context": context_of(self.config.train),
                 "timeout": self.config.train.timeout,
                 "version": __version__,
             }

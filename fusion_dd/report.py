@@ -14,6 +14,7 @@ from typing import Any
 
 from . import __version__
 from .config import SearchConfig
+from .session_context import flags_text, resume_flags
 from .rules import Rule
 from .scoring import Preconditions, Threshold, combine_runs
 from .search.culprits import CulpritSearch
@@ -244,13 +245,15 @@ def build_report(
         report["flaky"] = bool(result.flaky)
         report["confirmed"] = bool(result.confirmed)
         report["inconsistencies"] = [_inconsistency_json(item) for item in result.inconsistencies]
+    # Where this session trains (fusion_dd.session_context): the hint, run as printed, goes on there.
+    where = flags_text(resume_flags(config.train, config.document))
     if status == "budget_exhausted":
         report["continue_with"] = (
             f"fusion-dd resume --state-dir {display_path(config.state_dir)} "
-            f"--budget {config.search.budget + max(10, config.search.budget // 2)}"
+            f"--budget {config.search.budget + max(10, config.search.budget // 2)}{where}"
         )
     elif status == "interrupted":
-        report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}"
+        report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}{where}"
     report["switch_check"], report["warnings"] = _switch_evidence(state, report)
     if status == "training_broken":
         report["warnings"] = []  # trainings that do not run prove nothing about the switch files either

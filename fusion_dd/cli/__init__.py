@@ -100,6 +100,36 @@ def _load(
     )
 
 
+def _given(devices: str | None, jobs: int | None, launcher: str | None, scheduler: str | None) -> Any:
+    """Which parts of where the search trains this command line sets (fusion_dd.session_context)."""
+    from ..session_context import Given
+
+    return Given(devices=devices is not None or jobs is not None, launcher=launcher is not None or scheduler is not None)
+
+
+def _remember(config: SearchConfig, given: Any, localize_only: bool = False) -> SearchConfig:
+    """The devices and launcher of the search's last session, where this command line does not say.
+
+    One line says what came from the journal; a config file changed to other
+    devices or another launcher than the journal's is refused (UsageError).
+    A finished search trains nothing (unless it localizes), so it is left as it is.
+    """
+    from ..session_context import journaled_context, remembered
+
+    try:
+        records = read_records(config.state_dir / JOURNAL_NAME)
+    except (UsageError, OSError):
+        return config  # the engine reads the journal next and says what is wrong with it
+    context, finished = journaled_context(records)
+    if context is None or (finished and not localize_only):
+        return config
+    start = next((record for record in records if record.get("type") == "search_started"), {})
+    config, line = remembered(config, context, start.get("config_document"), given)
+    if line is not None:
+        typer.echo(f"fusion-dd: {line}", err=True)
+    return config
+
+
 def _install_sigterm() -> None:
     """SIGTERM stops a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130.
 
@@ -393,6 +423,7 @@ def search(
                 "(its journal, trials and report are kept there); starting afresh",
                 err=True,
             )
+    loaded = _remember(loaded, _given(devices, jobs, launcher, scheduler))
     raise typer.Exit(run_engine(loaded).exit_code)
 
 
@@ -419,6 +450,7 @@ def resume(
 ) -> None:
     """Continue an interrupted or budget-exhausted search; finished trainings are never repeated."""
     loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
+    loaded = _remember(loaded, _given(devices, jobs, launcher, scheduler))
     raise typer.Exit(run_engine(loaded).exit_code)
 
 
@@ -458,6 +490,7 @@ def localize(
 ) -> None:
     """Name the op and layer each culprit of a finished search broke (dumped trainings, see localize: in the config)."""
     loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
+    loaded = _remember(loaded, _given(devices, jobs, launcher, scheduler), localize_only=True)
     result = run_engine(loaded, localize_only=True)
     from ..engine import EXIT_BUDGET
 
