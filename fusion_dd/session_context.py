@@ -127,7 +127,7 @@ def remembered(
         train = replace(train, launcher=name, scheduler=launcher.get("scheduler") if name == "dask" else train.scheduler)
     if not given.launcher:
         if train.launcher != "local":
-            taken.append(f"on {describe_launcher(launcher)}")
+            taken.append(f"with {describe_launcher(launcher)}")
             overrides.append("--launcher" if train.launcher != "dask" else "--scheduler or --launcher local")
     devices = journaled.get("devices")
     if not given.devices:

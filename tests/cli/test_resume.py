@@ -24,6 +24,7 @@ from tests.support.fake_training import (
     start_fusion_dd,
 )
 from tests.support.processes import eventually
+from tests.runner.test_dask_launcher import cluster  # noqa: F401 - the localhost cluster fixture
 
 
 def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
@@ -269,3 +270,55 @@ def test_a_config_changed_to_other_devices_or_another_launcher_than_the_journals
     [line] = refused.stderr.splitlines()
     assert "the dask launcher (scheduler tcp://127.0.0.1:9)" in line and "ran on the local launcher" in line, line
     assert (tmp_path / ".fusion-dd" / "journal.jsonl").read_bytes() == journal, "a refusal journals nothing"
+
+
+def placements_after_last_session(state: Path) -> set[str]:
+    """The launchers the trainings of the search's last session were placed by."""
+    records = journal_records(state)
+    last = max(index for index, record in enumerate(records) if record["type"] == "session_started")
+    return {record["placement"]["launcher"] for record in records[last:] if record["type"] == "trial_launched"}
+
+
+@pytest.mark.cluster
+def test_interrupted_on_a_dask_cluster_a_bare_resume_and_the_printed_hint_go_on_on_the_cluster(tmp_path, cluster):
+    import yaml
+
+    from tests.runner.test_dask_launcher import dask_config
+
+    config = dask_config(tmp_path, cluster, None, "--sleep", "0.3", small=False)
+    document = yaml.safe_load(config.read_text())
+    del document["train"]["launcher"], document["train"]["scheduler"]  # the cluster on the command line only
+    config.write_text(yaml.safe_dump(document))
+    state = tmp_path / ".fusion-dd"
+    coordinator = start_fusion_dd(
+        tmp_path, "search", "--scheduler", cluster.address, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert eventually(
+            lambda: (state / "journal.jsonl").exists()
+            and (state / "journal.jsonl").read_text().count('"trial_finished"') >= 3,
+            within=120,
+        )
+        coordinator.send_signal(signal.SIGINT)
+        out, err = coordinator.communicate(timeout=120)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait(timeout=30)
+    assert coordinator.returncode == 130, err
+    hint = [line for line in out.splitlines() if line.startswith("  continue with: ")]
+    argv = shlex.split(hint[-1].removeprefix("  continue with: "))
+    assert argv[:2] == ["fusion-dd", "resume"] and argv[argv.index("--scheduler") + 1] == cluster.address, argv
+    # A bare resume, two trainings more: on the cluster, and it says where from.
+    launched = json.loads((state / "report.json").read_text())["trainings"]
+    bare = run_fusion_dd("resume", "--budget", str(launched + 2), cwd=tmp_path)
+    assert bare.returncode == 3, bare.stderr
+    assert (
+        f"fusion-dd: resuming on every device worker with the dask launcher (scheduler {cluster.address}) "
+        "(from the journal); --devices, --scheduler or --launcher local override"
+    ) in bare.stderr.splitlines(), bare.stderr
+    assert placements_after_last_session(state) == {"dask"}
+    resumed = run_fusion_dd(*argv[1:], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((state / "report.json").read_text())["status"] == "found"
+    assert placements_after_last_session(state) == {"dask"}
