@@ -442,8 +442,9 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"(tolerance {_tolerance_text(threshold)})"
         )
     rounds = report.get("rounds")
+    # The trainings count every session of the search, the rounds only this one's: each says its scope.
     lines.append(
-        f"  trainings launched: {report['trainings']} of budget {report['budget']}"
+        f"  trainings launched{' in all' if rounds else ''}: {report['trainings']} of budget {report['budget']}"
         + (f", {rounds} rounds this session" if rounds else "")
     )
     culprits = report.get("culprits") or []

@@ -151,22 +151,34 @@ def remembered(
 
 
 def resume_flags(train: TrainConfig, document: Any) -> list[str]:
-    """What ``fusion-dd resume`` needs besides ``--state-dir`` to continue where this session trains.
+    """What ``fusion-dd resume`` needs besides ``--state-dir`` to continue where this session trains."""
+    return hint_flags(context_of(train), document)
 
-    The journal remembers it too; the hint says it anyway, so that the line a user
-    copies shows where the search goes on (and does even on a journal that cannot
-    say). Devices the config file names itself are left out.
+
+def hint_flags(context: Mapping[str, Any], document: Any) -> list[str]:
+    """The flags of a "continue with" hint for a session of this context, against the config it started with.
+
+    The journal remembers the context too; the hint says it anyway, so that the
+    line a user copies shows where the search goes on. What the config document
+    says itself is left out, so a search run as configured gets the bare hint.
     """
     flags: list[str] = []
-    if train.launcher == "dask" and train.scheduler is not None:
-        flags += ["--scheduler", train.scheduler]
+    launcher = context.get("launcher") or {}
+    name = str(launcher.get("launcher", "local"))
+    if name == "dask" and launcher.get("scheduler") is not None:
+        if launcher.get("scheduler") != _written(document, "scheduler") or _written(document, "launcher") != "dask":
+            flags += ["--scheduler", str(launcher["scheduler"])]
+    elif name != (_written(document, "launcher") or "local"):
+        flags += ["--launcher", name]
+    devices = context.get("devices")
     written = _written(document, "devices")
     try:
-        own = parse_devices(written) if written is not None else (("0",),)
+        own = [list(device) for device in parse_devices(written)] if written is not None else [["0"]]
     except UsageError:
         own = None
-    if train.devices_given and tuple(train.devices) != own:
-        flags += ["--devices", describe_devices(train.devices)]
+    known = isinstance(document, Mapping)  # without the config it started with, nothing to compare to
+    if known and devices is not None and [list(device) for device in devices] != own:
+        flags += ["--devices", describe_devices(devices)]
     return flags
 
 
