@@ -292,7 +292,7 @@ class Engine:
             record = {
                 "type": "trial_started",
                 "trial_id": trial_id,
-                "config": sorted(names),
+                "on": self.state.rule_index.encode(names),  # a bit mask of the journaled rule list
                 "repeat": repeat,
                 "attempt": self.state.attempts(key) + 1,
                 "device": list(device),
