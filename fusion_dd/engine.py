@@ -27,7 +27,7 @@ from .runner.early_stop import LossCurveHook, envelope, read_curve
 from .runner.executor import Device, DevicePool, Pools, run_batch
 from .store.journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .runner.metrics import MetricSpec
-from .report import REPORT_NAME, build_report, display_path, write_outputs
+from .report import REPORT_NAME, build_report, display_path, finished_report, journaled_answer, write_outputs
 from .store.snapshots import Snapshots
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
@@ -152,6 +152,9 @@ class Engine:
         self._fix_candidates: set[frozenset[str]] = set()
         # joblib's thread pools, open from the first batch to the end of the run (not one per question).
         self._pools = Pools()
+        # What of where this session trains came from the journal (fusion_dd.session_context), said once
+        # the session starts: after every refusal, so that a refused session says only why.
+        self.context_note: str | None = None
 
     # -- journal ----------------------------------------------------------------
 
@@ -748,6 +751,7 @@ class Engine:
                     "version": __version__,
                 }
             )
+            self._say_context()
             self._adopt_orphans()
             return self._search()
         except TrainingBroken as exc:
@@ -767,6 +771,10 @@ class Engine:
             self._snapshots.close()
             if self._journal is not None:
                 self._journal.close()
+
+    def _say_context(self) -> None:
+        if self.context_note:
+            self.events.message(self.context_note)
 
     def _launcher_hook(self, name: str) -> None:
         """``run_started``/``run_ended`` of the launcher, where it has them (optional in the protocol)."""
@@ -1041,7 +1049,7 @@ class Engine:
                     f"{self.state_dir}: the search has not finished; finish it with 'fusion-dd resume' "
                     "(with a localize: section in its config it localizes by itself)"
                 )
-            report = self.state.finished["report"]
+            report = finished_report(self.state)
             culprits, switched_off = localization.culprits_of(report)
             if report.get("status") != "found" or not culprits:
                 raise UsageError(f"{self.state_dir}: the search found no culprit to localize")
@@ -1063,7 +1071,7 @@ class Engine:
         """A finished search with culprits that a configured localization has not journaled yet."""
         if self.config.localize is None or self.state.finished is None:
             return False
-        report = self.state.finished["report"]
+        report = finished_report(self.state)
         culprits, _ = localization.culprits_of(report)
         return report.get("status") == "found" and any(key not in self.state.localized for key in culprits)
 
@@ -1073,7 +1081,7 @@ class Engine:
         Interrupted, it still writes the finished search's report (with what was
         localized so far) and exits 130: the search's answer is not "interrupted".
         """
-        report = self.state.finished["report"] if self.state.finished is not None else {}
+        report = finished_report(self.state) if self.state.finished is not None else {}
         culprits, switched_off = localization.culprits_of(report)
         self._append(
             {
@@ -1086,6 +1094,7 @@ class Engine:
                 "version": __version__,
             }
         )
+        self._say_context()
         try:
             self._adopt_orphans()
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
@@ -1122,7 +1131,7 @@ class Engine:
             fix_env = fix_env_of(self.backend, self.rules, sorted(result.fix))
             if fix_env:
                 report["fix_env"] = dict(fix_env)
-        self._append({"type": "search_finished", "status": status, "report": report})
+        self._append({"type": "search_finished", "status": status, "report": journaled_answer(report)})
         return self._write(status, EXIT_OK, report)
 
     def _stop(
@@ -1150,7 +1159,7 @@ class Engine:
         assert self.state.finished is not None
         # Localizations journaled after the search finished (fusion-dd localize) join its answer.
         report = localization.attach(
-            dict(self.state.finished["report"]), self.state, self.config.localize is not None, display_path(self.state_dir)
+            finished_report(self.state), self.state, self.config.localize is not None, display_path(self.state_dir)
         )
         return self._write(report["status"], EXIT_OK, report)
 

@@ -271,6 +271,51 @@ def build_report(
     return report
 
 
+def journaled_answer(report: dict[str, Any]) -> dict[str, Any]:
+    """What ``search_finished`` keeps of the final report: all but its list of trials.
+
+    That list is most of a large report (every trial's configuration by rule
+    name: megabytes at a thousand candidates) and the journal's trial records
+    hold it already; only what the verdicts added is kept, per trial in report
+    order: its outcome and, if it was stopped early, the savings. See
+    :func:`finished_report`, which puts the list back.
+    """
+    answer = {key: value for key, value in report.items() if key != "trials"}
+    trials = report.get("trials") or []
+    answer["trial_outcomes"] = {entry["trial_id"]: entry.get("outcome") for entry in trials}
+    stops = {entry["trial_id"]: entry["early_stop"] for entry in trials if "early_stop" in entry}
+    if stops:
+        answer["trial_early_stops"] = stops
+    return answer
+
+
+def finished_report(state: SearchState) -> dict[str, Any]:
+    """The report a finished search journaled, whole: its trials rebuilt from the journal's trial records.
+
+    A journal of an older version embeds the whole report; it is returned as it is.
+    """
+    assert state.finished is not None
+    answer = state.finished["report"]
+    if "trial_outcomes" not in answer:
+        return answer
+    outcomes = answer["trial_outcomes"]
+    stops = answer.get("trial_early_stops") or {}
+    report = {key: value for key, value in answer.items() if key not in ("trial_outcomes", "trial_early_stops")}
+    trials = []
+    for trial_id, outcome in outcomes.items():
+        trial = state.trials.get(trial_id)
+        if trial is None:
+            continue  # a journal missing a record the report had: show what the journal holds
+        entry = _trial_entry(trial, None, False)
+        if "kind" in entry:
+            entry["outcome"] = outcome
+        if trial_id in stops:
+            entry["early_stop"] = stops[trial_id]
+        trials.append(entry)
+    report["trials"] = trials
+    return report
+
+
 def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state: SearchState) -> None:
     """Per stopped trial and in total: the steps and seconds a full-length (baseline) training would have run."""
     from .runner.early_stop import estimate_savings, read_curve

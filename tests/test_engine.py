@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fusion_dd.report import finished_report
 from fusion_dd.config import load_config
 from fusion_dd.engine import Engine
 from fusion_dd.rules import Rule, Section, catalog
@@ -97,6 +98,9 @@ def test_a_search_tells_its_events_and_its_report_is_the_journal(config_path: Pa
     state = replay(read_records(config.state_dir / JOURNAL_NAME))
     assert state.finished is not None and state.finished["report"]["culprits"] == result.report["culprits"]
     assert sorted(state.trials) == sorted(started) and state.launched == result.report["trainings"]
+    # search_finished keeps the answer, not the trial list the trial records hold: put back, the same report.
+    assert "trials" not in state.finished["report"]
+    assert finished_report(state) == result.report
 
 
 def test_running_a_finished_search_again_launches_nothing_and_answers_the_same(config_path: Path, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..store.journal import JOURNAL_NAME, LOCK_NAME, read_records
-from ..report import summary_lines
+from ..report import finished_report, summary_lines
 from ..store.state import SearchState, TrialState, replay
 from ..runner.trial import supervised_state
 
@@ -67,7 +67,7 @@ def status_lines(state_dir: Path) -> list[str]:
     if state.finished is not None:
         lines.append("  state: finished")
         lines.append("")
-        lines.extend(summary_lines(state.finished["report"], state_dir))
+        lines.extend(summary_lines(finished_report(state), state_dir))
         return lines
     if pid is not None:
         lines.append(f"  state: running (coordinator pid {pid}), {len(state.sessions)} session(s)")

@@ -249,7 +249,7 @@ def test_resume_takes_the_devices_of_the_last_session_from_the_journal_and_says_
     assert first.returncode == 3, first.stderr
     resumed = run_fusion_dd("resume", "--budget", "60", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert "fusion-dd: resuming on devices 0,1 (from the journal); --devices overrides" in resumed.stderr.splitlines()
+    assert "resuming on devices 0,1 (from the journal); --devices overrides" in resumed.stderr.splitlines()
     assert devices_after_last_session(tmp_path / ".fusion-dd") == {("0",), ("1",)}
 
 
@@ -314,7 +314,7 @@ def test_interrupted_on_a_dask_cluster_a_bare_resume_and_the_printed_hint_go_on_
     bare = run_fusion_dd("resume", "--budget", str(launched + 2), cwd=tmp_path)
     assert bare.returncode == 3, bare.stderr
     assert (
-        f"fusion-dd: resuming on every device worker with the dask launcher (scheduler {cluster.address}) "
+        f"resuming on every device worker with the dask launcher (scheduler {cluster.address}) "
         "(from the journal); --devices, --scheduler or --launcher local override"
     ) in bare.stderr.splitlines(), bare.stderr
     assert placements_after_last_session(state) == {"dask"}
