@@ -27,7 +27,7 @@ from .runner.early_stop import LossCurveHook, envelope, read_curve
 from .runner.executor import Device, DevicePool, Pools, run_batch
 from .store.journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .runner.metrics import MetricSpec
-from .report import REPORT_NAME, build_report, display_path, finished_report, journaled_answer, write_outputs
+from .report import FIX_NAME, REPORT_NAME, build_report, display_path, finished_report, journaled_answer, write_outputs
 from .store.snapshots import Snapshots
 from .rules import Rule
 from .scoring import Measurement, Preconditions, check_preconditions
@@ -472,14 +472,14 @@ class Engine:
         the snapshot, never the search.
         """
         from .rebuild import rebuild
-        from .runner.supervisor import write_json_atomic
+        from .report import write_report
 
         try:
             assert self._journal is not None
             with self._journal_lock:
                 records = list(self._journal.records())
             snapshot = rebuild(records, self.state_dir, running=True)
-            write_json_atomic(self.state_dir / REPORT_NAME, snapshot.report)
+            write_report(self.state_dir / REPORT_NAME, snapshot.report)
         except Exception as exc:  # noqa: BLE001 - a report snapshot must never stop a search
             if not self._snapshot_failed:
                 self._snapshot_failed = True
@@ -1161,9 +1161,24 @@ class Engine:
         report = localization.attach(
             finished_report(self.state), self.state, self.config.localize is not None, display_path(self.state_dir)
         )
+        journal, fix = self.state_dir / JOURNAL_NAME, self.state_dir / FIX_NAME
+        if _newer_than(self.state_dir / REPORT_NAME, journal) and (report["status"] != "found" or _newer_than(fix, journal)):
+            # Written after the journal last changed: this very answer (a finished search shown again).
+            self._snapshots.close()
+            return SearchResult(report["status"], EXIT_OK, report, self.state_dir / REPORT_NAME,
+                                fix if report["status"] == "found" else None)
         return self._write(report["status"], EXIT_OK, report)
 
 
 def _pid_of(job_id: str | None) -> int | None:
     """The supervisor pid older readers of ``trial_launched`` look for (local launches only)."""
     return int(job_id) if job_id is not None and job_id.isdigit() else None
+
+
+def _newer_than(output: Path, source: Path) -> bool:
+    """``output`` exists, is not empty, and was written after ``source`` last changed."""
+    try:
+        written = output.stat()
+        return written.st_size > 0 and written.st_mtime_ns >= source.stat().st_mtime_ns
+    except OSError:
+        return False

@@ -6,7 +6,9 @@ report can always be rebuilt from the journal alone.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -20,7 +22,7 @@ from .scoring import Preconditions, Threshold, combine_runs
 from .search.culprits import CulpritSearch
 from .search.oracle import Outcome
 from .store.state import LOCALIZE_ROLE, SearchState, TrialState
-from .store.atomic import write_json_atomic, write_text_atomic
+from .store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
 from .backends.cann.switch import SwitchFile, render_switch
 from .hooks import fired_although_off_of, known_to_compiler_of, unknown_to_compiler_of
 
@@ -47,11 +49,23 @@ def _number(value: float | None) -> float | str | None:
     return str(value)
 
 
+def _sorted_names(config: frozenset[str], memo: dict[frozenset[str], list[str]] = {}) -> list[str]:  # noqa: B006
+    """A configuration's rule names, sorted; memoized, since trials share configurations (repeats,
+    retries; replay decodes equal masks to one frozenset) and sorting a thousand names is not free.
+    The list is shared: callers serialize it, never change it."""
+    found = memo.get(config)
+    if found is None:
+        if len(memo) >= 1 << 14:
+            memo.clear()
+        found = memo[config] = sorted(config)
+    return found
+
+
 def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failure: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "trial_id": trial.trial_id,
         "role": trial.role,
-        "configuration": sorted(trial.config),
+        "configuration": _sorted_names(trial.config),
         "repeat": trial.repeat,
         "attempt": trial.attempt,
         "device": ",".join(trial.device),
@@ -421,6 +435,30 @@ def _add_layers(report: dict[str, Any], graphs: Sequence[str]) -> None:
             }
 
 
+#: A report of more trials than this is written compactly (one line): indented, a search of a
+#: thousand trials at a thousand candidates is tens of MB and seconds to write.
+COMPACT_TRIALS = 500
+
+
+def report_text(report: dict[str, Any]) -> str:
+    """report.json's text: indented with sorted keys, or compact (still sorted) when the report is large."""
+    if len(report.get("trials") or ()) > COMPACT_TRIALS:
+        return json.dumps(report, sort_keys=True, separators=(",", ":")) + "\n"
+    return dumps_indented(report) + "\n"
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write report.json atomically, unless it already holds this text (a finished search shown again)."""
+    data = report_text(report).encode("utf-8")
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            os.utime(path)  # current as of now: a later run sees it newer than the journal and reads nothing
+            return
+    except OSError:
+        pass
+    write_bytes_atomic(path, data)
+
+
 def write_outputs(
     state_dir: Path,
     report: dict[str, Any],
@@ -434,7 +472,7 @@ def write_outputs(
     CANN's switch file by default.
     """
     report_path = state_dir / REPORT_NAME
-    write_json_atomic(report_path, report)
+    write_report(report_path, report)
     fix_path = None
     if report["status"] == "found":
         off = set(report["switched_off"])

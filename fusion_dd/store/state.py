@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,9 @@ class RuleIndex:
         self.names = tuple(names)
         self._position = {name: index for index, name in enumerate(self.names)}
         self._decoded: dict[str, frozenset[str]] = {}
+        # Per byte of a mask, the names each of its 256 values stands for: built as met, so a
+        # mask decodes a byte at a time instead of a bit at a time.
+        self._tables: list[dict[int, tuple[str, ...]]] = []
 
     def encode(self, names: Iterable[str]) -> str:
         mask = 0
@@ -55,13 +59,19 @@ class RuleIndex:
         if found is not None:
             return found
         raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True) if text else b""
-        names = self.names
-        chosen: list[str] = []
+        tables = self._tables
+        while len(tables) < len(raw):
+            tables.append({})
+        parts = []
         for offset, byte in enumerate(raw):
             if byte:
-                base = offset * 8
-                chosen.extend(names[base + bit] for bit in _BITS[byte])
-        found = frozenset(chosen)
+                table = tables[offset]
+                part = table.get(byte)
+                if part is None:
+                    base = offset * 8
+                    part = table[byte] = tuple(self.names[base + bit] for bit in _BITS[byte])
+                parts.append(part)
+        found = frozenset(chain.from_iterable(parts))
         self._decoded[text] = found
         return found
 
