@@ -280,7 +280,7 @@ def placements_after_last_session(state: Path) -> set[str]:
 
 
 @pytest.mark.cluster
-def test_interrupted_on_a_dask_cluster_a_bare_resume_and_the_printed_hint_go_on_on_the_cluster(tmp_path, cluster):
+def test_interrupted_on_a_dask_cluster_a_bare_resume_and_the_printed_hint_go_on_on_the_cluster(tmp_path, cluster):  # noqa: F811
     import yaml
 
     from tests.runner.test_dask_launcher import dask_config
