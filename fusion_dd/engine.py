@@ -169,7 +169,7 @@ class Engine:
     def _append(self, record: dict[str, Any], durable: bool = True) -> None:
         """Journal a record (durably unless told: see ``Journal.append``) and apply it to the live state, atomically."""
         assert self._journal is not None
-        record.setdefault("time", time.time())
+        record.setdefault("time", _now())
         with self._journal_lock:
             self._journal.append(record, durable)
             self.state.apply(record)
@@ -301,12 +301,14 @@ class Engine:
                 "trial_id": trial_id,
                 "on": self.state.rule_index.encode(names),  # a bit mask of the journaled rule list
                 "repeat": repeat,
-                "attempt": self.state.attempts(key) + 1,
                 "device": list(device),
                 "trial_dir": f"{TRIALS_DIR}/{trial_id}",
                 "role": role,
-                "time": time.time(),
+                "time": _now(),
             }
+            attempt = self.state.attempts(key) + 1
+            if attempt > 1:  # the first is replay's default: a key per record saved
+                record["attempt"] = attempt
             if repeat == 0 and self._references_dump() and (
                 role in ("baseline", "all_on") or (role == "search" and names in self._fix_candidates)
             ):
@@ -454,8 +456,8 @@ class Engine:
                 "trial_id": trial.trial_id,
                 **result.record_fields(),
                 "log": str(Path(trial.trial_dir) / result.log),
+                # Why it is not "applied" is its artifacts' own message (switch_check_of): journaled once, there.
                 "switch_check": switch_check,
-                "switch_check_reason": switch_reason if switch_check != "applied" else None,
             }
         )
         ready = self._oracle is not None and self._oracle.threshold is not None and trial.role != LOCALIZE_ROLE
@@ -1220,3 +1222,8 @@ def _newer_than(output: Path, source: Path) -> bool:
         return written.st_size > 0 and written.st_mtime_ns >= source.stat().st_mtime_ns
     except OSError:
         return False
+
+
+def _now() -> float:
+    """A journal record's time: to the millisecond, which every reader needs (four bytes a record saved)."""
+    return round(time.time(), 3)

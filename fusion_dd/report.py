@@ -24,7 +24,7 @@ from .search.oracle import Outcome
 from .store.state import LOCALIZE_ROLE, SearchState, TrialState
 from .store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
 from .backends.cann.switch import SwitchFile, render_switch
-from .hooks import fired_although_off_of, known_to_compiler_of, unknown_to_compiler_of
+from .hooks import fired_although_off_of, switch_check_of, known_to_compiler_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
 FIX_NAME = "fusion_switch.cfg"
@@ -330,6 +330,18 @@ def finished_report(state: SearchState) -> dict[str, Any]:
     return report
 
 
+def _switch_reason(trial: TrialState) -> str | None:
+    """Why a trial's switch file is not known applied: journaled, or (when the engine left it out as
+    the same text) the message of its artifacts' switch check."""
+    finished = trial.finished
+    if finished is None or finished.get("switch_check") in (None, "applied"):
+        return None
+    reason = finished.get("switch_check_reason")
+    if reason is None and "switch_check_reason" not in finished:
+        reason = switch_check_of(finished.get("artifacts"))[1]
+    return str(reason) if reason else None
+
+
 def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state: SearchState) -> None:
     """Per stopped trial and in total: the steps and seconds a full-length (baseline) training would have run."""
     from .runner.early_stop import estimate_savings, read_curve
@@ -391,11 +403,7 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
             f"{', '.join(unknown)}: switched on but absent from the compiler's own log, so unknown to this compiler "
             "(it ignores unknown names silently): the search says nothing about them"
         )
-    reasons = [
-        str(trial.finished.get("switch_check_reason"))
-        for trial in state.trials.values()
-        if trial.finished is not None and trial.finished.get("switch_check_reason")
-    ]
+    reasons = [reason for reason in (_switch_reason(trial) for trial in state.trials.values()) if reason]
     generic = reasons and not any("fusion_result.json" in reason for reason in reasons)
     if counts and not counts.get("applied"):
         if generic:  # a compiler without fusion_result.json: its hook said why it could not verify
