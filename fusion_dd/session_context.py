@@ -1,8 +1,8 @@
 """Where a search trains, remembered from one session to the next.
 
 A search is started with ``--devices 0,1`` or ``--scheduler tcp://...`` more often
-than with those values in its config, and a resume that forgot them trained on the
-config's single device, or on the coordinator's machine instead of the cluster:
+than with those values in its config, and a resume that forgot them would train on
+the config's single device, or on the coordinator's machine instead of the cluster:
 right answers, at a fraction of the parallelism or on the wrong machines. So every
 ``session_started`` journals the session's context, and the next session of the
 same search (``resume``, or ``search`` again) takes it from there unless its

@@ -268,8 +268,8 @@ def _names(config: frozenset[Rule]) -> frozenset[str]:
     """A configuration's rule names, the journal's key for it.
 
     Named in C (``attrgetter`` over the set): strategies pass new frozensets at
-    every question (``realize`` builds one), and a memo keyed by them paid a
-    Rule.__hash__ in Python per rule per question, more than naming them here.
+    every question (``realize`` builds one), and a memo keyed by their value would
+    pay a ``Rule.__hash__`` in Python per rule per question, more than naming them.
     """
     return frozenset(map(_NAME, config))
 
