@@ -107,7 +107,7 @@ class TrainingOracle:
         if found is not None and found[0] is config:
             return found[1]
         names = _names(config)
-        if len(self._names_by_id) >= 1 << 14:  # more configurations alive than any question uses
+        if len(self._names_by_id) >= 1 << 10:  # more than a question uses; each entry keeps two sets alive
             self._names_by_id.clear()
         self._names_by_id[id(config)] = (config, names)
         return names
