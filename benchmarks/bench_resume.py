@@ -149,6 +149,7 @@ def _mark(ok: bool) -> str:
 
 def render(rows: dict[str, dict[str, Any]], help_time: float, load: tuple[float, float]) -> str:
     lines = [
+        BEGIN,
         "## Resume at size (`benchmarks/bench_resume.py`)",
         "",
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load average "
@@ -194,6 +195,7 @@ def render(rows: dict[str, dict[str, Any]], help_time: float, load: tuple[float,
         "",
         "A replayed search reaches the same answer (same trainings, same switched-off rules) as the one that "
         "wrote the journal; each command is a fresh process started as a user starts it.",
+        END,
     ]
     return "\n".join(lines) + "\n"
 
