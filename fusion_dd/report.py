@@ -404,10 +404,14 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
             "(it ignores unknown names silently): the search says nothing about them"
         )
     reasons = [reason for reason in (_switch_reason(trial) for trial in state.trials.values()) if reason]
-    generic = reasons and not any("fusion_result.json" in reason for reason in reasons)
+    # "No training left a fusion_result.json" only when that is what every trial's reason says: an
+    # unreadable file, or a compiler without fusion_result.json, is named with its own reason.
+    from .ascend.applied import NO_RESULT
+
+    specific = [reason for reason in reasons if reason != NO_RESULT]
     if counts and not counts.get("applied"):
-        if generic:  # a compiler without fusion_result.json: its hook said why it could not verify
-            warnings.append(f"no training proved that its switches were applied: {reasons[0]}")
+        if specific:
+            warnings.append(f"no training proved that its switches were applied: {specific[0]}")
         else:
             warnings.append(
                 "no training left a fusion_result.json that fusion-dd could check, so it could not verify that the "
