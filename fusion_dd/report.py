@@ -419,6 +419,25 @@ def _tolerance_text(threshold: dict[str, Any]) -> str:
     return f"{value} in the metric's units"
 
 
+def fix_verdict(report: Mapping[str, Any]) -> str:
+    """How far the fix is proven, once: the terminal summary and the HTML report both say it so.
+
+    ``verified: trained and passes, 1 of 1 training(s) passed``, or ``NOT verified``
+    with the trainings that stand behind it (``fix_reason`` says the same at more length).
+    """
+    verified = "verified: trained and passes" if report.get("fix_verified") else "NOT verified"
+    if report.get("fix_trainings"):
+        verified += f", {report.get('fix_verified_by', 0)} of {report['fix_trainings']} training(s) passed"
+    elif not report.get("fix_verified"):
+        verified += ", no training of it finished"
+    return verified
+
+
+def fix_statement(report: Mapping[str, Any]) -> str:
+    """What the fix switches off, in the words of the summary."""
+    return f"switched off: {', '.join(report.get('switched_off') or []) or 'nothing'}; every other fusion stays on"
+
+
 def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list[str]:
     """The human-readable end of a search."""
     lines = [f"fusion-dd: {report['message']}"]
@@ -469,13 +488,11 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         culprit_names = [[rule["name"] for rule in culprit["rules"]] for culprit in culprits]
         lines.extend(["", *("  " + line for line in guide_lines(report["guide"], culprit_names))])
     if report["status"] == "found":
-        verified = "verified: trained and passes" if report["fix_verified"] else "NOT verified"
-        if report.get("fix_trainings"):
-            verified += f", {report['fix_verified_by']} of {report['fix_trainings']} training(s) passed"
+        verified = fix_verdict(report)
         where = display_path(state_dir / FIX_NAME) if state_dir is not None else FIX_NAME
         lines.append("")
         lines.append(f"  fix config ({verified}): {where}")
-        lines.append(f"  switched off: {', '.join(report['switched_off']) or 'nothing'}; every other fusion stays on")
+        lines.append(f"  {fix_statement(report)}")
         for name, value in (report.get("fix_env") or {}).items():
             lines.append(f"  and in the training's environment: export {name}={shlex.quote(value)}")
         if report.get("hitting_set") == "greedy":
