@@ -754,6 +754,37 @@ def parse_devices(raw: Any, key: str = "train.devices", reader: _Reader | None =
     return tuple(entries)
 
 
+#: What each device variable accepts: CANN's ASCEND_DEVICE_ID is the chip's number; CUDA takes
+#: indices or the GPU-/MIG- UUIDs nvidia-smi -L prints. A variable not listed is not checked.
+_DEVICE_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
+    "ASCEND_DEVICE_ID": (re.compile(r"\d+"), "a chip number as npu-smi info lists it, e.g. 0,1"),
+    "CUDA_VISIBLE_DEVICES": (
+        re.compile(r"\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+"),
+        "a GPU index or a GPU-/MIG- UUID as nvidia-smi -L lists it, e.g. 0,1",
+    ),
+}
+
+
+def check_device_ids(config: "SearchConfig", key: str) -> None:
+    """Every device id of a local search is one its device variable accepts (``key`` names where it was given).
+
+    ``ASCEND_DEVICE_ID=gpu0`` is not a device: the training would fail on every
+    configuration alike, or pick a default device and share it. A cluster's devices
+    are the workers' own (the dask launcher checks them), so only local pools are checked.
+    """
+    train = config.train
+    form = _DEVICE_FORMS.get(train.device_env)
+    if train.launcher != "local" or form is None:
+        return
+    pattern, example = form
+    for device in (device for entry in train.devices for device in entry):
+        if not pattern.fullmatch(device):
+            whose = "CANN" if config.compiler == "cann" else config.compiler
+            raise UsageError(
+                f"{key}: invalid device id {device!r} for {train.device_env} ({whose}): give {example}"
+            )
+
+
 def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env: str = "ASCEND_DEVICE_ID") -> TrainConfig:
     if section.get("command") is None:
         raise reader.error("train.command", "missing: the command that runs one training")

@@ -439,8 +439,13 @@ def fix_statement(report: Mapping[str, Any]) -> str:
 
 
 def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list[str]:
-    """The human-readable end of a search."""
-    lines = [f"fusion-dd: {report['message']}"]
+    """The human-readable end of a search.
+
+    A training that does not run is told once, with its reason, on stderr
+    (``broken_lines``): the summary's head then only says what stopped.
+    """
+    head = STATUS_TEXT["training_broken"] if report.get("status") == "training_broken" else report["message"]
+    lines = [f"fusion-dd: {head}"]
     threshold = report.get("threshold")
     if report.get("baseline") is not None:
         lines.append(f"  baseline (all candidates off): {report['baseline']}")

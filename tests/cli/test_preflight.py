@@ -43,11 +43,15 @@ def test_a_missing_command_stops_before_any_training(tmp_path):
     dry = call_fusion_dd("search", "--dry-run", cwd=tmp_path)  # the search below runs in a real process
     assert dry.returncode == 2, dry.stdout + dry.stderr
     assert "command not found: pythn3" in dry.stdout and "training_broken" in dry.stderr
+    assert "command not found" not in dry.stderr and "train.command[0]" in dry.stderr  # each problem once
     assert not (tmp_path / ".fusion-dd").exists()
 
     result = run_fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "command not found: pythn3" in result.stderr
+    both = result.stdout + result.stderr
+    assert both.count("command not found: pythn3") == 1  # the refusal told once, not as "stopped:" and "error:"
+    assert "stopped: the training does not run" in result.stdout
     assert f"pythn3 {FAKE_TRAIN} --fusion-switch " in result.stderr  # the command line, placeholders resolved
     assert "Traceback" not in result.stderr
     found = report(tmp_path)
@@ -134,7 +138,8 @@ def test_a_relative_script_arg_is_checked_by_the_preflight(tmp_path):
     set_command(config, [sys.executable, "missing_train.py"], workdir="{trial_dir}")
     dry = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 2
-    assert "train.command[1]: script missing_train.py not found beside the config" in dry.stderr
+    assert "train.command[1]: script missing_train.py not found beside the config" in dry.stdout
+    assert "train.command[1]" in dry.stderr and "missing_train.py" not in dry.stderr  # named once, not repeated
 
 
 def readme_example() -> str:
