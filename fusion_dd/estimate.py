@@ -66,7 +66,7 @@ class Estimate:
         low, high = self.range
         span = f"{low} to {high}" if low != high else f"about {high}"
         if self.basis == "typical":
-            what = f"typical for one culprit ({self.trainings_left}) to two"
+            what = f"typical for one culprit set ({self.trainings_left}) to two"
         elif self.basis == "localization":
             what = "the answer stands; the dumped trainings of localization"
         else:
@@ -215,7 +215,7 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
         references = sum(1 for key, _ in probe._reference_keys(probe._reference_extra) if probe._settled(key) is None)
         per_culprit = 2 * max(1, math.ceil(math.log2(max(2, rules)))) + 1
         left = min(references + per_culprit, budget_left + len(state.open_trials()))
-        high = min(references + 2 * per_culprit + 1, budget_left + len(state.open_trials()))
+        high = min(references + 3 * per_culprit, budget_left + len(state.open_trials()))  # two sets, one a pair
         seconds = (math.ceil(left / width) * mean + max(running, default=0.0)) if mean is not None else None
         return Estimate(left, "typical", budget_left, seconds, now + seconds if seconds is not None else None,
                         "the references are not measured yet: the dry run's rule for one culprit, and for two",
@@ -228,11 +228,13 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
     # candidate is one of them: at least one more culprit set than those isolated.
     minimal = [sorted(c) for c in failed if c and not any(other < c for other in failed)]
     minimal = [names for index, names in enumerate(minimal) if names not in minimal[:index]]
-    tries = max((min(len(names), HYPOTHESES) for names in minimal), default=1)
-    # A culprit set the search has not seen yet hides among the rules that no passing
-    # training had on (a rule that passed alone may still belong to an interacting set).
+    # A rule that a passing training had on is no culprit on its own: the culprit of a
+    # failing configuration is one of its other rules (all of them cleared: an interacting
+    # set, bet on by its first rules). A culprit set not seen yet hides the same way.
     rules = [rule["name"] for rule in state.definition.get("rules") or []]
     cleared = {name for config_names in passed for name in config_names}
+    minimal = [[name for name in names if name not in cleared] or names for names in minimal]
+    tries = max((min(len(names), HYPOTHESES) for names in minimal), default=1)
     hidden = [name for name in rules if name not in cleared] or rules
     running_search = sum(1 for trial in state.open_trials())
     base: list[tuple[int, int]] = []
@@ -245,8 +247,10 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
         base.append(_continue(config, records, suspected, failed, passed, passing, failing, budget_left))
     for attempt in range(min(HYPOTHESES, len(hidden))):
         culprits = {frozenset({names[int(attempt * len(names) / tries) % len(names)]}) for names in minimal}
+        # The costlier kind of culprit set: an interacting pair, two rules far apart.
         others = [name for name in hidden if frozenset({name}) not in culprits] or hidden
-        culprits.add(frozenset({others[int((attempt + 0.5) * len(others) / min(HYPOTHESES, len(hidden)))]}))
+        first = int((attempt + 0.5) * len(others) / min(HYPOTHESES, len(hidden)))
+        culprits.add(frozenset({others[first], others[(first + len(others) // 2) % len(others)]}))
         more.append(_continue(config, records, culprits, failed, passed, passing, failing, budget_left))
     counts = [launched + running_search for launched, _ in base]
     rounds = [turns for _, turns in base]

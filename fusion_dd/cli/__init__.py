@@ -152,7 +152,10 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
 
     prepared = prepare(config, say)
     config = prepared.config
-    events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
+    events = ConsoleEvents(
+        total_rules=len(config.rules), budget=config.search.budget,
+        devices=config.train.devices if config.train.launcher == "local" else (), loss_pattern=config.metric.loss_pattern,
+    )
     # The estimate is of search trainings: a localize-only session has none to estimate.
     events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
     _install_sigterm()
