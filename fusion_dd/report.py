@@ -20,11 +20,12 @@ from .search.culprits import CulpritSearch
 from .search.oracle import Outcome
 from .store.state import LOCALIZE_ROLE, SearchState, TrialState
 from .store.atomic import write_json_atomic, write_text_atomic
+from .backends import fix_name_of
 from .backends.cann.switch import SwitchFile, render_switch
 from .hooks import fired_although_off_of, known_to_compiler_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
-FIX_NAME = "fusion_switch.cfg"
+FIX_NAME = "fusion_switch.cfg"  # CANN's; other compilers' fixes are named by fusion_dd.backends.FIX_NAMES
 AUTOFUSE_FLAGS_NAME = "autofuse_flags.txt"  # the fix's AUTOFUSE_FLAGS value, when AutoFuse points were candidates
 
 STATUS_TEXT = {
@@ -229,7 +230,7 @@ def build_report(
         report["fix_verified_by"] = fix_backing["support"]
         report["fix_trainings"] = fix_backing["trainings"]
         if status == "found":
-            report["fix_config"] = FIX_NAME
+            report["fix_config"] = fix_name_of(config.compiler)
             if result.fix_verified:
                 report["fix_reason"] = "the fix configuration was trained and passes"
             elif result.fix_outcome is Outcome.PASS:
@@ -391,7 +392,7 @@ def write_outputs(
     if report["status"] == "found":
         off = set(report["switched_off"])
         enabled = [rule for rule in rules if rule.name not in off]
-        fix_path = state_dir / FIX_NAME
+        fix_path = state_dir / (report.get("fix_config") or FIX_NAME)
         text = render(rules, enabled) if render is not None else render_switch(rules, enabled, base)
         write_text_atomic(fix_path, text)
         flags = (report.get("fix_env") or {}).get("AUTOFUSE_FLAGS")
@@ -494,7 +495,8 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         lines.extend(["", *("  " + line for line in guide_lines(report["guide"], culprit_names))])
     if report["status"] == "found":
         verified = fix_verdict(report)
-        where = display_path(state_dir / FIX_NAME) if state_dir is not None else FIX_NAME
+        name = report.get("fix_config") or FIX_NAME
+        where = display_path(state_dir / name) if state_dir is not None else name
         lines.append("")
         lines.append(f"  fix config ({verified}): {where}")
         lines.append(f"  {fix_statement(report)}")
