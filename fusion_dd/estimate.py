@@ -115,10 +115,14 @@ class _Continuation(_Replay):
         names, repeat = key
         self._number += 1
         trial_id = f"sim{self._number:05d}"
-        self.state.apply(
-            {"type": "trial_started", "trial_id": trial_id, "config": sorted(names), "repeat": repeat,
-             "device": ["sim"], "trial_dir": "", "role": role or self._role(key), "time": 0.0}
-        )
+        role = role or self._role(key)
+        record = {"type": "trial_started", "trial_id": trial_id, "config": sorted(names), "repeat": repeat,
+                  "device": ["sim"], "trial_dir": "", "role": role, "time": 0.0}
+        if repeat == 0 and self._references_dump() and (
+            role in ("baseline", "all_on") or (role == "search" and names in self._fix_candidates)
+        ):
+            record["dumps"] = True  # as the engine journals it: this training's dump serves localization
+        self.state.apply(record)
         self.state.apply({"type": "trial_finished", "trial_id": trial_id, "duration": 0.0, **self._answer(names)})
         return self.state.trials[trial_id]
 
@@ -214,12 +218,14 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
         rules = len(state.definition.get("rules") or [])
         references = sum(1 for key, _ in probe._reference_keys(probe._reference_extra) if probe._settled(key) is None)
         per_culprit = 2 * max(1, math.ceil(math.log2(max(2, rules)))) + 1
-        left = min(references + per_culprit, budget_left + len(state.open_trials()))
-        high = min(references + 3 * per_culprit, budget_left + len(state.open_trials()))  # two sets, one a pair
+        cap = budget_left + len(state.open_trials())
+        left = min(references + per_culprit, cap)
+        high = min(references + 3 * per_culprit, cap)  # two culprit sets, one of them a pair
+        low = min(references + 2, cap)  # the first question names the culprit, and the fix is verified
         seconds = (math.ceil(left / width) * mean + max(running, default=0.0)) if mean is not None else None
         return Estimate(left, "typical", budget_left, seconds, now + seconds if seconds is not None else None,
                         "the references are not measured yet: the dry run's rule for one culprit, and for two",
-                        low=left, high=high)
+                        low=low, high=high)
     threshold = pre.threshold
     passing, failing = _answers(threshold)
     failed, passed = _measured(state, threshold, config.score.crash_is_failure)
@@ -253,6 +259,10 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
         culprits.add(frozenset({others[first], others[(first + len(others) // 2) % len(others)]}))
         more.append(_continue(config, records, culprits, failed, passed, passing, failing, budget_left))
     counts = [launched + running_search for launched, _ in base]
+    if state.guide is None and config.search.guide == "dumps":
+        # The guide is decided from the references' dumps once they are in (a replay cannot):
+        # its first suspect may be the culprit, one question and the fix verification.
+        counts.append(min(counts + [2 + running_search]))
     rounds = [turns for _, turns in base]
     left = min(budget_left + running_search, math.ceil(sum(counts) / len(counts)))
     low = min(counts)
