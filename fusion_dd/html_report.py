@@ -39,6 +39,7 @@ OUTCOME_STYLE: dict[str, tuple[str, str]] = {
     "pass": ("#009E73", "pass"),
     "fail": ("#D55E00", "fail"),
     "unresolved": ("#E69F00", "unresolved (crash, timeout, no metric)"),
+    "unevaluable": ("#F0E442", "cannot evaluate (the training exited 125)"),
     "cancelled": ("#999999", "cancelled"),
     "running": ("#0072B2", "running"),
     "unknown": ("#CC79A7", "finished before the threshold was known"),
@@ -47,6 +48,8 @@ OUTCOME_STYLE: dict[str, tuple[str, str]] = {
 
 def _outcome(entry: dict[str, Any]) -> str:
     outcome = entry.get("outcome")
+    if entry.get("kind") == "unevaluable":
+        return "unevaluable"  # told apart from a crash: the training said so
     if outcome is None:
         return "unknown"
     return outcome if outcome in OUTCOME_STYLE else "unresolved"

@@ -265,6 +265,12 @@ def build_report(
     report["trials"] = [
         _trial_entry(trial, threshold, config.score.crash_is_failure) for trial in state.trials.values()
     ]
+    # Trainings that exited 125: the training said it cannot evaluate their configuration.
+    report["unevaluable"] = [
+        {"trial_id": entry["trial_id"], "configuration": entry["configuration"]}
+        for entry in report["trials"]
+        if entry.get("kind") == "unevaluable"
+    ]
     _add_early_stop_savings(report, config, state)
     return report
 
@@ -516,6 +522,14 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         lines.append(
             f"  FLAKY: trainings disagreed {len(report.get('inconsistencies') or [])} time(s); the answer rests on "
             "majority votes of repeated trainings (evidence in report.json: inconsistencies)"
+        )
+    unevaluable = report.get("unevaluable") or []
+    if unevaluable:
+        shown = ", ".join(f"#{entry['trial_id']} ({len(entry['configuration'])} rules on)" for entry in unevaluable[:5])
+        more = f" and {len(unevaluable) - 5} more" if len(unevaluable) > 5 else ""
+        lines.append(
+            f"  cannot evaluate: {len(unevaluable)} training(s) exited 125, the training's word that it cannot "
+            f"evaluate the configuration: {shown}{more}; they stand as unresolved, never as failures"
         )
     early = report.get("early_stops") or {}
     if early.get("trainings"):

@@ -45,7 +45,8 @@ class Tolerance:
 METRIC = "metric"
 NONFINITE = "nonfinite"
 DIVERGED = "diverged"  # stopped early: loss above the baseline's curve
-UNRESOLVED_KINDS = ("crash", "timeout", "no_metric")
+UNEVALUABLE = "unevaluable"  # the training exited 125: it cannot evaluate this configuration
+UNRESOLVED_KINDS = ("crash", "timeout", "no_metric", UNEVALUABLE)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class Threshold:
         if measurement.has_value:
             assert measurement.value is not None
             return Outcome.FAIL if self.is_worse(measurement.value) else Outcome.PASS
+        if measurement.kind == UNEVALUABLE:
+            return Outcome.UNRESOLVED  # the training says so: no failure, whatever score.crash_is_failure says
         return Outcome.FAIL if crash_is_failure else Outcome.UNRESOLVED
 
     def describe(self) -> str:
@@ -280,7 +283,9 @@ def _baseline_refusal(baseline_runs: Sequence[Measurement], votes: Sequence[bool
     label = "the baseline (all candidates off)"
     if len(baseline_runs) > 1:
         label += f", run {index + 1}"
-    if not run.has_value:
+    if run.kind == UNEVALUABLE:
+        what = f"cannot be evaluated ({run.reason})"
+    elif not run.has_value:
         what = "produced NaN/Inf" if run.kind == NONFINITE else f"gave no usable metric ({run.reason or run.kind})"
     elif reference is not None:
         what = f"reaches {run.value:.6g}, worse than the reference {reference:.6g} by more than the tolerance"
@@ -382,6 +387,10 @@ def check_preconditions(
             if baseline_runs
             else "the baseline has no training"
         )
+        if any(run.kind == UNEVALUABLE for run in baseline_runs):
+            # Not an answer about fusion either way: with every candidate off the training cannot run.
+            why += ": some candidate must stay on for the training to run (a required pass); take it out of the candidates"
+            return Preconditions(False, "baseline_fails", why, None)
         return Preconditions(False, "baseline_fails", f"{why}: {not_the_cause}", None)
     all_on_votes = [True] * len(all_on_runs)
     if values and tolerance.mode == "relative" and statistics.fmean(values) == 0:
