@@ -69,6 +69,8 @@ class Estimate:
             what = f"typical for one culprit set ({self.trainings_left}) to two"
         elif self.basis == "localization":
             what = "the answer stands; the dumped trainings of localization"
+        elif low == high:
+            what = "the same under every hypothesis"  # e.g. the fix passed: no further culprit set can hide
         else:
             what = f"about {self.trainings_left} expected, {high} if one more culprit set shows up"
         line = f"estimate: {span} training(s) left ({what}; at most {self.budget_left} by the budget)"

@@ -153,6 +153,6 @@ def goal_warnings(config: SearchConfig) -> list[str]:
     source = "metric.pattern" if metric.pattern is not None else "metric.key"
     better = "higher" if wanted == "max" else "lower"
     return [
-        f"{config.source}: metric.goal: {metric.goal}, but the metric ({source} {name!r}) is named like one "
+        f"{config.source}: metric.goal: {metric.goal}, but the metric ({source} '{name}') is named like one "
         f"where {better} is better; if so, set metric.goal: {wanted}"
     ]

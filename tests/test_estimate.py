@@ -20,7 +20,7 @@ from tests.support.fake_training import run_fusion_dd
 
 ESTIMATE = re.compile(
     r"estimate: ((?:(\d+) to (\d+)|about (\d+)) training\(s\) left \((?:about \d+ expected, \d+ if one more culprit "
-    r"set shows up|typical for one culprit set \(\d+\) to two|the answer stands; the dumped trainings of localization); "
+    r"set shows up|the same under every hypothesis|typical for one culprit set \(\d+\) to two|the answer stands; the dumped trainings of localization); "
     r"at most (\d+) by the budget\)|0 trainings left \(the search has its answer\))"
 )
 
