@@ -7,7 +7,7 @@ on it, its configuration size, elapsed time and last reported step and loss, or
 the finishing time), refreshed
 every second by a small ticker thread. Elsewhere (CI, nohup, a log file): one
 plain line per event, nothing redrawn; the estimate is a plain line too, printed
-when its number changes.
+when its range changes.
 
 The estimate (fusion_dd.estimate) replays the journal, so it is computed on its
 own thread, never on the engine's: once the session launched its first training
