@@ -282,8 +282,8 @@ def _dry_run(config: SearchConfig) -> None:
         values = trial_values(config, device, number)
         argv = resolve_relative(substitute_command(config.train.command, values), config.base_dir)
         workdir = substitute(config.train.workdir, values)
-        trial_dir = display_path(Path(values["trial_dir"]))
-        echo(f"  {config.train.device_env}={values['device']} (in {workdir}, trial {trial_dir}) {shlex.join(argv)}")
+        echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
+        echo(f"    trial directory: {display_path(Path(values['trial_dir']))}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
     if cluster is not None:

@@ -253,9 +253,10 @@ def test_dry_run_shows_the_trial_directory_each_device_gets(tmp_path):
     write_config(tmp_path, "--culprits", CULPRIT)
     dry = call_fusion_dd("search", "--dry-run", "--devices", "0,1,2", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
     for number, device in enumerate("012", start=1):
-        line = next(line for line in dry.stdout.splitlines() if line.startswith(f"  ASCEND_DEVICE_ID={device} "))
-        assert f", trial .fusion-dd/trials/{number:04d})" in line
+        at = next(index for index, line in enumerate(lines) if line.startswith(f"  ASCEND_DEVICE_ID={device} (in "))
+        assert lines[at + 1] == f"    trial directory: .fusion-dd/trials/{number:04d}"
 
 
 def test_a_metric_named_like_an_accuracy_with_goal_min_is_a_warning_naming_metric_goal(tmp_path):
