@@ -554,7 +554,7 @@ def _read_rules(
     known_sections: dict[str, set[Section]] = {}
     from_all_on = section.get("from") == "all_on"  # the all-on training gives them (fusion_dd.closure)
     if section.get("from") is not None and not from_all_on:
-        candidates = _rules_from_artifacts(reader, section["from"], base_dir, keep_unfired)
+        candidates = _rules_from_artifacts(reader, section["from"], base_dir, keep_unfired, _listed_sections(section))
         rules.extend(candidates.rules)
         unknown_texts = {str(item) for item in candidates.name_warnings if item.kind == "unknown"}
         unknown.extend(("rules.from", text) for text in unknown_texts)
@@ -651,8 +651,24 @@ def _unknown_names(reader: _Reader, unknown: list[tuple[str, str]], policy: str)
     return shown
 
 
-def _rules_from_artifacts(reader: _Reader, raw: Any, base_dir: Path, keep_unfired: bool) -> Any:
-    """``rules.from``: candidate rules taken from the user's CANN artifacts."""
+def _listed_sections(section: Mapping[str, Any]) -> dict[str, Section]:
+    """The names ``rules.GraphFusion`` / ``rules.UBFusion`` list, with their section (checked later)."""
+    listed: dict[str, Section] = {}
+    for section_enum in (Section.GRAPH, Section.UB):
+        names = section.get(section_enum.value)
+        if isinstance(names, list):
+            listed.update({name: section_enum for name in names if isinstance(name, str)})
+    return listed
+
+
+def _rules_from_artifacts(
+    reader: _Reader, raw: Any, base_dir: Path, keep_unfired: bool, listed: Mapping[str, Section] | None = None
+) -> Any:
+    """``rules.from``: candidate rules taken from the user's CANN artifacts.
+
+    A name a rule list there gives without a section takes the section ``listed``
+    gives it (``rules.GraphFusion`` / ``rules.UBFusion`` of the same config).
+    """
     from .ascend import collect_candidates
 
     if isinstance(raw, str):
@@ -663,7 +679,7 @@ def _rules_from_artifacts(reader: _Reader, raw: Any, base_dir: Path, keep_unfire
     for path in paths:
         if not path.exists():
             raise reader.error("rules.from", f"not found: {path}")
-    return collect_candidates(paths, keep_unfired=keep_unfired)
+    return collect_candidates(paths, keep_unfired=keep_unfired, declared_sections=listed)
 
 
 def _read_graphs(reader: _Reader, section: Mapping[str, Any], base_dir: Path) -> tuple[str, ...]:

@@ -341,10 +341,14 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
         for trial in state.trials.values()
         if trial.finished is not None and trial.finished.get("switch_check_reason")
     ]
-    generic = reasons and not any("fusion_result.json" in reason for reason in reasons)
+    # "No training left a fusion_result.json" only when that is what every trial's reason says: an
+    # unreadable file, or a compiler without fusion_result.json, is named with its own reason.
+    from .ascend.applied import NO_RESULT
+
+    specific = [reason for reason in reasons if reason != NO_RESULT]
     if counts and not counts.get("applied"):
-        if generic:  # a compiler without fusion_result.json: its hook said why it could not verify
-            warnings.append(f"no training proved that its switches were applied: {reasons[0]}")
+        if specific:
+            warnings.append(f"no training proved that its switches were applied: {specific[0]}")
         else:
             warnings.append(
                 "no training left a fusion_result.json that fusion-dd could check, so it could not verify that the "

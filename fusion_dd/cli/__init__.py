@@ -518,7 +518,9 @@ def rules(
         False, "--closure", help="Train the all-off baseline of the config (-c) until no new rule fires; print the closed candidates."
     ),
     config: Optional[Path] = ConfigOption,
-    output_format: str = typer.Option("yaml", "--format", help="yaml (pastes into fusion-dd.yaml), txt or json."),
+    output_format: Optional[str] = typer.Option(
+        None, "--format", help="yaml (pastes into fusion-dd.yaml; the default), txt or json; not with --where."
+    ),
     where: Optional[str] = typer.Option(None, "--where", help="Show where this rule acted in the given graph dumps."),
     keep_unfired: bool = typer.Option(
         False, "--keep-unfired", help="Keep listed rules that the artifacts show never fired."
@@ -528,13 +530,18 @@ def rules(
     from ..ascend import collect_candidates, format_locations, format_rules, graph_paths, load_graphs
     from ..ascend import where as where_rule
 
+    if where is not None and output_format is not None:
+        raise UsageError(f"--format {output_format}: --where prints the fused ops as text; drop --format")
+    output_format = output_format or "yaml"
+    if output_format not in ("yaml", "txt", "json"):
+        raise UsageError(f"--format: {output_format!r} is not one of yaml, txt, json")
     if closure:
-        _rules_closure(config)
+        _rules_closure(config, output_format)
         return
     if not sources:
         raise UsageError("missing argument SOURCES: the artifacts to read the candidates from (or --closure with a config)")
     if compiler != "cann":
-        _compiler_rules(compiler, sources)
+        _compiler_rules(compiler, sources, output_format)
         return
 
     if where is not None:
@@ -545,8 +552,6 @@ def rules(
             return
         typer.echo(format_locations({fused[0].rule: fused}).rstrip())
         return
-    if output_format not in ("yaml", "txt", "json"):
-        raise UsageError(f"--format: {output_format!r} is not one of yaml, txt, json")
     candidates = collect_candidates(sources, keep_unfired=keep_unfired)
     _print_warnings(candidates.warnings)
     if candidates.dropped:
@@ -555,26 +560,53 @@ def rules(
     typer.echo(format_rules(candidates, output_format, autofuse=_autofuse_enabled()), nl=False)
 
 
-def _rules_closure(config_path: Path | None) -> None:
+def _rules_closure(config_path: Path | None, output_format: str = "yaml") -> None:
     """``fusion-dd rules --closure``: the config's candidates plus what fires in their all-off baseline."""
     from ..closure import run_closure
-    from ..rules import Section
 
     loaded = _load(config_path, budget=None, devices=None, jobs=None, state_dir=None)
     closure = run_closure(loaded, lambda line: typer.echo(f"fusion-dd: {line}", err=True))
-    names = [rule.name for rule in loaded.rules] + [rule.name for rule in closure.added]
-    typer.echo(f"# closed candidates ({len(closure.added)} added by {len(closure.rounds)} baseline training(s)):")
-    if loaded.compiler == "cann":
-        typer.echo("rules:")
-        for section in (Section.GRAPH, Section.UB, Section.AUTOFUSE):
-            listed = [rule.name for rule in [*loaded.rules, *closure.added] if rule.section is section]
-            if listed:
-                typer.echo(f"  {section.value}: [{', '.join(listed)}]")
+    rules = [*loaded.rules, *closure.added]
+    note = f"closed candidates ({len(closure.added)} added by {len(closure.rounds)} baseline training(s))"
+    typer.echo(_rule_listing(loaded.compiler, rules, output_format, note, added=closure.added), nl=False)
+
+
+def _rule_listing(compiler: str, rules: list, output_format: str, note: str, **extra: Any) -> str:
+    """Rules as ``--format`` asks: yaml that pastes into fusion-dd.yaml, ``name group`` lines, or JSON.
+
+    ``rules`` are Rule objects (CANN, grouped by section) or plain names (the other compilers);
+    ``extra`` lists of either go into the JSON document beside the rules.
+    """
+    import json
+
+    from ..rules import Section
+
+    def names_of(items: list) -> list[str]:
+        return [getattr(item, "name", item) for item in items]
+
+    if compiler == "cann":
+        grouped = {
+            section.value: [rule.name for rule in rules if rule.section is section]
+            for section in (Section.GRAPH, Section.UB, Section.AUTOFUSE)
+        }
+        grouped = {key: names for key, names in grouped.items() if names or key != Section.AUTOFUSE.value}
+        document: dict[str, Any] = {"rules": grouped}
+        lines = [f"{rule.name} {rule.section.value}" for rule in rules]
+        yaml_lines = [f"  {key}: [{', '.join(names)}]" for key, names in grouped.items() if names]
     else:
-        typer.echo(f"rules:\n  compiler: {loaded.compiler}\n  names: [{', '.join(names)}]")
+        names = names_of(rules)
+        document = {"rules": {"compiler": compiler, "names": names}}
+        lines = list(names)
+        yaml_lines = [f"  compiler: {compiler}", f"  names: [{', '.join(names)}]"]
+    if output_format == "json":
+        document.update({key: names_of(value) for key, value in extra.items()})
+        return json.dumps(document, indent=2) + "\n"
+    if output_format == "txt":
+        return "".join(f"{line}\n" for line in [f"# {note}", *lines])
+    return "\n".join([f"# {note}:", "rules:", *yaml_lines]) + "\n"
 
 
-def _compiler_rules(compiler: str, sources: list[Path]) -> None:
+def _compiler_rules(compiler: str, sources: list[Path], output_format: str = "yaml") -> None:
     """``fusion-dd rules --compiler onnxruntime|xla``: the rules that fired in these logs or dumps, as config."""
     from ..backends import COMPILERS
     from ..compiler_rules import _from_artifacts
@@ -589,6 +621,7 @@ def _compiler_rules(compiler: str, sources: list[Path]) -> None:
             return UsageError(f"{problem}")
 
     fired, _ = _from_artifacts(_Reader(), [str(Path(source).resolve()) for source in sources], Path.cwd(), compiler)
+    stuck: list[str] = []
     if compiler == "onnxruntime":
         from ..backends.ort import UNSWITCHABLE
 
@@ -596,7 +629,9 @@ def _compiler_rules(compiler: str, sources: list[Path]) -> None:
         if stuck:
             typer.echo(f"fusion-dd: left out, ONNX Runtime runs them whatever the switches say: {', '.join(stuck)}", err=True)
         fired = [name for name in fired if name not in UNSWITCHABLE]
-    typer.echo(f"rules:\n  compiler: {compiler}\n  names: [{', '.join(fired)}]")
+    extra = {"left_out": stuck} if compiler == "onnxruntime" else {}
+    note = f"rules that fired in the {compiler} artifacts"
+    typer.echo(_rule_listing(compiler, fired, output_format, note, **extra), nl=False)
 
 
 def _autofuse_enabled() -> bool:

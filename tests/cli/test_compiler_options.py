@@ -53,6 +53,40 @@ def test_rules_prints_what_fired_in_an_onnxruntime_log_and_an_xla_dump(tmp_path:
     assert bad.returncode == 2 and "not a directory" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_rules_format_is_honoured_on_every_compiler_path_and_a_bogus_one_refused(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    log = tmp_path / "run.log"
+    shutil.copy(COMPILERS / "ort_block_all_on.log", log)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    for name in (COMPILERS / "xla_dump_all_on.names").read_text().split():
+        (dump / name).write_text("")
+    for compiler, source in (("onnxruntime", log), ("xla", dump)):
+        as_yaml = call_fusion_dd("rules", "--compiler", compiler, str(source), cwd=tmp_path)
+        names = yaml.safe_load(as_yaml.stdout)["rules"]["names"]
+        assert names and yaml.safe_load(as_yaml.stdout)["rules"]["compiler"] == compiler
+        as_txt = call_fusion_dd("rules", "--compiler", compiler, str(source), "--format", "txt", cwd=tmp_path)
+        assert as_txt.returncode == 0
+        assert [line for line in as_txt.stdout.splitlines() if not line.startswith("#")] == names
+        as_json = call_fusion_dd("rules", "--compiler", compiler, str(source), "--format", "json", cwd=tmp_path)
+        document = json.loads(as_json.stdout)
+        assert document["rules"] == {"compiler": compiler, "names": names}
+        bogus = call_fusion_dd("rules", "--compiler", compiler, str(source), "--format", "bogus", cwd=tmp_path)
+        assert bogus.returncode == 2 and bogus.stdout == ""
+        assert bogus.stderr.strip().splitlines() == ["fusion-dd: error: --format: 'bogus' is not one of yaml, txt, json"]
+    assert "CastFloat16Transformer" in json.loads(
+        call_fusion_dd("rules", "--compiler", "onnxruntime", str(log), "--format", "json", cwd=tmp_path).stdout
+    )["left_out"]
+    for argv in (("rules", "x.json", "--format", "bogus"), ("rules", "--closure", "--format", "bogus")):
+        refused = call_fusion_dd(*argv, cwd=tmp_path)
+        assert refused.returncode == 2 and "--format: 'bogus'" in refused.stderr
+    where = call_fusion_dd("rules", "--where", "X", str(dump), "--format", "json", cwd=tmp_path)
+    assert where.returncode == 2 and "--where prints the fused ops as text" in where.stderr
+
+
 # A training that reads what each compiler's user hands to it: ONNX Runtime's disabled
 # optimizers (through FUSION_DD_DISABLED_OPTIMIZERS), XLA's --xla_disable_hlo_passes in XLA_FLAGS.
 # BiasGeluFusion (ONNX Runtime) and algsimp (XLA) break its accuracy while they run.
