@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 import typer
 
 from .. import __version__
-from ..config import DEFAULT_CONFIG_NAME, SearchConfig, load_config, parse_config, parse_devices
+from ..config import DEFAULT_CONFIG_NAME, SearchConfig, check_device_ids, load_config, parse_config, parse_devices
 from ..errors import UsageError
 from ..store.journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
@@ -94,10 +94,12 @@ def _load(
     scheduler: str | None = None,
 ) -> SearchConfig:
     config = load_config(config_path or Path(DEFAULT_CONFIG_NAME))
-    return config.with_overrides(
+    loaded = config.with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=state_dir, launcher=launcher,
         scheduler=scheduler,
     )
+    check_device_ids(loaded, "--devices" if devices is not None else f"{loaded.source}: train.devices")
+    return loaded
 
 
 def _install_sigterm() -> None:
@@ -132,7 +134,9 @@ def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:
 
 
 def _warn(config: SearchConfig) -> None:
-    _print_warnings(config.warnings, shown=20)
+    from ..preflight import goal_warnings
+
+    _print_warnings([*config.warnings, *goal_warnings(config)], shown=20)
 
 
 def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResult:
@@ -148,7 +152,10 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
 
     prepared = prepare(config, say)
     config = prepared.config
-    events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
+    events = ConsoleEvents(
+        total_rules=len(config.rules), budget=config.search.budget,
+        devices=config.train.devices if config.train.launcher == "local" else (), loss_pattern=config.metric.loss_pattern,
+    )
     # The estimate is of search trainings: a localize-only session has none to estimate.
     events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
     _install_sigterm()
@@ -269,12 +276,14 @@ def _dry_run(config: SearchConfig) -> None:
             for name, value in rendered.env.items():
                 echo(f"  {name}={shlex.quote(value)}")
     echo("")
-    echo("command lines (trial 0001 shown; each trial has its own directory):")
-    for device in config.train.devices if cluster is None else [(entry["device"],) for entry in cluster]:
-        values = trial_values(config, device)
+    echo("command lines (the first training on each device; each trial has its own directory):")
+    pool = config.train.devices if cluster is None else [(entry["device"],) for entry in cluster]
+    for number, device in enumerate(pool, start=1):  # the first wave: one training per device, in order
+        values = trial_values(config, device, number)
         argv = resolve_relative(substitute_command(config.train.command, values), config.base_dir)
         workdir = substitute(config.train.workdir, values)
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
+        echo(f"    trial directory: {display_path(Path(values['trial_dir']))}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
     if cluster is not None:
@@ -311,7 +320,12 @@ def _dry_run(config: SearchConfig) -> None:
         echo(f"  FAILS: {problem}")
     echo("nothing was launched (dry run)")
     if checked.errors:
-        _fail(f"{checked.errors[0]}; a search would stop with status {TRAINING_BROKEN} before any training")
+        # The problems are the FAILS lines above: the error line names their keys, it does not repeat them.
+        keys = ", ".join(dict.fromkeys(problem.split(": ")[1] for problem in checked.errors if ": " in problem))
+        _fail(
+            f"{config.source}: {keys}: the pre-flight check fails ({len(checked.errors)} problem(s), FAILS above); "
+            f"a search would stop with status {TRAINING_BROKEN} before any training"
+        )
 
 
 def _dry_run_localize(config: SearchConfig) -> None:
@@ -433,10 +447,12 @@ def _journaled_config(
 ) -> SearchConfig:
     """The config a search in ``state_dir`` was started with, and this session's command-line overrides."""
     directory = (state_dir or _default_state_dir(config)).resolve()
-    return _resume_config(directory, config).with_overrides(
+    loaded = _resume_config(directory, config).with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=directory, launcher=launcher,
         scheduler=scheduler,
     )
+    check_device_ids(loaded, "--devices" if devices is not None else f"{loaded.source}: train.devices")
+    return loaded
 
 
 def _default_state_dir(config_path: Path | None) -> Path:
