@@ -36,7 +36,8 @@ UNKNOWN_SHOWN = 10
 # Device ids end up in environment variables and command lines: numbers, names,
 # GPU/MIG UUIDs ("MIG-GPU-.../1/0"); never white space, separators or NUL.
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_.:/-]+")
-_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json", "from_all_on.json"}
+_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json", "from_all_on.json",
+                "ort_disabled_optimizers.txt", "xla_disabled_passes.txt"}
 
 # The schema: every allowed key, so that a typo is reported with a suggestion.
 _SCHEMA: dict[str, Any] = {
@@ -754,6 +755,37 @@ def parse_devices(raw: Any, key: str = "train.devices", reader: _Reader | None =
         if not _DEVICE_ID.fullmatch(device):
             raise fail(f"invalid device id {device!r}: use letters, digits and . _ : / - only")
     return tuple(entries)
+
+
+#: What each device variable accepts: CANN's ASCEND_DEVICE_ID is the chip's number; CUDA takes
+#: indices or the GPU-/MIG- UUIDs nvidia-smi -L prints. A variable not listed is not checked.
+_DEVICE_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
+    "ASCEND_DEVICE_ID": (re.compile(r"\d+"), "a chip number as npu-smi info lists it, e.g. 0,1"),
+    "CUDA_VISIBLE_DEVICES": (
+        re.compile(r"\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+"),
+        "a GPU index or a GPU-/MIG- UUID as nvidia-smi -L lists it, e.g. 0,1",
+    ),
+}
+
+
+def check_device_ids(config: "SearchConfig", key: str) -> None:
+    """Every device id of a local search is one its device variable accepts (``key`` names where it was given).
+
+    ``ASCEND_DEVICE_ID=gpu0`` is not a device: the training would fail on every
+    configuration alike, or pick a default device and share it. A cluster's devices
+    are the workers' own (the dask launcher checks them), so only local pools are checked.
+    """
+    train = config.train
+    form = _DEVICE_FORMS.get(train.device_env)
+    if train.launcher != "local" or form is None:
+        return
+    pattern, example = form
+    for device in (device for entry in train.devices for device in entry):
+        if not pattern.fullmatch(device):
+            whose = "CANN" if config.compiler == "cann" else config.compiler
+            raise UsageError(
+                f"{key}: invalid device id {device!r} for {train.device_env} ({whose}): give {example}"
+            )
 
 
 def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env: str = "ASCEND_DEVICE_ID") -> TrainConfig:

@@ -31,7 +31,7 @@ from .runner.metrics import MetricSpec
 from .report import FIX_NAME, REPORT_NAME, build_report, display_path, finished_report, journaled_answer, write_outputs
 from .store.snapshots import Snapshots
 from .rules import Rule
-from .scoring import Measurement, Preconditions, check_preconditions
+from .scoring import UNEVALUABLE, Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES, guided
 from .search.culprits import CulpritSearch, find_culprits
 from .search.lanes import LanePlan
@@ -276,13 +276,16 @@ class Engine:
         """The finished training that decides this key, or None while it needs (another) training.
 
         A crash, timeout or missing metric is retried up to ``train.retries`` times
-        before it stands as UNRESOLVED.
+        before it stands as UNRESOLVED; a training that exited 125 (it cannot evaluate
+        this configuration) stands at once.
         """
         trial = self.state.cache().get(key)
         if trial is None:
             return None
         if trial.resolved or self.state.attempts(key) > self.config.train.retries:
             return trial
+        if trial.finished is not None and trial.finished.get("kind") == UNEVALUABLE:
+            return trial  # the training said it cannot evaluate this configuration: a retry says the same
         return None
 
     def remaining_budget(self) -> int:
@@ -1201,7 +1204,7 @@ class Engine:
         report = localization.attach(
             finished_report(self.state), self.state, self.config.localize is not None, display_path(self.state_dir)
         )
-        journal, fix = self.state_dir / JOURNAL_NAME, self.state_dir / FIX_NAME
+        journal, fix = self.state_dir / JOURNAL_NAME, self.state_dir / (report.get("fix_config") or FIX_NAME)
         if _newer_than(self.state_dir / REPORT_NAME, journal) and (report["status"] != "found" or _newer_than(fix, journal)):
             # Written after the journal last changed: this very answer (a finished search shown again).
             self._snapshots.close()

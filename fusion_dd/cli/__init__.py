@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 import typer
 
 from .. import __version__
-from ..config import DEFAULT_CONFIG_NAME, SearchConfig, load_config, parse_config, parse_devices
+from ..config import DEFAULT_CONFIG_NAME, SearchConfig, check_device_ids, load_config, parse_config, parse_devices
 from ..errors import UsageError
 from ..store.journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
@@ -94,10 +94,12 @@ def _load(
     scheduler: str | None = None,
 ) -> SearchConfig:
     config = load_config(config_path or Path(DEFAULT_CONFIG_NAME))
-    return config.with_overrides(
+    loaded = config.with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=state_dir, launcher=launcher,
         scheduler=scheduler,
     )
+    check_device_ids(loaded, "--devices" if devices is not None else f"{loaded.source}: train.devices")
+    return loaded
 
 
 def _given(devices: str | None, jobs: int | None, launcher: str | None, scheduler: str | None) -> Any:
@@ -160,7 +162,9 @@ def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:
 
 
 def _warn(config: SearchConfig) -> None:
-    _print_warnings(config.warnings, shown=20)
+    from ..preflight import goal_warnings
+
+    _print_warnings([*config.warnings, *goal_warnings(config)], shown=20)
 
 
 def run_engine(config: SearchConfig, localize_only: bool = False, note: str | None = None) -> SearchResult:
@@ -177,7 +181,10 @@ def run_engine(config: SearchConfig, localize_only: bool = False, note: str | No
 
     prepared = prepare(config, say)
     config = prepared.config
-    events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
+    events = ConsoleEvents(
+        total_rules=len(config.rules), budget=config.search.budget,
+        devices=config.train.devices if config.train.launcher == "local" else (), loss_pattern=config.metric.loss_pattern,
+    )
     # The estimate is of search trainings: a localize-only session has none to estimate.
     events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
     _install_sigterm()
@@ -299,12 +306,14 @@ def _dry_run(config: SearchConfig) -> None:
             for name, value in rendered.env.items():
                 echo(f"  {name}={shlex.quote(value)}")
     echo("")
-    echo("command lines (trial 0001 shown; each trial has its own directory):")
-    for device in config.train.devices if cluster is None else [(entry["device"],) for entry in cluster]:
-        values = trial_values(config, device)
+    echo("command lines (the first training on each device; each trial has its own directory):")
+    pool = config.train.devices if cluster is None else [(entry["device"],) for entry in cluster]
+    for number, device in enumerate(pool, start=1):  # the first wave: one training per device, in order
+        values = trial_values(config, device, number)
         argv = resolve_relative(substitute_command(config.train.command, values), config.base_dir)
         workdir = substitute(config.train.workdir, values)
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
+        echo(f"    trial directory: {display_path(Path(values['trial_dir']))}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
     if cluster is not None:
@@ -341,7 +350,12 @@ def _dry_run(config: SearchConfig) -> None:
         echo(f"  FAILS: {problem}")
     echo("nothing was launched (dry run)")
     if checked.errors:
-        _fail(f"{checked.errors[0]}; a search would stop with status {TRAINING_BROKEN} before any training")
+        # The problems are the FAILS lines above: the error line names their keys, it does not repeat them.
+        keys = ", ".join(dict.fromkeys(problem.split(": ")[1] for problem in checked.errors if ": " in problem))
+        _fail(
+            f"{config.source}: {keys}: the pre-flight check fails ({len(checked.errors)} problem(s), FAILS above); "
+            f"a search would stop with status {TRAINING_BROKEN} before any training"
+        )
 
 
 def _dry_run_localize(config: SearchConfig) -> None:
@@ -465,10 +479,12 @@ def _journaled_config(
 ) -> SearchConfig:
     """The config a search in ``state_dir`` was started with, and this session's command-line overrides."""
     directory = (state_dir or _default_state_dir(config)).resolve()
-    return _resume_config(directory, config).with_overrides(
+    loaded = _resume_config(directory, config).with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=directory, launcher=launcher,
         scheduler=scheduler,
     )
+    check_device_ids(loaded, "--devices" if devices is not None else f"{loaded.source}: train.devices")
+    return loaded
 
 
 def _default_state_dir(config_path: Path | None) -> Path:
@@ -671,10 +687,19 @@ def compare(
     jobs: Optional[int] = typer.Option(None, "--jobs", help="Worker processes decoding tensors."),
     cosine: float = typer.Option(0.99, "--cosine", help="Bad below this cosine (with --max-abs exceeded)."),
     max_abs: float = typer.Option(0.001, "--max-abs", help="Bad above this max abs error (with --cosine)."),
+    cosine_floor: float = typer.Option(0.9, "--cosine-floor", help="Bad below this cosine whatever the abs error."),
+    abs_ceiling: float = typer.Option(1.0, "--abs-ceiling", help="Bad above this max abs error whatever the cosine."),
+    rel: float = typer.Option(0.05, "--rel", help="Bad above this mean relative error (a uniform scale error keeps cosine 1)."),
+    converters: Optional[Path] = typer.Option(None, "--converters", help="Folder of convert_<FROM>_to_<TO>.py format converters."),
 ) -> None:
     from ..compare.command import run_compare
 
-    raise typer.Exit(run_compare(on, off, graph_on, graph_off, out, output_format, step, model, jobs, cosine, max_abs))
+    raise typer.Exit(
+        run_compare(
+            on, off, graph_on, graph_off, out, output_format, step, model, jobs, cosine, max_abs,
+            cosine_floor=cosine_floor, abs_ceiling=abs_ceiling, rel=rel, converters=converters,
+        )  # fmt: skip
+    )
 
 
 @app.command()
