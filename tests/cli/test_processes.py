@@ -197,6 +197,36 @@ def test_a_signal_stops_an_adopted_training(tmp_path: Path) -> None:
         kill_leftovers(state)
 
 
+def test_sighup_with_two_trainings_running_stops_both_and_exits_130(tmp_path: Path) -> None:
+    """A closed terminal or ssh session sends SIGHUP: a clean stop like SIGTERM, nothing left running."""
+    write_config(tmp_path, fake("--sleep", "60", "--setsid-child"), [0, 1])
+    state = tmp_path / ".fusion-dd"
+    coordinator = start(tmp_path, "search")
+    try:
+        for name in ("0001", "0002"):
+            wait_for_training(state / "trials" / name, coordinator)
+        records = [supervisor_record(state / "trials" / name) for name in ("0001", "0002")]
+        coordinator.send_signal(signal.SIGHUP)
+        try:
+            out, err = coordinator.communicate(timeout=KILL_GRACE + 60)
+        except subprocess.TimeoutExpired:
+            coordinator.kill()
+            pytest.fail(f"fusion-dd did not stop on SIGHUP: {coordinator.communicate()[1]}")
+        assert coordinator.returncode == 130, err
+        assert "Traceback" not in err and "fusion-dd resume" in out + err, out + err
+        for record in records:
+            assert group_gone(record["training_pgid"]), "a training outlived fusion-dd"
+            assert pid_gone(record["supervisor_pid"]), "a supervisor outlived fusion-dd"
+        for pid in setsid_children(state):
+            assert pid_gone(pid), "a setsid grandchild outlived fusion-dd"
+        assert json.loads((state / "report.json").read_text())["status"] == "interrupted"
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.communicate()
+        kill_leftovers(state)
+
+
 def test_setsid_grandchildren_do_not_outlive_their_trials(tmp_path: Path) -> None:
     write_config(tmp_path, fake("--culprits", CULPRIT, "--setsid-child"), [0, 1])
     state = tmp_path / ".fusion-dd"
