@@ -14,7 +14,8 @@ Files in TRIAL_DIR (all JSON files are written atomically: temp file, fsync,
 * ``launch.json`` (input, written by :mod:`fusion_dd.runner.trial`): ``argv`` (already
   resolved), ``workdir``, ``env`` (the complete environment), ``timeout``
   (seconds or null), ``grace`` (seconds between SIGTERM and SIGKILL),
-  ``trial_id``.
+  ``trial_id``, ``binding`` (the search id and configuration digest, copied
+  into ``supervisor.json`` and ``status.json``).
 * ``supervisor.json``: the supervisor's pid and start time (clock ticks since
   boot: with the pid it names the process for the host's uptime), then also the
   training's pid/pgid and its start time.
@@ -253,6 +254,10 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
         grace = float(launch.get("grace", 10.0))
         status["trial_id"] = launch.get("trial_id")
         status["timeout"] = timeout
+        if isinstance(launch.get("binding"), dict):
+            # The search and configuration this training is, in every record it leaves:
+            # a resumed coordinator takes nothing from a directory that is not its trial's.
+            record["binding"] = status["binding"] = launch["binding"]
         if not argv:
             raise ValueError("the command is empty")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
