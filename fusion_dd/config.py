@@ -35,7 +35,7 @@ UNKNOWN_SHOWN = 10
 # Device ids end up in environment variables and command lines: numbers, names,
 # GPU/MIG UUIDs ("MIG-GPU-.../1/0"); never white space, separators or NUL.
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_.:/-]+")
-_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json", "from_all_on.json"}
+_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json", "from_all_on.json", "search_id.json"}
 
 # The schema: every allowed key, so that a typo is reported with a suggestion.
 _SCHEMA: dict[str, Any] = {
