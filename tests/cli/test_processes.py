@@ -280,3 +280,50 @@ def test_placeholders_in_a_shell_script_are_quoted(tmp_path: Path, shell: list[s
     assert shlex.quote(str(state / "trials" / "0001" / "fusion_switch.cfg")) in argv[-1]
     launch = json.loads((state / "trials" / "0001" / "launch.json").read_text())
     assert launch["argv"] == argv
+
+
+#: The coordinator's peak resident memory allowed while it reads any training output.
+COORDINATOR_RSS_BOUND_MB = 150
+
+
+def test_trainings_printing_300_mb_in_one_line_leave_the_coordinator_under_its_memory_bound(tmp_path: Path) -> None:
+    """One training prints 300 MB without a newline, the other a tqdm-style bar rewritten with \\r:
+    both finish with their metric read, and the coordinator's own peak RSS stays bounded."""
+    import sys
+
+    from tests.support.fake_training import cli_env, wrapper_script
+
+    prelude = (
+        "trial = os.environ['FUSION_DD_TRIAL_ID']\n"
+        "chunk = (b'x' * 1023 + b' ') * 1024 if trial == '0001' "
+        "else b''.join(b'\\r %3d%%|#####     | %d/10000 [00:10<00:12, 9.9it/s]' % (i % 100, i) for i in range(20000))\n"
+        "out = sys.stdout.buffer\n"
+        "for _ in range(300 * 2**20 // len(chunk) if trial in ('0001', '0002') else 0):\n"
+        "    out.write(chunk)\n"
+        "out.flush()\n"
+    )
+    wrapper = wrapper_script(tmp_path / "loud_train.py", prelude)
+    command = fake("--launch-log", "launch.log")
+    command[command.index(next(part for part in command if part.endswith("fake_train.py")))] = str(wrapper)
+    write_config(tmp_path, command, [0, 1], search={"budget": 3})
+    # The coordinator itself, not its children: its own getrusage at exit, printed by a wrapper.
+    measure = (
+        "import resource, runpy, sys\n"
+        "try:\n"
+        "    runpy.run_module('fusion_dd.cli', run_name='__main__', alter_sys=True)\n"
+        "finally:\n"
+        "    print(f'peak-rss-kb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}', file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", measure, "search"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+        timeout=600,
+    )
+    assert result.returncode == 3, result.stderr[-2000:]  # the budget ran out after the references
+    state = tmp_path / ".fusion-dd"
+    for name in ("0001", "0002"):
+        assert (state / "trials" / name / "output.log").stat().st_size >= 300 * 2**20 - 2**20
+    trials = {trial["trial_id"]: trial for trial in json.loads((state / "report.json").read_text())["trials"]}
+    assert [trials[name]["kind"] for name in ("0001", "0002")] == ["metric", "metric"], trials
+    assert [trials[name]["metric"] for name in ("0001", "0002")] == [0.9, 0.9], trials
+    peak_mb = int(re.search(r"peak-rss-kb (\d+)", result.stderr).group(1)) / 1024
+    assert peak_mb < COORDINATOR_RSS_BOUND_MB, f"the coordinator peaked at {peak_mb:.0f} MB"
