@@ -446,7 +446,7 @@ class Engine:
 
     def _record_end(self, trial: TrialState, result: TrialResult) -> TrialState | None:
         if result.cancelled:
-            self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": "cancelled"})
+            self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": result.reason or "cancelled"})
             self.events.trial_finished(trial, None)
             return None
         switch_check, switch_reason = switch_check_of(result.artifacts)

@@ -163,6 +163,13 @@ def result_of(run: TrialRun, request: TrialRequest) -> TrialResult:
         return TrialResult(cancelled=True, duration=run.duration)
     reading = read_metric(run, request.metric)
     kind, reason = classify(run, reading)
+    if run.disk_full and kind != "metric":
+        # Its status survived a full disk, but its output may not have: no metric is no evidence.
+        return TrialResult(
+            cancelled=True,
+            reason="lost: the disk was full when the training ended and its output holds no metric; trained again",
+            duration=run.duration,
+        )
     artifacts = collect_artifacts(request.hooks, TrialFiles(Path(run.trial_dir), request.enabled, request.role))
     return TrialResult(
         cancelled=False,

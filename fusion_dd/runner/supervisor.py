@@ -23,6 +23,8 @@ Files in TRIAL_DIR (all JSON files are written atomically: temp file, fsync,
 * ``status.json``: ``exit_code`` or ``signal``, ``timed_out``, ``cancelled``,
   ``start``, ``end``, ``duration``, ``error`` (why the training could not run).
 * ``supervisor.log``: the supervisor's own stdout/stderr (normally empty).
+* ``.status.reserve``: space taken for the status while the training runs, so
+  that a full disk at its end cannot lose it (then the status says ``disk_full``).
 
 This module imports nothing heavy: it runs once per training and must start fast.
 """
@@ -53,6 +55,10 @@ SUPERVISOR_FILE = "supervisor.json"
 STATUS_FILE = "status.json"
 LOG_FILE = "output.log"
 SUPERVISOR_LOG_FILE = "supervisor.log"
+#: Space for the status, taken before the training starts: when the disk is full at its end,
+#: the status is written into these bytes (already allocated) instead of a new file.
+STATUS_RESERVE_FILE = ".status.reserve"
+_RESERVE_BYTES = 16 * 1024
 
 #: How often the supervisor looks at its training; short enough that a
 #: cancellation or a timeout is acted on promptly, long enough to cost nothing.
@@ -262,14 +268,15 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
             raise ValueError("the command is empty")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         status["error"] = f"unreadable {LAUNCH_FILE}: {exc}"
-        write_json_atomic(os.path.join(trial_dir, STATUS_FILE), status)
+        _write_status(trial_dir, status)
         return 0
 
     if stop.cancelled:  # cancelled while starting up: do not start the training
         status.update(cancelled=True, end=time.time())
-        write_json_atomic(os.path.join(trial_dir, STATUS_FILE), status)
+        _write_status(trial_dir, status)
         return 0
 
+    _reserve_status(trial_dir)
     with open(os.path.join(trial_dir, LOG_FILE), "ab") as log:
         try:
             proc = subprocess.Popen(
@@ -285,7 +292,7 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
         except OSError as exc:
             end = time.time()
             status.update(error=_start_error(exc, argv, workdir), end=end, duration=end - start)
-            write_json_atomic(os.path.join(trial_dir, STATUS_FILE), status)
+            _write_status(trial_dir, status)
             return 0
 
     started = time.time()
@@ -294,7 +301,10 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
     record.update(training_pid=proc.pid, training_pgid=pgid, start=started)
     if named_fd is not None:
         _wait_for_byte(named_fd)  # the fork server's record first, never after ours
-    write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record, durable=False)
+    # Best effort: on a full disk the first record (the supervisor's pid) names us still, and a
+    # supervisor that died here would leave its training running unsupervised.
+    with contextlib.suppress(OSError):
+        write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record, durable=False)
 
     children = _Children(proc.pid)
     clock = time.monotonic()  # immune to wall-clock jumps during long trainings
@@ -327,8 +337,50 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
     else:
         status["error"] = "the training could not be killed (still running)"
     status.update(end=end, duration=end - started)
-    write_json_atomic(os.path.join(trial_dir, STATUS_FILE), status)
+    _write_status(trial_dir, status)
     return 0
+
+
+def _reserve_status(trial_dir: str) -> None:
+    """Take the space of a status before the training runs (see :func:`_write_status`); best effort."""
+    with contextlib.suppress(OSError):
+        fd = os.open(os.path.join(trial_dir, STATUS_RESERVE_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b" " * _RESERVE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_status(trial_dir: str, status: dict[str, Any]) -> None:
+    """``status.json``, atomically; on a full disk, into the space reserved before the training.
+
+    A training that ran for hours and then found the disk full must not be
+    counted as lost for want of a few hundred bytes: its status (exit code,
+    times) is what lets a resumed coordinator take its result instead of
+    training it again. Overwriting bytes a file already holds needs no new
+    space; the rename then makes it the status, whole. Such a status says
+    ``disk_full``, since the training's own output may have lost writes too.
+    """
+    path = os.path.join(trial_dir, STATUS_FILE)
+    reserve = os.path.join(trial_dir, STATUS_RESERVE_FILE)
+    try:
+        write_json_atomic(path, status)
+    except OSError:
+        data = (json.dumps({**status, "disk_full": True}, indent=2, sort_keys=True) + "\n").encode("utf-8")
+        if not os.path.exists(reserve) or len(data) > _RESERVE_BYTES:
+            raise
+        fd = os.open(reserve, os.O_WRONLY)
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(reserve, path)
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(reserve)
 
 
 def _wait_for_byte(fd: int) -> None:

@@ -156,6 +156,9 @@ class TrialRun:
     error: str | None = None
     timeout: float | None = None
     early_stop: Mapping[str, Any] | None = None
+    #: The status went into the space reserved for it because the disk was full: the
+    #: training's own output may have lost writes too.
+    disk_full: bool = False
 
     @property
     def succeeded(self) -> bool:
@@ -185,6 +188,7 @@ class TrialRun:
             "error": self.error,
             "timeout": self.timeout,
             "early_stop": dict(self.early_stop) if self.early_stop is not None else None,
+            "disk_full": self.disk_full,
         }
 
     @classmethod
@@ -204,6 +208,7 @@ class TrialRun:
             error=data.get("error"),
             timeout=data.get("timeout"),
             early_stop=data.get("early_stop"),
+            disk_full=bool(data.get("disk_full", False)),
         )
 
 
@@ -349,23 +354,11 @@ def start_trial(spec: TrialSpec, forkserver: "ForkServer | None" = None) -> "Run
     except FileExistsError:
         fresh = False
     trial_dir = trial_dir.resolve()
-    if not fresh:
-        # An earlier attempt's files; a new directory has none. (Creating a file costs about
-        # a millisecond on some disks, on every training's way to its start: the metrics
-        # file, which the training appends to, is emptied only when it is there.)
-        for stale in (STATUS_FILE, SUPERVISOR_FILE, EARLY_STOP_FILE):
-            with contextlib.suppress(FileNotFoundError):
-                (trial_dir / stale).unlink()
-        if (trial_dir / METRICS_FILE).exists():
-            (trial_dir / METRICS_FILE).write_bytes(b"")
-    (trial_dir / SWITCH_FILE).write_text(spec.switch_text, encoding="utf-8")
-    (trial_dir / LOG_FILE).write_bytes(b"")  # there from the start, for whoever follows it
-    if spec.dumps:
-        for sub in DUMP_PLACEHOLDERS.values():
-            (trial_dir / sub).mkdir(exist_ok=True)
-    # 0600: the launch record holds the complete environment, secrets included. Not
-    # fsynced: after a crash of the machine the trial starts again and writes it anew.
-    write_json_atomic(trial_dir / LAUNCH_FILE, resolve_launch(spec, trial_dir), mode=0o600, durable=False)
+    try:
+        _prepare(spec, trial_dir, fresh)
+    except OSError as exc:
+        # A full or read-only disk: the file it could not write, with the errno's text.
+        raise OSError(exc.errno, exc.strerror or str(exc), exc.filename or str(trial_dir)) from None
     pid = forkserver.spawn(str(trial_dir)) if forkserver is not None else None
     if pid is not None:
         return RunningTrial(spec.trial_id, trial_dir, pid=pid, process=None)
@@ -386,6 +379,36 @@ def start_trial(spec: TrialSpec, forkserver: "ForkServer | None" = None) -> "Run
             close_fds=True,
         )
     return RunningTrial(spec.trial_id, trial_dir, pid=process.pid, process=process)
+
+
+def _prepare(spec: TrialSpec, trial_dir: Path, fresh: bool) -> None:
+    """The trial directory's files before its supervisor starts: switch file, empty log, launch record."""
+    if not fresh:
+        # An earlier attempt's files; a new directory has none. (Creating a file costs about
+        # a millisecond on some disks, on every training's way to its start: the metrics
+        # file, which the training appends to, is emptied only when it is there.)
+        for stale in (STATUS_FILE, SUPERVISOR_FILE, EARLY_STOP_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (trial_dir / stale).unlink()
+        if (trial_dir / METRICS_FILE).exists():
+            _write_file(trial_dir / METRICS_FILE, b"")
+    _write_file(trial_dir / SWITCH_FILE, spec.switch_text.encode("utf-8"))
+    _write_file(trial_dir / LOG_FILE, b"")  # there from the start, for whoever follows it
+    if spec.dumps:
+        for sub in DUMP_PLACEHOLDERS.values():
+            (trial_dir / sub).mkdir(exist_ok=True)
+    # 0600: the launch record holds the complete environment, secrets included. Not
+    # fsynced: after a crash of the machine the trial starts again and writes it anew.
+    write_json_atomic(trial_dir / LAUNCH_FILE, resolve_launch(spec, trial_dir), mode=0o600, durable=False)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write a whole file; an error names it (a failing close, as on a full disk, names none by itself)."""
+    try:
+        with open(path, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
 
 
 def trial_binding(
@@ -733,6 +756,7 @@ class RunningTrial:
             end=float(status.get("end", 0.0)),
             error=status.get("error"),
             timeout=status.get("timeout", launch.get("timeout")),
+            disk_full=bool(status.get("disk_full", False)),
             **self._paths(),
         )
 
