@@ -373,6 +373,7 @@ class Engine:
             switch_text=rendered.switch_text,
             env_defaults=rendered.env_defaults,
             grace=self.config.train.kill_grace,
+            log_limit=self.config.train.log_limit,
         )
         if dumps or guide_dumps:
             spec = localization.dumping_spec(spec, self.config.localize)

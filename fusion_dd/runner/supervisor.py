@@ -19,7 +19,8 @@ Files in TRIAL_DIR (all JSON files are written atomically: temp file, fsync,
 * ``supervisor.json``: the supervisor's pid and start time (clock ticks since
   boot: with the pid it names the process for the host's uptime), then also the
   training's pid/pgid and its start time.
-* ``output.log``: the training's stdout and stderr, combined.
+* ``output.log``: the training's stdout and stderr, combined; past ``log_limit``
+  bytes (launch.json) its head and latest tail are kept, the cut marked (:class:`_LogCap`).
 * ``status.json``: ``exit_code`` or ``signal``, ``timed_out``, ``cancelled``,
   ``start``, ``end``, ``duration``, ``error`` (why the training could not run).
 * ``supervisor.log``: the supervisor's own stdout/stderr (normally empty).
@@ -258,6 +259,8 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
         timeout = launch.get("timeout")
         timeout = float(timeout) if timeout is not None else None
         grace = float(launch.get("grace", 10.0))
+        log_limit = launch.get("log_limit")
+        log_cap = _LogCap(os.path.join(trial_dir, LOG_FILE), int(log_limit)) if log_limit else None
         status["trial_id"] = launch.get("trial_id")
         status["timeout"] = timeout
         if isinstance(launch.get("binding"), dict):
@@ -319,6 +322,8 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
         if deadline is not None and time.monotonic() >= deadline:
             status["timed_out"] = True
             break
+        if log_cap is not None:
+            log_cap.check()
         wakeup.sleep(None if deadline is None else deadline - time.monotonic())
 
     # Also after a normal exit: leftovers would hold the device.
@@ -326,6 +331,8 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
     children.reap()
     proc.returncode = 0  # reaped by us; keeps Popen from reaping or warning later
 
+    if log_cap is not None:
+        log_cap.check()
     # The training's own end, not the cleanup of leftovers after it.
     end = children.training_end or time.time()
     if children.training_status is not None:
@@ -339,6 +346,47 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
     status.update(end=end, duration=end - started)
     _write_status(trial_dir, status)
     return 0
+
+
+class _LogCap:
+    """Keeps ``output.log`` under ``limit`` bytes: its head, a line that marks the cut, and its latest tail.
+
+    The training writes the log itself (through a descriptor opened for appending),
+    so the supervisor looks at its size whenever it wakes (at least once a second)
+    and, past the limit, keeps the first half and the latest quarter: it copies
+    that tail, truncates the file after the head, and appends the mark and the
+    tail. The training's next writes append after them. The log may run over the
+    limit by what the training prints between two looks, and a write landing in
+    the instant of a cut may be lost or come before the mark.
+    """
+
+    def __init__(self, path: str, limit: int) -> None:
+        self.path = path
+        self.limit = limit
+        self.head = limit // 2
+        self.keep = limit // 4
+        self.left_out = 0
+        self.kept_to = self.head  # where the output not yet cut begins (after the head and a mark)
+
+    def check(self) -> None:
+        try:
+            size = os.stat(self.path).st_size
+            if size <= self.limit:
+                return
+            with open(self.path, "rb") as handle:
+                handle.seek(size - self.keep)
+                tail = handle.read(self.keep)
+            self.left_out += size - self.keep - self.kept_to  # after the head and the last cut's mark
+            os.truncate(self.path, self.head)
+            mark = (
+                f"\n[fusion-dd: {self.left_out} bytes of output cut here to keep output.log under "
+                f"train.log_limit ({self.limit} bytes); the start and the latest output are kept]\n"
+            ).encode("utf-8")
+            with open(self.path, "ab") as handle:
+                handle.write(mark + tail)
+            self.kept_to = self.head + len(mark)
+        except OSError:
+            pass  # a log that stays long costs disk space, never the training
 
 
 def _reserve_status(trial_dir: str) -> None:

@@ -116,6 +116,8 @@ class TrialSpec:
     # Which search and which configuration this trial is (trial_binding): written into the
     # trial directory before the training starts, checked before its outcome is ever taken.
     binding: Mapping[str, Any] = field(default_factory=dict)
+    # The most output.log may hold (bytes, None: no cap): the supervisor keeps head and tail.
+    log_limit: int | None = None
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -334,6 +336,7 @@ def resolve_launch(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, 
         "timeout": spec.timeout,
         "grace": spec.grace,
         BINDING_KEY: dict(spec.binding),
+        "log_limit": spec.log_limit,
     }
 
 

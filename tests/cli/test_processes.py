@@ -323,7 +323,8 @@ def test_trainings_printing_300_mb_in_one_line_leave_the_coordinator_under_its_m
     wrapper = wrapper_script(tmp_path / "loud_train.py", prelude)
     command = fake("--launch-log", "launch.log")
     command[command.index(next(part for part in command if part.endswith("fake_train.py")))] = str(wrapper)
-    write_config(tmp_path, command, [0, 1], search={"budget": 3})
+    # No cap of output.log (train.log_limit): the coordinator must read all 300 MB.
+    write_config(tmp_path, command, [0, 1], search={"budget": 3}, train={"log_limit": None})
     # The coordinator itself, not its children: its own getrusage at exit, printed by a wrapper.
     measure = (
         "import resource, runpy, sys\n"
@@ -345,3 +346,30 @@ def test_trainings_printing_300_mb_in_one_line_leave_the_coordinator_under_its_m
     assert [trials[name]["metric"] for name in ("0001", "0002")] == [0.9, 0.9], trials
     peak_mb = int(re.search(r"peak-rss-kb (\d+)", result.stderr).group(1)) / 1024
     assert peak_mb < COORDINATOR_RSS_BOUND_MB, f"the coordinator peaked at {peak_mb:.0f} MB"
+
+
+def test_train_log_limit_caps_output_log_keeping_its_head_its_tail_and_the_metric(tmp_path: Path) -> None:
+    from tests.support.fake_training import run_fusion_dd, wrapper_script
+
+    prelude = (
+        "out = sys.stdout.buffer\n"
+        "for index in range(40000):\n"
+        "    out.write(b'step %06d %s\\n' % (index, b'.' * 90))\n"
+        "    if index % 4000 == 0:\n"
+        "        out.flush(); time.sleep(0.3)\n"  # the supervisor looks while the training prints
+        "out.flush()\n"
+    )
+    wrapper = wrapper_script(tmp_path / "chatty_train.py", prelude)
+    command = fake("--launch-log", "launch.log")
+    command[command.index(next(part for part in command if part.endswith("fake_train.py")))] = str(wrapper)
+    write_config(tmp_path, command, [0, 1], search={"budget": 3}, train={"log_limit": "1MB"})
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 3, result.stderr[-2000:]
+    state = tmp_path / ".fusion-dd"
+    log = (state / "trials" / "0001" / "output.log").read_bytes()
+    assert len(log) <= 2**20 + 600_000, len(log)  # 4 MB printed; over the limit by at most a look's worth
+    assert log.startswith(b"step 000000 ")
+    assert b"bytes of output cut here to keep output.log under train.log_limit (1048576 bytes)" in log
+    assert b"step 039999 " in log
+    trials = {trial["trial_id"]: trial for trial in json.loads((state / "report.json").read_text())["trials"]}
+    assert trials["0001"]["kind"] == "metric" and trials["0001"]["metric"] == 0.9

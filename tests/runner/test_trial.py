@@ -612,3 +612,25 @@ def test_a_trial_directory_of_another_search_or_configuration_is_set_aside_not_a
     assert adopt_trial(trial_dir, trial_binding(None, "0001", ["A"], 0, "search")) is not None
     with pytest.raises(ForeignTrial, match="names no search"):
         adopt_trial(trial_dir, ours)
+
+
+def test_output_past_the_log_limit_keeps_its_head_and_latest_tail_and_marks_the_cut(tmp_path):
+    from fusion_dd.runner.supervisor import _LogCap
+
+    log = tmp_path / "output.log"
+    cap = _LogCap(str(log), 1000)
+    written = b""
+    for index in range(30):
+        chunk = b"line %04d %s\n" % (index, b"x" * 90)
+        written += chunk
+        with open(log, "ab") as handle:
+            handle.write(chunk)
+        cap.check()
+        assert log.stat().st_size <= 1000 + len(chunk)
+    data = log.read_bytes()
+    assert data.startswith(written[:500])
+    assert data.endswith(written[-250:])
+    mark = data[500:].split(b"\n")[1]
+    assert mark.startswith(b"[fusion-dd: ") and b"train.log_limit (1000 bytes)" in mark
+    left_out = int(mark.split()[1])
+    assert len(data) - len(mark) - 2 + left_out == len(written)  # every byte is kept or counted as cut
