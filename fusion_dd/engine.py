@@ -38,7 +38,8 @@ from .search.lanes import LanePlan
 from .search.noise import NoisePolicy
 from .search.oracle import Outcome
 from .store.state import ConfigKey, SearchState, TrialState, definition_changes, replay
-from .runner.trial import TrialSpec
+from .runner.trial import ForeignTrial, TrialSpec, trial_binding
+from .store.identity import SEARCH_ID_KEY, check_journal_belongs, journaled_id, new_search_id, record_state_dir_id
 from .runner.launcher import Launcher, TrialRequest, TrialResult, launcher_for
 from .backends import CompilerBackend, backend_for, fix_env_of
 from .hooks import effects_of, fired_although_off_of, known_to_compiler_of, switch_check_of, unknown_to_compiler_of
@@ -179,6 +180,8 @@ class Engine:
             self._refuse_trials_without_journal()  # before creating anything there
         self._journal = Journal.open(self.state_dir)
         self.state = replay(self._journal.records())
+        if self.state.start_record is not None:
+            check_journal_belongs(self.state_dir, self._journal.path, journaled_id(self.state.start_record))
         self.config = self.config.with_started_defaults(self.state.definition)
         definition = self.config.definition()
         if self.state.definition is None:
@@ -192,15 +195,18 @@ class Engine:
             )
         if self.state.definition is None:
             self._preflight()  # before the search is journaled: a fixed config then starts afresh
+            search_id = new_search_id()
             self._append(
                 {
                     "type": "search_started",
+                    SEARCH_ID_KEY: search_id,
                     "definition": definition,
                     "version": __version__,
                     "config_path": str(self.config.source),
                     "config_document": self.config.document,
                 }
             )
+            record_state_dir_id(self.state_dir, search_id)
             if self._adopt and self._references_dump():
                 self.events.message("the all-on training of rules.from: all_on dumped no tensors: all-on trains again")
             elif self._adopt:
@@ -376,9 +382,16 @@ class Engine:
             switch_text=rendered.switch_text,
             env_defaults=rendered.env_defaults,
             grace=self.config.train.kill_grace,
+            log_limit=self.config.train.log_limit,
         )
         if dumps or guide_dumps:
             spec = localization.dumping_spec(spec, self.config.localize)
+        spec = replace(
+            spec,
+            binding=trial_binding(
+                journaled_id(self.state.start_record), trial.trial_id, trial.config, trial.repeat, trial.role
+            ),
+        )
         return TrialRequest(
             spec=spec,
             metric=self.metric_spec,
@@ -447,7 +460,7 @@ class Engine:
 
     def _record_end(self, trial: TrialState, result: TrialResult) -> TrialState | None:
         if result.cancelled:
-            self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": "cancelled"})
+            self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": result.reason or "cancelled"})
             self.events.trial_finished(trial, None)
             return None
         switch_check, switch_reason = switch_check_of(result.artifacts)
@@ -606,7 +619,21 @@ class Engine:
         """The handle of an earlier session's training, or None (journaled) when it is gone."""
         request = self._request(trial, trial.device or ())
         placement = trial.launch.get("placement") if trial.launch is not None else None
-        handle = self.launcher.adopt(request, placement)
+        try:
+            handle = self.launcher.adopt(request, placement)
+        except ForeignTrial as foreign:
+            # Another search's or another configuration's training: its result is not this trial's.
+            self.events.message(f"warning: {foreign}")
+            self._append(
+                {
+                    "type": "trial_cancelled",
+                    "trial_id": trial.trial_id,
+                    "reason": f"lost: {foreign.problem}",
+                    "launched": trial.launch is not None,
+                    "set_aside": foreign.moved_to.name if foreign.moved_to is not None else None,
+                }
+            )
+            return None
         if handle is None:
             launched = trial.launch is not None or self.launcher.ever_started(request)
             self._append(

@@ -131,9 +131,14 @@ def _remember(config: SearchConfig, given: Any, localize_only: bool = False) -> 
 
 
 def _install_sigterm() -> None:
-    """SIGTERM stops a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130.
+    """SIGTERM and SIGHUP stop a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130.
 
-    The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread
+    SIGHUP is what a closed terminal or a dropped ssh session sends: left at its
+    default it would kill the coordinator on the spot and leave the trainings
+    running unsupervised to their end. (To outlive the terminal, run the search
+    under nohup, tmux or systemd-run; nohup's SIG_IGN is kept.)
+
+    The first SIGINT, SIGTERM or SIGHUP raises ``KeyboardInterrupt`` in the main thread
     (where the engine waits for its trainings, see :mod:`fusion_dd.runner.executor`);
     later ones are ignored, because one stop is enough and a second Ctrl-C must
     not cut short the killing of the trainings or the writing of the journal and
@@ -144,13 +149,16 @@ def _install_sigterm() -> None:
     def stopping(signum: int, frame: Any) -> None:
         pass
 
+    hangup = signal.getsignal(signal.SIGHUP) != signal.SIG_IGN  # under nohup: the user chose to ignore it
+    stops = (signal.SIGTERM, signal.SIGINT) + ((signal.SIGHUP,) if hangup else ())
+
     def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, stopping)
-        signal.signal(signal.SIGINT, stopping)
+        for number in stops:
+            signal.signal(number, stopping)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    for number in stops:
+        signal.signal(number, handler)
 
 
 def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:

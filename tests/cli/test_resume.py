@@ -154,6 +154,123 @@ def test_resume_of_a_flaky_search_trains_no_repeat_twice(tmp_path):
     assert len(set(launched)) == len(launched), "a (configuration, repeat) was trained twice"
 
 
+def _mount_tmpfs(path: Path, size: str) -> str | None:
+    """Mount a small tmpfs at ``path``; the reason when this machine cannot."""
+    import os
+
+    if os.geteuid() != 0:
+        return "mounting a tmpfs needs root"
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    return None if done.returncode == 0 else f"cannot mount a tmpfs here: {done.stderr.strip()}"
+
+
+def _fill(directory: Path) -> Path:
+    """Write a file into ``directory`` until its filesystem is full."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_disk_filled_mid_run_names_the_path_and_loses_no_finished_training(tmp_path):
+    state = tmp_path / "state"
+    reason = _mount_tmpfs(state, "16m")
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        config = write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.5")
+        config.write_text(config.read_text() + f"state_dir: {state}\n")
+        coordinator = start_search(tmp_path, subprocess.PIPE)
+        try:
+            journal = state / "journal.jsonl"
+            deadline = time.monotonic() + 120
+            while not (journal.exists() and journal.read_text().count('"trial_finished"') >= 3):
+                assert coordinator.poll() is None and time.monotonic() < deadline, coordinator.communicate()
+                time.sleep(0.05)
+            filler = _fill(state)
+            _, err = coordinator.communicate(timeout=120)
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+                coordinator.communicate()
+        assert coordinator.returncode == 2, err
+        assert "Traceback" not in err
+        error = err.strip().splitlines()[-1]
+        assert error.startswith("fusion-dd: error: ") and "No space left on device" in error, err
+        assert str(state) in error, error  # names the file it could not write
+        finished = {
+            json.loads(line)["trial_id"]
+            for line in journal.read_text().splitlines()
+            if '"trial_finished"' in line and '"kind":"metric"' in line
+        }
+        assert len(finished) >= 3
+        before = len(launches(tmp_path))
+        filler.unlink()
+        resumed = run_fusion_dd("resume", "--state-dir", str(state), cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr
+        report = json.loads((state / "report.json").read_text())
+        assert report["status"] == "found"
+        assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+        configs = {trial["trial_id"]: (frozenset(trial["configuration"]), trial["repeat"]) for trial in report["trials"]}
+        again = {(frozenset(on), repeat) for on, repeat in launches(tmp_path)[before:]}
+        assert not again & {configs[name] for name in finished}, "a finished training was trained again"
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)
+
+
+def _interrupt_when_journaled(cwd: Path, args: list[str], journal: Path, kind: str) -> subprocess.CompletedProcess:
+    """Start ``fusion-dd ARGS``, SIGINT it as soon as a ``kind`` record is in its journal; its outcome."""
+    from tests.support.fake_training import start_fusion_dd
+
+    coordinator = start_fusion_dd(cwd, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while not (journal.exists() and f'"type":"{kind}"' in journal.read_text()):
+            assert coordinator.poll() is None, coordinator.communicate()
+            assert time.monotonic() < deadline, f"no {kind} record was journaled"
+            time.sleep(0.005)
+        coordinator.send_signal(signal.SIGINT)
+        out, err = coordinator.communicate(timeout=120)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.communicate()
+    return subprocess.CompletedProcess(args, coordinator.returncode, out, err)
+
+
+RECORD_TYPES = ["search_started", "session_started", "trial_started", "trial_launched", "trial_finished", "question"]
+
+
+@pytest.mark.parametrize("kind", RECORD_TYPES)
+def test_sigint_right_after_a_record_is_appended_exits_130_and_the_search_resumes(tmp_path, kind):
+    """Ctrl-C at any moment of the journal's appends: never "tampered", always a clean stop and a resume."""
+    write_config(tmp_path, "--culprits", CULPRIT)
+    state = tmp_path / ".fusion-dd"
+    stopped = _interrupt_when_journaled(tmp_path, ["search"], state / "journal.jsonl", kind)
+    assert stopped.returncode == 130, stopped.stderr
+    assert "Traceback" not in stopped.stderr and "another program" not in stopped.stderr, stopped.stderr
+    resumed = run_fusion_dd("resume", "--state-dir", str(state), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads((state / "report.json").read_text())
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+
+
+def test_sigint_right_after_the_guides_ranking_is_journaled_exits_130_and_the_demo_resumes(tmp_path):
+    """The guide's ranking is the largest record a search writes: the case that was called tampered with."""
+    args = ["demo", "--scenario", "quick", "--jobs", "2"]
+    stopped = _interrupt_when_journaled(tmp_path, args, tmp_path / ".fusion-dd-demo" / "journal.jsonl", "guide")
+    assert stopped.returncode == 130, stopped.stderr
+    assert "another program" not in stopped.stderr and "Traceback" not in stopped.stderr, stopped.stderr
+    resumed = run_fusion_dd(*args, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "all planted culprit sets found" in resumed.stdout
+
+
 RULE_NAMES_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "journal-rule-names"
 
 
