@@ -6,7 +6,9 @@ report can always be rebuilt from the journal alone.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -14,15 +16,16 @@ from typing import Any
 
 from . import __version__
 from .config import SearchConfig
+from .session_context import flags_text, resume_flags
 from .rules import Rule
 from .scoring import Preconditions, Threshold, combine_runs
 from .search.culprits import CulpritSearch
 from .search.oracle import Outcome
 from .store.state import LOCALIZE_ROLE, SearchState, TrialState
-from .store.atomic import write_json_atomic, write_text_atomic
+from .store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
 from .backends import fix_name_of
 from .backends.cann.switch import SwitchFile, render_switch
-from .hooks import fired_although_off_of, known_to_compiler_of, unknown_to_compiler_of
+from .hooks import fired_although_off_of, switch_check_of, known_to_compiler_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
 FIX_NAME = "fusion_switch.cfg"  # CANN's; other compilers' fixes are named by fusion_dd.backends.FIX_NAMES
@@ -47,11 +50,23 @@ def _number(value: float | None) -> float | str | None:
     return str(value)
 
 
+def _sorted_names(config: frozenset[str], memo: dict[frozenset[str], list[str]] = {}) -> list[str]:  # noqa: B006
+    """A configuration's rule names, sorted; memoized, since trials share configurations (repeats,
+    retries; replay decodes equal masks to one frozenset) and sorting a thousand names is not free.
+    The list is shared: callers serialize it, never change it."""
+    found = memo.get(config)
+    if found is None:
+        if len(memo) >= 1 << 14:
+            memo.clear()
+        found = memo[config] = sorted(config)
+    return found
+
+
 def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failure: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "trial_id": trial.trial_id,
         "role": trial.role,
-        "configuration": sorted(trial.config),
+        "configuration": _sorted_names(trial.config),
         "repeat": trial.repeat,
         "attempt": trial.attempt,
         "device": ",".join(trial.device),
@@ -245,13 +260,15 @@ def build_report(
         report["flaky"] = bool(result.flaky)
         report["confirmed"] = bool(result.confirmed)
         report["inconsistencies"] = [_inconsistency_json(item) for item in result.inconsistencies]
+    # Where this session trains (fusion_dd.session_context): the hint, run as printed, goes on there.
+    where = flags_text(resume_flags(config.train, config.document))
     if status == "budget_exhausted":
         report["continue_with"] = (
             f"fusion-dd resume --state-dir {display_path(config.state_dir)} "
-            f"--budget {config.search.budget + max(10, config.search.budget // 2)}"
+            f"--budget {config.search.budget + max(10, config.search.budget // 2)}{where}"
         )
     elif status == "interrupted":
-        report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}"
+        report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}{where}"
     report["switch_check"], report["warnings"] = _switch_evidence(state, report)
     if status == "training_broken":
         report["warnings"] = []  # trainings that do not run prove nothing about the switch files either
@@ -273,6 +290,63 @@ def build_report(
     ]
     _add_early_stop_savings(report, config, state)
     return report
+
+
+def journaled_answer(report: dict[str, Any]) -> dict[str, Any]:
+    """What ``search_finished`` keeps of the final report: all but its list of trials.
+
+    That list is most of a large report (every trial's configuration by rule
+    name: megabytes at a thousand candidates) and the journal's trial records
+    hold it already; only what the verdicts added is kept, per trial in report
+    order: its outcome and, if it was stopped early, the savings. See
+    :func:`finished_report`, which puts the list back.
+    """
+    answer = {key: value for key, value in report.items() if key != "trials"}
+    trials = report.get("trials") or []
+    answer["trial_outcomes"] = {entry["trial_id"]: entry.get("outcome") for entry in trials}
+    stops = {entry["trial_id"]: entry["early_stop"] for entry in trials if "early_stop" in entry}
+    if stops:
+        answer["trial_early_stops"] = stops
+    return answer
+
+
+def finished_report(state: SearchState) -> dict[str, Any]:
+    """The report a finished search journaled, whole: its trials rebuilt from the journal's trial records.
+
+    A journal of an older version embeds the whole report; it is returned as it is.
+    """
+    assert state.finished is not None
+    answer = state.finished["report"]
+    if "trial_outcomes" not in answer:
+        return answer
+    outcomes = answer["trial_outcomes"]
+    stops = answer.get("trial_early_stops") or {}
+    report = {key: value for key, value in answer.items() if key not in ("trial_outcomes", "trial_early_stops")}
+    trials = []
+    for trial_id, outcome in outcomes.items():
+        trial = state.trials.get(trial_id)
+        if trial is None:
+            continue  # a journal missing a record the report had: show what the journal holds
+        entry = _trial_entry(trial, None, False)
+        if "kind" in entry:
+            entry["outcome"] = outcome
+        if trial_id in stops:
+            entry["early_stop"] = stops[trial_id]
+        trials.append(entry)
+    report["trials"] = trials
+    return report
+
+
+def _switch_reason(trial: TrialState) -> str | None:
+    """Why a trial's switch file is not known applied: journaled, or (when the engine left it out as
+    the same text) the message of its artifacts' switch check."""
+    finished = trial.finished
+    if finished is None or finished.get("switch_check") in (None, "applied"):
+        return None
+    reason = finished.get("switch_check_reason")
+    if reason is None and "switch_check_reason" not in finished:
+        reason = switch_check_of(finished.get("artifacts"))[1]
+    return str(reason) if reason else None
 
 
 def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state: SearchState) -> None:
@@ -336,11 +410,7 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
             f"{', '.join(unknown)}: switched on but absent from the compiler's own log, so unknown to this compiler "
             "(it ignores unknown names silently): the search says nothing about them"
         )
-    reasons = [
-        str(trial.finished.get("switch_check_reason"))
-        for trial in state.trials.values()
-        if trial.finished is not None and trial.finished.get("switch_check_reason")
-    ]
+    reasons = [reason for reason in (_switch_reason(trial) for trial in state.trials.values()) if reason]
     # "No training left a fusion_result.json" only when that is what every trial's reason says: an
     # unreadable file, or a compiler without fusion_result.json, is named with its own reason.
     from .ascend.applied import NO_RESULT
@@ -384,6 +454,30 @@ def _add_layers(report: dict[str, Any], graphs: Sequence[str]) -> None:
             }
 
 
+#: A report of more trials than this is written compactly (one line): indented, a search of a
+#: thousand trials at a thousand candidates is tens of MB and seconds to write.
+COMPACT_TRIALS = 500
+
+
+def report_text(report: dict[str, Any]) -> str:
+    """report.json's text: indented with sorted keys, or compact (still sorted) when the report is large."""
+    if len(report.get("trials") or ()) > COMPACT_TRIALS:
+        return json.dumps(report, sort_keys=True, separators=(",", ":")) + "\n"
+    return dumps_indented(report) + "\n"
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write report.json atomically, unless it already holds this text (a finished search shown again)."""
+    data = report_text(report).encode("utf-8")
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            os.utime(path)  # current as of now: a later run sees it newer than the journal and reads nothing
+            return
+    except OSError:
+        pass
+    write_bytes_atomic(path, data)
+
+
 def write_outputs(
     state_dir: Path,
     report: dict[str, Any],
@@ -397,7 +491,7 @@ def write_outputs(
     CANN's switch file by default.
     """
     report_path = state_dir / REPORT_NAME
-    write_json_atomic(report_path, report)
+    write_report(report_path, report)
     fix_path = None
     if report["status"] == "found":
         off = set(report["switched_off"])
@@ -474,8 +568,9 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"(tolerance {_tolerance_text(threshold)})"
         )
     rounds = report.get("rounds")
+    # The trainings count every session of the search, the rounds only this one's: each says its scope.
     lines.append(
-        f"  trainings launched: {report['trainings']} of budget {report['budget']}"
+        f"  trainings launched{' in all' if rounds else ''}: {report['trainings']} of budget {report['budget']}"
         + (f", {rounds} rounds this session" if rounds else "")
     )
     culprits = report.get("culprits") or []

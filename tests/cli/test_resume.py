@@ -6,6 +6,7 @@ the two files run on both xdist workers)."""
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import CULPRIT, GRAPH, launches, start_search, write_config
-from tests.support.fake_training import fusion_dd_runner, run_fusion_dd, sigkill_search_when
+from tests.support.fake_training import (
+    call_fusion_dd,
+    fusion_dd_runner,
+    run_fusion_dd,
+    sigkill_search_when,
+    start_fusion_dd,
+)
+from tests.support.processes import eventually
+from tests.runner.test_dask_launcher import cluster  # noqa: F401 - the localhost cluster fixture
 
 
 def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
@@ -260,3 +269,173 @@ def test_sigint_right_after_the_guides_ranking_is_journaled_exits_130_and_the_de
     resumed = run_fusion_dd(*args, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "all planted culprit sets found" in resumed.stdout
+
+
+RULE_NAMES_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "journal-rule-names"
+
+
+def copy_rule_names_journal(tmp_path: Path, journal: str) -> Path:
+    """A search journaled with configurations by rule name, as its user left it (trial dirs not needed)."""
+    import shutil
+
+    from tests.support.fake_training import FAKE_TRAIN
+
+    shutil.copy(RULE_NAMES_FIXTURE / "fusion-dd.yaml", tmp_path / "fusion-dd.yaml")
+    shutil.copy(FAKE_TRAIN, tmp_path / "fake_train.py")
+    state = tmp_path / ".fusion-dd"
+    state.mkdir()
+    shutil.copy(RULE_NAMES_FIXTURE / journal, state / "journal.jsonl")
+    return state
+
+
+def test_a_journal_with_configurations_by_rule_name_resumes_without_repeating_a_training(tmp_path):
+    state = copy_rule_names_journal(tmp_path, "journal-exhausted.jsonl")
+    legacy = (state / "journal.jsonl").read_bytes()
+    finished_before = {
+        tuple(record["config"])
+        for record in map(json.loads, legacy.splitlines())
+        if record["type"] == "trial_started"
+    }
+    # search beside the config: the journal's config_path names the directory it was made in.
+    result = run_fusion_dd("search", "--budget", "60", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == "found"
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == ["AASquareSumMaximumRsqrtMulFusionPass"]
+    new = [config for config, _ in launches(tmp_path)]
+    assert new and not set(new) & finished_before, "a training the old journal had finished was repeated"
+    assert report["trainings"] == len(finished_before) + len(new) == 8  # as the finished fixture's search
+    assert (state / "journal.jsonl").read_bytes().startswith(legacy), "the old lines must stay as they were"
+
+
+def test_a_finished_journal_with_the_report_in_search_finished_shows_its_answer(tmp_path):
+    state = copy_rule_names_journal(tmp_path, "journal-finished.jsonl")
+    records = [json.loads(line) for line in (state / "journal.jsonl").read_text().splitlines()]
+    journaled = records[-1]["report"]
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "already finished" in result.stderr
+    assert not (tmp_path / "launch.log").exists(), "a finished search trains nothing"
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == journaled["status"] == "found"
+    assert report["switched_off"] == journaled["switched_off"] == ["AASquareSumMaximumRsqrtMulFusionPass"]
+    assert report["trainings"] == journaled["trainings"] == 8
+
+
+def journal_records(state: Path) -> list[dict]:
+    return [json.loads(line) for line in (state / "journal.jsonl").read_text().splitlines()]
+
+
+def devices_after_last_session(state: Path) -> set[tuple[str, ...]]:
+    """The devices the trainings of the search's last session were started on."""
+    records = journal_records(state)
+    last = max(index for index, record in enumerate(records) if record["type"] == "session_started")
+    return {tuple(record["device"]) for record in records[last:] if record["type"] == "trial_started"}
+
+
+def test_interrupted_on_two_devices_the_printed_hint_resumes_on_both(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.3", train={"devices": [0]})
+    state = tmp_path / ".fusion-dd"
+    coordinator = start_fusion_dd(tmp_path, "search", "--devices", "0,1", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert eventually(
+            lambda: (state / "journal.jsonl").exists()
+            and (state / "journal.jsonl").read_text().count('"trial_finished"') >= 3,
+            within=120,
+        )
+        coordinator.send_signal(signal.SIGINT)
+        out, err = coordinator.communicate(timeout=120)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait(timeout=30)
+    assert coordinator.returncode == 130, err
+    hint = [line for line in out.splitlines() if line.startswith("  continue with: ")]
+    assert hint, out
+    argv = shlex.split(hint[-1].removeprefix("  continue with: "))
+    assert argv[:2] == ["fusion-dd", "resume"] and "--devices" in argv, argv
+    resumed = run_fusion_dd(*argv[1:], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((state / "report.json").read_text())["status"] == "found"
+    assert devices_after_last_session(state) == {("0",), ("1",)}
+
+
+def test_resume_takes_the_devices_of_the_last_session_from_the_journal_and_says_so(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, budget=5, train={"devices": [0]})
+    first = run_fusion_dd("search", "--devices", "0,1", cwd=tmp_path)
+    assert first.returncode == 3, first.stderr
+    resumed = run_fusion_dd("resume", "--budget", "60", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming on devices 0,1 (from the journal); --devices overrides" in resumed.stderr.splitlines()
+    assert devices_after_last_session(tmp_path / ".fusion-dd") == {("0",), ("1",)}
+
+
+def test_a_config_changed_to_other_devices_or_another_launcher_than_the_journals_is_refused_in_one_line(tmp_path):
+    config = write_config(tmp_path, "--culprits", CULPRIT, budget=5, train={"devices": [0]})
+    assert call_fusion_dd("search", "--devices", "0,1", cwd=tmp_path).returncode == 3
+    journal = (tmp_path / ".fusion-dd" / "journal.jsonl").read_bytes()
+    write_config(tmp_path, "--culprits", CULPRIT, budget=5, train={"devices": [3]})
+    refused = call_fusion_dd("search", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        f"fusion-dd: error: {config}: train.devices says 3, but this search ran on devices 0,1 (its journal); "
+        "say which on the command line (--devices or --jobs)"
+    ]
+    write_config(tmp_path, "--culprits", CULPRIT, budget=5, train={"launcher": "dask", "scheduler": "tcp://127.0.0.1:9"})
+    refused = call_fusion_dd("search", cwd=tmp_path)
+    assert refused.returncode == 2
+    [line] = refused.stderr.splitlines()
+    assert "the dask launcher (scheduler tcp://127.0.0.1:9)" in line and "ran on the local launcher" in line, line
+    assert (tmp_path / ".fusion-dd" / "journal.jsonl").read_bytes() == journal, "a refusal journals nothing"
+
+
+def placements_after_last_session(state: Path) -> set[str]:
+    """The launchers the trainings of the search's last session were placed by."""
+    records = journal_records(state)
+    last = max(index for index, record in enumerate(records) if record["type"] == "session_started")
+    return {record["placement"]["launcher"] for record in records[last:] if record["type"] == "trial_launched"}
+
+
+@pytest.mark.cluster
+def test_interrupted_on_a_dask_cluster_a_bare_resume_and_the_printed_hint_go_on_on_the_cluster(tmp_path, cluster):  # noqa: F811
+    import yaml
+
+    from tests.runner.test_dask_launcher import dask_config
+
+    config = dask_config(tmp_path, cluster, None, "--sleep", "0.3", small=False)
+    document = yaml.safe_load(config.read_text())
+    del document["train"]["launcher"], document["train"]["scheduler"]  # the cluster on the command line only
+    config.write_text(yaml.safe_dump(document))
+    state = tmp_path / ".fusion-dd"
+    coordinator = start_fusion_dd(
+        tmp_path, "search", "--scheduler", cluster.address, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert eventually(
+            lambda: (state / "journal.jsonl").exists()
+            and (state / "journal.jsonl").read_text().count('"trial_finished"') >= 3,
+            within=120,
+        )
+        coordinator.send_signal(signal.SIGINT)
+        out, err = coordinator.communicate(timeout=120)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait(timeout=30)
+    assert coordinator.returncode == 130, err
+    hint = [line for line in out.splitlines() if line.startswith("  continue with: ")]
+    argv = shlex.split(hint[-1].removeprefix("  continue with: "))
+    assert argv[:2] == ["fusion-dd", "resume"] and argv[argv.index("--scheduler") + 1] == cluster.address, argv
+    # A bare resume, two trainings more: on the cluster, and it says where from.
+    launched = json.loads((state / "report.json").read_text())["trainings"]
+    bare = run_fusion_dd("resume", "--budget", str(launched + 2), cwd=tmp_path)
+    assert bare.returncode == 3, bare.stderr
+    assert (
+        f"resuming on every device worker with the dask launcher (scheduler {cluster.address}) "
+        "(from the journal); --devices, --scheduler or --launcher local override"
+    ) in bare.stderr.splitlines(), bare.stderr
+    assert placements_after_last_session(state) == {"dask"}
+    resumed = run_fusion_dd(*argv[1:], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((state / "report.json").read_text())["status"] == "found"
+    assert placements_after_last_session(state) == {"dask"}
