@@ -30,17 +30,18 @@ from .runner.executor import Device, DevicePool, Pools, run_batch
 from .runner.wakeup import CancelEvent
 from .store.journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .runner.metrics import MetricSpec
-from .report import REPORT_NAME, build_report, display_path, write_outputs
+from .report import FIX_NAME, REPORT_NAME, build_report, display_path, finished_report, journaled_answer, write_outputs
 from .store.snapshots import Snapshots
 from .rules import Rule
-from .scoring import Measurement, Preconditions, check_preconditions
+from .scoring import UNEVALUABLE, Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES, guided
 from .search.culprits import CulpritSearch, find_culprits
 from .search.lanes import LanePlan
 from .search.noise import NoisePolicy
 from .search.oracle import Outcome
 from .store.state import ConfigKey, SearchState, TrialState, definition_changes, replay
-from .runner.trial import TrialSpec
+from .runner.trial import ForeignTrial, TrialSpec, trial_binding
+from .store.identity import SEARCH_ID_KEY, check_journal_belongs, journaled_id, new_search_id, record_state_dir_id
 from .runner.launcher import Launcher, TrialRequest, TrialResult, launcher_for
 from .backends import CompilerBackend, backend_for, fix_env_of
 from .hooks import effects_of, fired_although_off_of, known_to_compiler_of, switch_check_of, unknown_to_compiler_of
@@ -48,6 +49,7 @@ from .runner.broken import STATUS as TRAINING_BROKEN
 from .runner.broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
 from .runner.broken import report_details
 from .preflight import preflight
+from .session_context import context_of
 from .training_oracle import TrainingOracle
 from . import guide as guidance
 from . import localize as localization
@@ -172,6 +174,9 @@ class Engine:
         self._fix_candidates: set[frozenset[str]] = set()
         # joblib's thread pools, open from the first batch to the end of the run (not one per question).
         self._pools = Pools()
+        # What of where this session trains came from the journal (fusion_dd.session_context), said once
+        # the session starts: after every refusal, so that a refused session says only why.
+        self.context_note: str | None = None
 
     # -- journal ----------------------------------------------------------------
 
@@ -182,7 +187,7 @@ class Engine:
     def _append(self, record: dict[str, Any], durable: bool = True) -> None:
         """Journal a record (durably unless told: see ``Journal.append``) and apply it to the live state, atomically."""
         assert self._journal is not None
-        record.setdefault("time", time.time())
+        record.setdefault("time", _now())
         with self._journal_lock:
             self._journal.append(record, durable)
             self.state.apply(record)
@@ -192,6 +197,8 @@ class Engine:
             self._refuse_trials_without_journal()  # before creating anything there
         self._journal = Journal.open(self.state_dir)
         self.state = replay(self._journal.records())
+        if self.state.start_record is not None:
+            check_journal_belongs(self.state_dir, self._journal.path, journaled_id(self.state.start_record))
         self.config = self.config.with_started_defaults(self.state.definition)
         definition = self.config.definition()
         if self.state.definition is None:
@@ -205,15 +212,18 @@ class Engine:
             )
         if self.state.definition is None:
             self._preflight()  # before the search is journaled: a fixed config then starts afresh
+            search_id = new_search_id()
             self._append(
                 {
                     "type": "search_started",
+                    SEARCH_ID_KEY: search_id,
                     "definition": definition,
                     "version": __version__,
                     "config_path": str(self.config.source),
                     "config_document": self.config.document,
                 }
             )
+            record_state_dir_id(self.state_dir, search_id)
             if self._adopt and self._references_dump():
                 self.events.message("the all-on training of rules.from: all_on dumped no tensors: all-on trains again")
             elif self._adopt:
@@ -289,7 +299,8 @@ class Engine:
         """The finished training that decides this key, or None while it needs (another) training.
 
         A crash, timeout or missing metric is retried up to ``train.retries`` times
-        before it stands as UNRESOLVED.
+        before it stands as UNRESOLVED; a training that exited 125 (it cannot evaluate
+        this configuration) stands at once.
         """
         trial = self.state.cache().get(key)
         if trial is None:
@@ -303,6 +314,8 @@ class Engine:
             return None
         if trial.resolved or self.state.attempts(key) > self.config.train.retries:
             return trial
+        if trial.finished is not None and trial.finished.get("kind") == UNEVALUABLE:
+            return trial  # the training said it cannot evaluate this configuration: a retry says the same
         return None
 
     def _early_distrusted(self, trial: TrialState) -> bool:
@@ -329,14 +342,16 @@ class Engine:
             record = {
                 "type": "trial_started",
                 "trial_id": trial_id,
-                "config": sorted(names),
+                "on": self.state.rule_index.encode(names),  # a bit mask of the journaled rule list
                 "repeat": repeat,
-                "attempt": self.state.attempts(key) + 1,
                 "device": list(device),
                 "trial_dir": f"{TRIALS_DIR}/{trial_id}",
                 "role": role,
-                "time": time.time(),
+                "time": _now(),
             }
+            attempt = self.state.attempts(key) + 1
+            if attempt > 1:  # the first is replay's default: a key per record saved
+                record["attempt"] = attempt
             if repeat == 0 and self._references_dump() and (
                 role in ("baseline", "all_on") or (role in ("search", PROOF_ROLE) and names in self._fix_candidates)
             ):
@@ -401,9 +416,16 @@ class Engine:
             switch_text=rendered.switch_text,
             env_defaults=rendered.env_defaults,
             grace=self.config.train.kill_grace,
+            log_limit=self.config.train.log_limit,
         )
         if dumps or guide_dumps:
             spec = localization.dumping_spec(spec, self.config.localize)
+        spec = replace(
+            spec,
+            binding=trial_binding(
+                journaled_id(self.state.start_record), trial.trial_id, trial.config, trial.repeat, trial.role
+            ),
+        )
         return TrialRequest(
             spec=spec,
             metric=self.metric_spec,
@@ -496,7 +518,7 @@ class Engine:
 
     def _record_end(self, trial: TrialState, result: TrialResult) -> TrialState | None:
         if result.cancelled:
-            self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": "cancelled"})
+            self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": result.reason or "cancelled"})
             self.events.trial_finished(trial, None)
             return None
         switch_check, switch_reason = switch_check_of(result.artifacts)
@@ -508,8 +530,8 @@ class Engine:
                 "trial_id": trial.trial_id,
                 **result.record_fields(),
                 "log": str(Path(trial.trial_dir) / result.log),
+                # Why it is not "applied" is its artifacts' own message (switch_check_of): journaled once, there.
                 "switch_check": switch_check,
-                "switch_check_reason": switch_reason if switch_check != "applied" else None,
             }
         )
         ready = self._oracle is not None and self._oracle.threshold is not None and trial.role != LOCALIZE_ROLE
@@ -530,14 +552,14 @@ class Engine:
         the snapshot, never the search.
         """
         from .rebuild import rebuild
-        from .runner.supervisor import write_json_atomic
+        from .report import write_report
 
         try:
             assert self._journal is not None
             with self._journal_lock:
                 records = list(self._journal.records())
             snapshot = rebuild(records, self.state_dir, running=True)
-            write_json_atomic(self.state_dir / REPORT_NAME, snapshot.report)
+            write_report(self.state_dir / REPORT_NAME, snapshot.report)
         except Exception as exc:  # noqa: BLE001 - a report snapshot must never stop a search
             if not self._snapshot_failed:
                 self._snapshot_failed = True
@@ -690,7 +712,21 @@ class Engine:
         """The handle of an earlier session's training, or None (journaled) when it is gone."""
         request = self._request(trial, trial.device or ())
         placement = trial.launch.get("placement") if trial.launch is not None else None
-        handle = self.launcher.adopt(request, placement)
+        try:
+            handle = self.launcher.adopt(request, placement)
+        except ForeignTrial as foreign:
+            # Another search's or another configuration's training: its result is not this trial's.
+            self.events.message(f"warning: {foreign}")
+            self._append(
+                {
+                    "type": "trial_cancelled",
+                    "trial_id": trial.trial_id,
+                    "reason": f"lost: {foreign.problem}",
+                    "launched": trial.launch is not None,
+                    "set_aside": foreign.moved_to.name if foreign.moved_to is not None else None,
+                }
+            )
+            return None
         if handle is None:
             launched = trial.launch is not None or self.launcher.ever_started(request)
             self._append(
@@ -872,10 +908,12 @@ class Engine:
                     "type": "session_started",
                     "budget": self.config.search.budget,
                     "devices": self._session_devices(),
+                    "context": context_of(self.config.train),
                     "timeout": self.config.train.timeout,
                     "version": __version__,
                 }
             )
+            self._say_context()
             self._adopt_orphans()
             return self._search()
         except TrainingBroken as exc:
@@ -896,6 +934,10 @@ class Engine:
             self._snapshots.close()
             if self._journal is not None:
                 self._journal.close()
+
+    def _say_context(self) -> None:
+        if self.context_note:
+            self.events.message(self.context_note)
 
     def _launcher_hook(self, name: str) -> None:
         """``run_started``/``run_ended`` of the launcher, where it has them (optional in the protocol)."""
@@ -1318,7 +1360,7 @@ class Engine:
                     f"{self.state_dir}: the search has not finished; finish it with 'fusion-dd resume' "
                     "(with a localize: section in its config it localizes by itself)"
                 )
-            report = self.state.finished["report"]
+            report = finished_report(self.state)
             culprits, switched_off = localization.culprits_of(report)
             if report.get("status") != "found" or not culprits:
                 raise UsageError(f"{self.state_dir}: the search found no culprit to localize")
@@ -1340,7 +1382,7 @@ class Engine:
         """A finished search with culprits that a configured localization has not journaled yet."""
         if self.config.localize is None or self.state.finished is None:
             return False
-        report = self.state.finished["report"]
+        report = finished_report(self.state)
         culprits, _ = localization.culprits_of(report)
         return report.get("status") == "found" and any(key not in self.state.localized for key in culprits)
 
@@ -1350,7 +1392,7 @@ class Engine:
         Interrupted, it still writes the finished search's report (with what was
         localized so far) and exits 130: the search's answer is not "interrupted".
         """
-        report = self.state.finished["report"] if self.state.finished is not None else {}
+        report = finished_report(self.state) if self.state.finished is not None else {}
         culprits, switched_off = localization.culprits_of(report)
         self._append(
             {
@@ -1358,10 +1400,12 @@ class Engine:
                 "purpose": "localize",
                 "budget": self.config.search.budget,
                 "devices": self._session_devices(),
+                "context": context_of(self.config.train),
                 "timeout": self.config.train.timeout,
                 "version": __version__,
             }
         )
+        self._say_context()
         try:
             self._adopt_orphans()
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
@@ -1400,7 +1444,7 @@ class Engine:
             fix_env = fix_env_of(self.backend, self.rules, sorted(result.fix))
             if fix_env:
                 report["fix_env"] = dict(fix_env)
-        self._append({"type": "search_finished", "status": status, "report": report})
+        self._append({"type": "search_finished", "status": status, "report": journaled_answer(report)})
         return self._write(status, EXIT_OK, report)
 
     def _stop(
@@ -1428,11 +1472,31 @@ class Engine:
         assert self.state.finished is not None
         # Localizations journaled after the search finished (fusion-dd localize) join its answer.
         report = localization.attach(
-            dict(self.state.finished["report"]), self.state, self.config.localize is not None, display_path(self.state_dir)
+            finished_report(self.state), self.state, self.config.localize is not None, display_path(self.state_dir)
         )
+        journal, fix = self.state_dir / JOURNAL_NAME, self.state_dir / (report.get("fix_config") or FIX_NAME)
+        if _newer_than(self.state_dir / REPORT_NAME, journal) and (report["status"] != "found" or _newer_than(fix, journal)):
+            # Written after the journal last changed: this very answer (a finished search shown again).
+            self._snapshots.close()
+            return SearchResult(report["status"], EXIT_OK, report, self.state_dir / REPORT_NAME,
+                                fix if report["status"] == "found" else None)
         return self._write(report["status"], EXIT_OK, report)
 
 
 def _pid_of(job_id: str | None) -> int | None:
     """The supervisor pid older readers of ``trial_launched`` look for (local launches only)."""
     return int(job_id) if job_id is not None and job_id.isdigit() else None
+
+
+def _newer_than(output: Path, source: Path) -> bool:
+    """``output`` exists, is not empty, and was written after ``source`` last changed."""
+    try:
+        written = output.stat()
+        return written.st_size > 0 and written.st_mtime_ns >= source.stat().st_mtime_ns
+    except OSError:
+        return False
+
+
+def _now() -> float:
+    """A journal record's time: to the millisecond, which every reader needs (four bytes a record saved)."""
+    return round(time.time(), 3)

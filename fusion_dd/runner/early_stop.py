@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from ..errors import UsageError
 from .horizon import PassAt, band_width
-from .metrics import parse_number
+from .metrics import LongLine, PieceCursor, parse_number
 from .supervisor import LOG_FILE
 from .trial import METRICS_FILE
 
@@ -357,6 +357,10 @@ class _Tail:
     offset: int = 0
     pending: bytes = b""
     identity: tuple[int, int] | None = None
+    # A log line longer than MAX_LINE_BYTES being read in pieces (fusion_dd.runner.metrics.LongLine),
+    # with where the pattern's matches in it got to: never held whole.
+    long_line: LongLine | None = None
+    cursor: PieceCursor | None = None
 
     def read_new(self, limit: int = MAX_READ_BYTES) -> bytes:
         """Bytes appended since the last call (the torn tail is the caller's business).
@@ -373,6 +377,7 @@ class _Tail:
             identity = (stat.st_dev, stat.st_ino)
             if identity != self.identity or stat.st_size < self.offset:
                 self.identity, self.offset, self.pending = identity, 0, b""
+                self.long_line = self.cursor = None
             if stat.st_size == self.offset:
                 return b""
             handle.seek(self.offset)
@@ -422,22 +427,39 @@ def _records_from_log(
     """(step, loss) of each ``pattern`` match in the new complete lines of the log.
 
     ``\\r`` ends a line too: progress bars rewrite one line with carriage
-    returns and would otherwise look like one endless torn line.
+    returns and would otherwise look like one endless torn line. A line longer
+    than :data:`MAX_LINE_BYTES` (output without any line end) is read in
+    overlapping pieces, so a match across a read's boundary is still found once.
     """
     data = tail.pending + chunk
-    lines = _LOG_LINE_END.split(data)
-    tail.pending = lines.pop()
-    if len(tail.pending) > MAX_LINE_BYTES:
-        lines.append(tail.pending)
-        tail.pending = b""
+    tail.pending = b""
     reports: list[tuple[int | None, float]] = []
-    for raw in lines:
-        if not raw:
-            continue
-        for match in pattern.finditer(raw.decode("utf-8", "replace")):
+
+    def take(matches: Iterable[re.Match[str]]) -> None:
+        for match in matches:
             loss = parse_number(match.group(2))
             if loss is not None:
                 reports.append((_step_of(match.group(1)), loss))
+
+    if tail.long_line is not None:
+        assert tail.cursor is not None
+        end = _LOG_LINE_END.search(data)
+        piece_data, data = (data, b"") if end is None else (data[: end.start()], data[end.end() :])
+        for piece in tail.long_line.feed(piece_data, final=end is not None):
+            take(tail.cursor.matches(piece))
+        if end is None:
+            return reports
+        tail.long_line = tail.cursor = None
+    lines = _LOG_LINE_END.split(data)
+    tail.pending = lines.pop()
+    for raw in lines:
+        if raw:
+            take(pattern.finditer(raw.decode("utf-8", "replace")))
+    if len(tail.pending) > MAX_LINE_BYTES:
+        tail.long_line, tail.cursor = LongLine(), PieceCursor(pattern)
+        for piece in tail.long_line.feed(tail.pending, final=False):
+            take(tail.cursor.matches(piece))
+        tail.pending = b""
     return reports
 
 

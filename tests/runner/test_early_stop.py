@@ -554,3 +554,21 @@ def test_early_stop_on_resume_uses_the_journaled_curve_not_the_files(tmp_path: P
         (state / started[record["trial_id"]]["trial_dir"] / "output.log").write_text("")
     second = run_fusion_dd("resume", "--budget", "40", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
+
+
+def test_log_reports_in_a_line_without_end_are_found_once_across_reads(tmp_path, monkeypatch):
+    """Output with no newline nor carriage return, read a few bytes at a time: pieces, not one growing line."""
+    from fusion_dd.runner import early_stop as module
+    from fusion_dd.runner import metrics as metrics_module
+
+    monkeypatch.setattr(module, "MAX_LINE_BYTES", 20)
+    monkeypatch.setattr(metrics_module, "OVERLAP", 24)
+    text = "".join(f"step {step} loss {1.0 / (step + 1):.3f} ~ " for step in range(40))
+    (tmp_path / "output.log").write_text(text)
+    reader = ReportReader(tmp_path, re.compile(r"step (\d+) loss (\S+)"))
+    reports = []
+    while chunk := reader._log.read_new(7):
+        reports += module._records_from_log(chunk, reader._log, reader.step_pattern)
+        assert len(reader._log.pending) <= 20 + 7
+    reports += module._records_from_log(b"\n", reader._log, reader.step_pattern)
+    assert reports == [(step, pytest.approx(round(1.0 / (step + 1), 3))) for step in range(40)]
