@@ -67,7 +67,7 @@ _SCHEMA: dict[str, Any] = {
         "launcher": None,
         "scheduler": None,
     },
-    "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None},
+    "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None, "speed_pattern": None},
     "score": {
         "tolerance": None,
         "crash_is_failure": None,
@@ -88,6 +88,7 @@ _SCHEMA: dict[str, Any] = {
         "suspects": None,
     },
     "early_stop": None,  # validated by EarlyStopRule.from_config
+    "fix": {"prefer": None, "max_alternatives": None},
     "localize": {"env": None, "args": None, "command": None, "step": None, "graphs": None},
     "state_dir": None,
 }
@@ -164,6 +165,23 @@ class MetricConfig:
     key: str = "accuracy"
     goal: str = "max"
     loss_pattern: str | None = DEFAULT_LOSS_PATTERN.pattern
+    # The training's own throughput (samples/s ...) in its output; only reported, never part of a
+    # verdict, so not part of the search's definition and free to change on resume.
+    speed_pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class FixConfig:
+    """Which fix to hand over when several switch off equally few rules.
+
+    ``prefer: cheapest`` (the default) takes the search's own choice, which costs
+    no training more; ``speed`` trains up to ``max_alternatives`` other
+    minimum fixes in full and hands over the fastest that passes. Not part of
+    the definition: it decides nothing the search asks.
+    """
+
+    prefer: str = "cheapest"
+    max_alternatives: int = 3
 
 
 @dataclass(frozen=True)
@@ -212,6 +230,7 @@ class SearchConfig:
     # How trainings dump tensors for localization after a search; None: no localization.
     # Not part of the definition: changing it never invalidates finished trainings.
     localize: LocalizeConfig | None = None
+    fix: FixConfig = FixConfig()
     compiler: str = "cann"  # rules.compiler: which compiler backend renders and checks the switches
     closure: bool = False  # rules.closure: add what fires in the all-off baseline before searching
     from_all_on: bool = False  # rules.from: all_on: the candidates are what fires in one all-on training
@@ -442,6 +461,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
     except UsageError as exc:
         raise UsageError(f"{reader.source}: {exc}") from None
     localize = _read_localize(reader, document.get("localize"))
+    fix = _read_fix(reader, reader.mapping(document.get("fix"), "fix"))
     search = _read_guide(reader, reader.mapping(document.get("search"), "search"), search, rules, localize)
     state_dir_raw = document.get("state_dir", ".fusion-dd")
     state_dir = (base_dir / reader.string(state_dir_raw, "state_dir")).resolve()
@@ -462,10 +482,21 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         graphs=graphs,
         early_stop=early_stop,
         localize=localize,
+        fix=fix,
         compiler=compiler,
         closure=reader.boolean(rules_section.get("closure", False), "rules.closure"),
         from_all_on=rules_section.get("from") == "all_on",
     )
+
+
+def _read_fix(reader: _Reader, section: Mapping[str, Any]) -> FixConfig:
+    prefer = section.get("prefer", "cheapest")
+    if prefer not in ("cheapest", "speed"):
+        raise reader.error(
+            "fix.prefer", f"{prefer!r} is not valid; use cheapest (no extra training) or speed (train the alternatives)"
+        )
+    count = reader.integer(section.get("max_alternatives", 3), "fix.max_alternatives", minimum=1)
+    return FixConfig(prefer=prefer, max_alternatives=count)
 
 
 def _read_compiler(reader: _Reader, section: Mapping[str, Any]) -> str:
@@ -906,7 +937,10 @@ def _read_metric(reader: _Reader, section: Mapping[str, Any]) -> MetricConfig:
     if "loss_pattern" in section:
         raw = section["loss_pattern"]
         loss_pattern = None if raw is None or raw == "" else _check_regex(reader, raw, "metric.loss_pattern")
-    return MetricConfig(pattern=pattern, key=key, goal=goal, loss_pattern=loss_pattern)
+    speed_pattern = None
+    if section.get("speed_pattern") is not None:
+        speed_pattern = _check_regex(reader, section["speed_pattern"], "metric.speed_pattern")
+    return MetricConfig(pattern=pattern, key=key, goal=goal, loss_pattern=loss_pattern, speed_pattern=speed_pattern)
 
 
 def parse_tolerance(raw: Any, key: str = "score.tolerance") -> Tolerance:

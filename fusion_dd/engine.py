@@ -13,6 +13,8 @@ decides between a live terminal display and plain lines.
 
 from __future__ import annotations
 
+import re
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +54,12 @@ from .training_oracle import TrainingOracle
 from . import guide as guidance
 from . import localize as localization
 from .store.state import LOCALIZE_ROLE
+from .store.state import EARLY_PASS, PROOF_ROLE
+from .runner.horizon import departure, horizon
+from .runner.speed import SpeedHook
+from .report import trial_speed
+from .search.alternatives import fastest, minimum_hitting_sets
+from .store.state import ALTERNATIVE_ROLE
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -131,12 +139,21 @@ class Engine:
         self._hooks: list[Any] = list(self.backend.hooks(self.rules))
         if config.early_stop is not None and config.early_stop.active and config.score.baseline_metric is None:
             self._hooks.append(LossCurveHook(config.early_stop.step_pattern))
+        if config.metric.speed_pattern is not None:
+            self._hooks.append(SpeedHook(re.compile(config.metric.speed_pattern)))
         self.rule_by_name = {rule.name: rule for rule in self.rules}
         self.metric_spec = MetricSpec.from_text(
             config.metric.pattern, config.metric.key, config.metric.goal, config.metric.loss_pattern
         )
         self.state = SearchState()
         self._baseline_curve: list[tuple[int, float]] = []  # for the divergence rule of early stopping
+        # Early passes (fusion_dd.runner.horizon): the step at which a search training still inside the
+        # baseline's band counts as a pass, and the round of the search (a full training that
+        # contradicts an early pass starts the next round, in which no early pass counts).
+        self._horizon: int | None = None
+        self._horizon_said = False
+        self._alternatives: list[dict[str, Any]] = []  # fix.prefer: speed: the fixes compared, for the report
+        self._round = 0
         self._start_failures: dict[Device, int] = {}
         self._retired: list[Device] = []
         self._in_service: list[Device] = []  # the devices (or a cluster's slots) of the last batch
@@ -288,11 +305,28 @@ class Engine:
         trial = self.state.cache().get(key)
         if trial is None:
             return None
+        if self._early_distrusted(trial):
+            full = self.state.full_trial(key)  # the early pass counts no more: a full training decides
+            if full is None:
+                return None
+            if full.resolved or self.state.full_attempts(key) > self.config.train.retries:
+                return full
+            return None
         if trial.resolved or self.state.attempts(key) > self.config.train.retries:
             return trial
         if trial.finished is not None and trial.finished.get("kind") == UNEVALUABLE:
             return trial  # the training said it cannot evaluate this configuration: a retry says the same
         return None
+
+    def _early_distrusted(self, trial: TrialState) -> bool:
+        """Whether this trial's early pass no longer counts: a full training contradicted one in an earlier round."""
+        revised = self.state.early_revised_round
+        return (
+            revised is not None
+            and self._round > revised
+            and trial.finished is not None
+            and trial.finished.get("kind") == EARLY_PASS
+        )
 
     def remaining_budget(self) -> int:
         return max(0, self.config.search.budget - self.state.launched)
@@ -319,7 +353,7 @@ class Engine:
             if attempt > 1:  # the first is replay's default: a key per record saved
                 record["attempt"] = attempt
             if repeat == 0 and self._references_dump() and (
-                role in ("baseline", "all_on") or (role == "search" and names in self._fix_candidates)
+                role in ("baseline", "all_on") or (role in ("search", PROOF_ROLE) and names in self._fix_candidates)
             ):
                 # Also a dumped training of its configuration (fusion_dd.guide): the references for
                 # the guide's ranking, a fix candidate for localization (the same training, dumped).
@@ -398,9 +432,33 @@ class Engine:
             hooks=tuple(self._hooks),
             enabled=trial.config,
             role=trial.role,
-            early_stop=None if dumps else self.config.early_stop,
+            early_stop=None if dumps else self._early_stop_for(trial),
             baseline_curve=tuple(self._baseline_curve),
         )
+
+    def _early_stop_for(self, trial: TrialState) -> Any:
+        """The early-stop rule for this training: with the horizon for the search's own trainings.
+
+        The references, a fix's proof and (when the references dump for the
+        guide) the fix candidates always run to their end; after a full training
+        contradicted an early pass, no training stops early as a pass.
+        """
+        rule = self.config.early_stop
+        if (
+            rule is None
+            or self._horizon is None
+            or trial.role not in ("search", "repeat")
+            or self.state.early_revised_round is not None
+            # A fix candidate that dumps for localization (search.guide: dumps) is trained in full: its
+            # dump and its verdict serve localization and the answer at once, with no proof after.
+            or (trial.config in self._fix_candidates and self._references_dump())
+        ):
+            return rule
+        step = self._horizon
+        localize = self.config.localize
+        if self.state.dumped(trial.trial_id) and localize is not None and localize.step is not None:
+            step = max(step, localize.step + 1)  # its dump of the localized step serves localization
+        return replace(rule, pass_step=step)
 
     def _devices(self) -> DevicePool:
         """A pool of the devices still in service; the engine retires broken ones from it."""
@@ -574,6 +632,41 @@ class Engine:
         keys = [(frozenset(), repeat) for repeat in range(self.config.score.baseline_repeats)]
         if all(key in cache for key in keys):
             self._baseline_curve = envelope(self._curve_of(cache[key], rule.step_pattern) for key in keys)
+            self._load_horizon(rule)
+
+    def _load_horizon(self, rule: Any) -> None:
+        """The horizon of early passes, from the baseline's curve and the all-on trainings' departure from its band.
+
+        With several all-on trainings the latest departure counts (the safe
+        side); an all-on training stopped early counts as departed at its stop.
+        """
+        score = self.config.score
+        cache = self.state.cache()
+        everything = frozenset(rule_.name for rule_ in self.rules)
+        keys = [(everything, repeat) for repeat in range(score.all_on_repeats)] if score.all_on_metric is None else []
+        departures: list[int | None] = []
+        for key in keys:
+            trial = cache.get(key)
+            if trial is None:
+                return
+            departed = departure(
+                self._baseline_curve, self._curve_of(trial, rule.step_pattern), divergence=rule.divergence,
+                relative=rule.relative, patience=rule.patience, start_step=rule.start_step,
+            )  # fmt: skip
+            stop = (trial.finished or {}).get("early_stop") or {}
+            if departed is None and isinstance(stop.get("step"), int):
+                departed = stop["step"]
+            departures.append(departed)
+        departed_at = None if not departures or None in departures else max(d for d in departures if d is not None)
+        length = self._baseline_curve[-1][0] if self._baseline_curve else None
+        self._horizon = horizon(rule.pass_at, length, departed_at)
+        if self._horizon is not None and not self._horizon_said and self.state.early_revised_round is None:
+            self._horizon_said = True
+            self.events.message(
+                f"early passes: a search training whose loss stays inside the baseline's band up to step "
+                f"{self._horizon} of {length} is stopped there and counts as a pass for the search's decisions; "
+                "the fix is proven by a full training (early_stop.pass_at: off trains every configuration to its end)"
+            )
 
     def _curve_of(self, trial: TrialState, step_pattern: Any) -> list[tuple[int, float]]:
         """A baseline's loss curve as its hook journaled it; read from its files only for a journal
@@ -912,28 +1005,33 @@ class Engine:
             on_new=lambda index, width: self._append({"type": "question", "index": index, "width": width}, durable=False),
         )
         assert self._oracle is not None
-        self._oracle.threshold = pre.threshold
-        self._oracle.margin = self._margin(pre)
-        self._oracle.lanes = lanes
-        score = self.config.score
-        if score.baseline_metric is None:
-            self._oracle.note_asked(frozenset(), score.baseline_repeats + extra["baseline"])
-        if score.all_on_metric is None:
-            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats + extra["all_on"])
         prior = self._guide()
-        strategy = guided(
-            prior, STRATEGIES[self.config.search.strategy], partners=self._partners(),
-            refine=self._refine if self._refines() else None,
-        )  # fmt: skip
-        result = find_culprits(
-            self.rules,
-            self._oracle,
-            strategy,
-            parallelism=lanes,
-            noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
-            choose_off=self._switch_off_chooser(),
-            on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
-        )
+        while True:
+            self._prepare_oracle(pre, lanes, extra)
+            strategy = guided(
+                prior, STRATEGIES[self.config.search.strategy], partners=self._partners(),
+                refine=self._refine if self._refines() else None,
+            )  # fmt: skip
+            result = find_culprits(
+                self.rules,
+                self._oracle,
+                strategy,
+                parallelism=lanes,
+                noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
+                choose_off=self._switch_off_chooser(),
+                on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
+            )
+            if result.exhausted or result.no_failure:
+                break
+            proof = self._prove_fix(result)
+            if proof is None:  # the budget leaves no room for the fix's full training
+                result = replace(result, exhausted=True, smallest_failing=self._oracle.smallest_failing)
+                break
+            if proof:
+                break
+            self._round += 1  # a full training contradicted an early pass: search again, trusting none
+        if not result.exhausted and not result.no_failure and self.config.fix.prefer == "speed":
+            result = self._prefer_speed(result)
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
             return self._stop("budget_exhausted", EXIT_BUDGET, pre, result)
@@ -944,6 +1042,149 @@ class Engine:
             culprits = [[rule.name for rule in culprit.rules] for culprit in result.culprit_sets]
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
         return self._finish("found", pre, result)
+
+    def _prepare_oracle(self, pre: Preconditions, lanes: LanePlan, extra: dict[str, int]) -> None:
+        """The oracle for one round of the search: the journal's answers, repeats counted afresh.
+
+        A later round asks its questions from the start again (every answer
+        still cached, except the early passes it no longer trusts), so its
+        repeats are counted from zero like a resumed session's.
+        """
+        if self._round > 0:
+            self._oracle = TrainingOracle(
+                threshold=None,
+                crash_is_failure=self.config.score.crash_is_failure,
+                cached=self._settled,
+                launch=self._launch_batch,
+                remaining_budget=self.remaining_budget,
+                repeats=self.config.search.confirm != "off",
+                realize=lambda config: self.backend.realize(self.rules, config),
+            )
+        assert self._oracle is not None and pre.threshold is not None
+        self._oracle.threshold = pre.threshold
+        self._oracle.margin = self._margin(pre)
+        self._oracle.lanes = lanes
+        score = self.config.score
+        if score.baseline_metric is None:
+            self._oracle.note_asked(frozenset(), score.baseline_repeats + extra["baseline"])
+        if score.all_on_metric is None:
+            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats + extra["all_on"])
+
+    def _prove_fix(self, result: CulpritSearch) -> bool | None:
+        """Back the fix by a full training when only early passes vouch for it.
+
+        True: the fix needs no proof (no early pass among its trainings, or a
+        full one passed already) or its full training passed. False: the full
+        training contradicts the early passes; journaled once as
+        ``early_passes_revised``, after which no early pass counts (the noise
+        layer's answer to an inconsistency, one level up: the verdicts are
+        revised and the search asks again). None: the budget is spent first.
+        """
+        if not result.fix_verified:
+            return True
+        assert self._oracle is not None
+        names = self._oracle.key_names(result.fix)
+        trials: list[TrialState] = []
+        while (trial := self._settled((names, len(trials)))) is not None:  # repeats are numbered from 0 on
+            trials.append(trial)
+        full = [trial for trial in trials if (trial.finished or {}).get("kind") != EARLY_PASS]
+        if not any((trial.finished or {}).get("kind") == EARLY_PASS for trial in trials):
+            return True
+        if any(self._oracle.verdict_of(trial) is Outcome.PASS for trial in full):
+            return True
+        self.events.message("early passes: training the fix to its end, to prove it")
+        proof = self._full_training((names, 0), PROOF_ROLE)
+        if proof is None:
+            return None
+        verdict = self._oracle.verdict_of(proof)
+        if verdict is Outcome.PASS:
+            self.events.message(f"early passes: the fix passed its full training (#{proof.trial_id})")
+            return True
+        if self.state.early_revised_round is None:
+            self._append(
+                {
+                    "type": "early_passes_revised",
+                    "round": self._round,
+                    "config": sorted(names),
+                    "trial_id": proof.trial_id,
+                    "reason": f"the fix's full training #{proof.trial_id} gave {verdict.value} "
+                    f"({proof.finished.get('reason', '') if proof.finished else ''}) after early passes",
+                }
+            )
+        self.events.message(
+            f"warning: the fix's full training #{proof.trial_id} did not pass although early passes vouched for it: "
+            "the damage appears after the horizon; searching again with full trainings only"
+        )
+        return False
+
+    def _full_training(self, key: ConfigKey, role: str) -> TrialState | None:
+        """The full-length training that decides this key, trained (as ``role``) if there is none; None: no budget."""
+        while True:
+            trial = self.state.full_trial(key)
+            if trial is not None and (trial.resolved or self.state.full_attempts(key) > self.config.train.retries):
+                return trial
+            if self.remaining_budget() == 0:
+                return None
+            self._launch_batch([key], None, role)
+
+    def _speed_of(self, names: frozenset[str]) -> float | None:
+        """The median speed of this configuration's full-length trainings (``fusion_dd.runner.speed``)."""
+        from_output = self.config.metric.speed_pattern is not None
+        trials = [
+            trial for trial in self.state.trials.values()
+            if trial.config == names and trial.finished is not None and trial.role != LOCALIZE_ROLE
+            and trial.finished.get("kind") != EARLY_PASS
+        ]  # fmt: skip
+        speeds = [speed for trial in trials if (speed := trial_speed(trial, from_output)) is not None]
+        return statistics.median(speeds) if speeds else None
+
+    def _prefer_speed(self, result: CulpritSearch) -> CulpritSearch:
+        """``fix.prefer: speed``: train the other minimum fixes in full, hand over the fastest that passes.
+
+        Deterministic given the journal (the alternatives in name order, their
+        trainings cached), so a resume hands over the same fix.
+        """
+        assert self._oracle is not None
+        chosen = frozenset(rule for culprit in result.culprit_sets for rule in culprit.switched_off)
+        others = minimum_hitting_sets(
+            [culprit.rules for culprit in result.culprit_sets], chosen, self.config.fix.max_alternatives,
+            key=lambda rule: rule.name,
+        )  # fmt: skip
+        self._alternatives = []
+        if not others:
+            return result
+        self.events.message(f"fix.prefer: speed: training {len(others)} other fix(es) that switch off as few rules")
+        universe = result.fix | chosen
+        measured: list[tuple[frozenset[Rule], bool, float | None]] = []
+        for switched_off in others:
+            names = self._oracle.key_names(universe - switched_off)
+            trial = self._full_training((names, 0), ALTERNATIVE_ROLE)
+            if trial is None:
+                self.events.message("fix.prefer: speed: the budget is spent; the alternatives not trained are not compared")
+                break
+            passed = self._oracle.verdict_of(trial) is Outcome.PASS
+            measured.append((switched_off, passed, self._speed_of(names)))
+        chosen_speed = self._speed_of(self._oracle.key_names(result.fix))
+        best = fastest(chosen, chosen_speed, measured)
+        self._alternatives = [
+            {"switched_off": sorted(rule.name for rule in chosen), "passed": True, "per_second": chosen_speed,
+             "picked": best == chosen, "searched": True},
+            *({"switched_off": sorted(rule.name for rule in off), "passed": passed, "per_second": speed,
+               "picked": best == off, "searched": False} for off, passed, speed in measured),
+        ]  # fmt: skip
+        if best == chosen:
+            return result
+        sets = [
+            replace(culprit, switched_off=culprit.rules & best, reason=(
+                f"{{{', '.join(sorted(rule.name for rule in culprit.rules))}}} ({culprit.kind}): of the fixes that "
+                f"switch off as few rules, switching off {', '.join(sorted(rule.name for rule in culprit.rules & best))} "
+                "passed its full training and trained fastest (fix.prefer: speed)"))
+            for culprit in result.culprit_sets
+        ]  # fmt: skip
+        singles = {rule for culprit in result.culprit_sets if len(culprit.rules) == 1 for rule in culprit.rules}
+        # Switched off without failing alone: a culprit set containing it could hide behind the fix.
+        hiding = frozenset(rule for rule in best if rule not in singles)
+        return replace(result, fix=universe - best, culprit_sets=sets, may_hide=hiding)
 
     # -- the guide (fusion_dd.guide) ----------------------------------------------------------
 
@@ -1188,6 +1429,8 @@ class Engine:
             message=message,
         )
         report = localization.attach(report, self.state, self.config.localize is not None, display_path(self.state_dir))
+        if self._alternatives:
+            report["fix_alternatives"] = list(self._alternatives)
         if self.state.guide is not None:
             report["guide"] = guidance.report_entry(
                 self.state.guide, list(self.state.refined.values()), [rule.name for rule in self.rules]

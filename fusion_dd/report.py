@@ -259,6 +259,14 @@ def build_report(
             report["smallest_failing"] = sorted(rule.name for rule in result.smallest_failing)
         report["flaky"] = bool(result.flaky)
         report["confirmed"] = bool(result.confirmed)
+        early = sum(1 for trial in state.trials.values() if (trial.finished or {}).get("kind") == "early_pass")
+        if report["confirmed"] and early:
+            # Two agreeing trainings means two full ones: an early pass is a speculation until proven.
+            report["confirmed"] = False
+            report["confirmed_reason"] = (
+                f"{early} verdict(s) are early passes (early_stop.pass_at), not full trainings; "
+                "the fix itself passed a full training"
+            )
         report["inconsistencies"] = [_inconsistency_json(item) for item in result.inconsistencies]
     # Where this session trains (fusion_dd.session_context): the hint, run as printed, goes on there.
     where = flags_text(resume_flags(config.train, config.document))
@@ -289,7 +297,111 @@ def build_report(
         if entry.get("kind") == "unevaluable"
     ]
     _add_early_stop_savings(report, config, state)
+    _add_cost(report, state)
+    _add_speed(report, config, state, result)
+    if result is not None and result.culprit_sets and config.fix.prefer == "cheapest":
+        from .search.alternatives import minimum_hitting_sets
+
+        chosen = frozenset(rule for culprit in result.culprit_sets for rule in culprit.switched_off)
+        others = minimum_hitting_sets(
+            [culprit.rules for culprit in result.culprit_sets], chosen, config.fix.max_alternatives,
+            key=lambda rule: getattr(rule, "name", str(rule)),
+        )  # fmt: skip
+        report["other_fixes"] = [sorted(getattr(rule, "name", str(rule)) for rule in other) for other in others]
     return report
+
+
+def trial_speed(trial: TrialState, from_output: bool) -> float | None:
+    """The trial's speed: its ``metric.speed_pattern`` reading, else its steps per second of wall time."""
+    from .runner.speed import steps_per_second
+
+    finished = trial.finished or {}
+    if from_output:
+        value = ((finished.get("artifacts") or {}).get("speed") or {}).get("per_second")
+        return float(value) if isinstance(value, (int, float)) else None
+    return steps_per_second(_trial_steps(trial), finished.get("duration"))
+
+
+def _add_speed(report: dict[str, Any], config: SearchConfig, state: SearchState, result: CulpritSearch | None) -> None:
+    """The fix's measured speed against all-on and the baseline, each with the trainings behind it."""
+    from .runner.speed import compare_speeds
+
+    from_output = config.metric.speed_pattern is not None
+    everything = frozenset(rule.name for rule in config.rules)
+    fix = frozenset(getattr(rule, "name", rule) for rule in result.fix) if result is not None and result.fix else None
+
+    def speeds(names: frozenset[str] | None) -> list[float]:
+        if names is None:
+            return []
+        found = [
+            trial_speed(trial, from_output)
+            for trial in state.trials.values()
+            if trial.config == names and trial.finished is not None and trial.role != LOCALIZE_ROLE
+            and trial.finished.get("kind") != "early_pass"  # full trainings only, as fix.prefer: speed compares
+        ]
+        return [value for value in found if value is not None]
+
+    unit = "metric.speed_pattern" if from_output else "steps/s of wall time"
+    report["speed"] = compare_speeds(speeds(fix), speeds(everything), speeds(frozenset()), unit)
+
+
+def _trial_steps(trial: TrialState) -> int | None:
+    """How many steps a finished training ran: its early stop's step, else the last step it reported."""
+    finished = trial.finished or {}
+    stop = finished.get("early_stop") or {}
+    if isinstance(stop.get("step"), int):
+        return int(stop["step"])
+    facts = (finished.get("artifacts") or {}).get("loss_curve") or {}
+    if isinstance(facts.get("last_step"), int):
+        return int(facts["last_step"])
+    curve = facts.get("curve")
+    if isinstance(curve, list) and curve and isinstance(curve[-1], list) and isinstance(curve[-1][0], int):
+        return int(curve[-1][0])
+    return None
+
+
+def _add_cost(report: dict[str, Any], state: SearchState) -> None:
+    """What the search cost in accelerator time, beside the count of trainings.
+
+    Training-steps: the steps each finished training ran (an early stop's step,
+    else the last step it reported), summed. Device-seconds: each training's
+    wall time times the devices it held. Full-training equivalents: the steps
+    over the baseline's length. Trainings whose steps are unknown (no loss
+    reports) are counted in ``steps_unknown``, never guessed.
+    """
+    finished = [trial for trial in state.trials.values() if trial.finished is not None]
+    steps = [_trial_steps(trial) for trial in finished]
+    baseline = state.cache().get((frozenset(), 0))
+    length = _trial_steps(baseline) if baseline is not None and baseline.finished is not None else None
+    known = [value for value in steps if value is not None]
+    device_seconds = sum(
+        float(trial.finished.get("duration") or 0.0) * max(len(trial.device), 1)
+        for trial in finished
+        if trial.finished is not None
+    )
+    early_passes = [trial for trial in finished if (trial.finished or {}).get("kind") == "early_pass"]
+    report["cost"] = {
+        "trainings": len(finished),
+        "training_steps": sum(known) if known else None,
+        "steps_unknown": len(steps) - len(known),
+        "steps_per_full_training": length,
+        "full_training_equivalents": round(sum(known) / length, 2) if known and length else None,
+        "device_seconds": round(device_seconds, 1),
+    }
+    outcomes = {entry["trial_id"]: entry.get("outcome") for entry in report["trials"]}
+    proofs = [trial for trial in finished if trial.role == "proof"]
+    report["early_passes"] = {
+        "trainings": len(early_passes),
+        "steps": sorted({step for trial in early_passes if (step := _trial_steps(trial)) is not None}),
+        # Full trainings of the fix that passed where early passes had vouched for it.
+        "fix_proven_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) == "pass"],
+        "contradicted_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) != "pass"],
+        "revised": [record.get("reason") for record in state.early_revisions],
+    }
+    for entry in report["trials"]:
+        trial = state.trials.get(entry["trial_id"])
+        if trial is not None and trial.finished is not None:
+            entry["steps"] = _trial_steps(trial)
 
 
 def journaled_answer(report: dict[str, Any]) -> dict[str, Any]:
@@ -332,6 +444,8 @@ def finished_report(state: SearchState) -> dict[str, Any]:
             entry["outcome"] = outcome
         if trial_id in stops:
             entry["early_stop"] = stops[trial_id]
+        if trial.finished is not None:
+            entry["steps"] = _trial_steps(trial)
         trials.append(entry)
     report["trials"] = trials
     return report
@@ -357,6 +471,7 @@ def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state:
         trial.trial_id: trial.finished["early_stop"]
         for trial in state.trials.values()
         if trial.finished is not None and trial.finished.get("early_stop")
+        and trial.finished.get("kind") != "early_pass"  # a pass, not a failure: report["early_passes"]
     }
     report["early_stops"] = {"trainings": len(stopped), "seconds_saved": 0.0}
     if not stopped:
@@ -374,6 +489,38 @@ def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state:
             savings = estimate_savings(stop, last_step, duration)
             entry["early_stop"] = {"step": stop.get("step"), "reason": stop.get("reason"), **savings}
             report["early_stops"]["seconds_saved"] += savings["seconds_saved"] or 0.0
+
+
+def cost_lines(report: Mapping[str, Any]) -> list[str]:
+    """The summary's lines on what the search cost in accelerator time and what early passes did."""
+    cost = report.get("cost") or {}
+    lines: list[str] = []
+    if cost.get("trainings"):
+        steps = cost.get("training_steps")
+        text = f"  cost: {cost['trainings']} training(s)"
+        if steps is not None:
+            text += f", {steps:,} training-steps"
+            if cost.get("full_training_equivalents") is not None:
+                text += f" (= {cost['full_training_equivalents']:g} full trainings of {cost['steps_per_full_training']:,} steps)"
+        text += f", {cost.get('device_seconds', 0.0):,.0f} device-seconds"
+        if cost.get("steps_unknown"):
+            text += f"; {cost['steps_unknown']} training(s) reported no steps"
+        lines.append(text)
+    early = report.get("early_passes") or {}
+    if early.get("trainings"):
+        at = ", ".join(str(step) for step in early.get("steps") or [])
+        text = (
+            f"  early passes: {early['trainings']} training(s) stopped inside the baseline's band at step {at} "
+            "and counted as passes for the search's decisions"
+        )
+        if early.get("fix_proven_by"):
+            text += f"; the fix was proven by full training #{', #'.join(early['fix_proven_by'])}"
+        lines.append(text)
+        for reason in early.get("revised") or []:
+            lines.append(
+                f"  early passes revised: {reason}; the search asked again and no early pass counted any more"
+            )
+    return lines
 
 
 def _names_in_artifacts(state: SearchState, read: Callable[[Any], Iterable[str]]) -> list[str]:
@@ -636,6 +783,27 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"  early stops: {early['trainings']} training(s) stopped once they had failed, "
             f"about {early['seconds_saved'] / 60:.1f} training-minutes saved"
         )
+    lines.extend(cost_lines(report))
+    for alternative in report.get("fix_alternatives") or []:
+        speed = alternative.get("per_second")
+        lines.append(
+            f"  fix.prefer: speed: switching off {', '.join(alternative['switched_off'])}: "
+            f"{'passes' if alternative['passed'] else 'does NOT pass'} its full training, "
+            f"{'speed unknown' if speed is None else f'{speed:.4g}/s'}"
+            f"{' (the search chose it)' if alternative.get('searched') else ''}{' <- handed over' if alternative['picked'] else ''}"
+        )
+    if report.get("other_fixes"):
+        shown = "; ".join(", ".join(names) for names in report["other_fixes"])
+        lines.append(
+            f"  a faster fix may exist: switching off {shown} instead also defeats every culprit set; "
+            "fix.prefer: speed trains such alternatives and hands over the fastest that passes"
+        )
+    if report.get("status") == "found" and report.get("speed"):
+        from .runner.speed import speed_line
+
+        said = speed_line(report["speed"])
+        if said:
+            lines.append(said)
     for warning in report.get("warnings") or []:
         lines.append(f"  warning: {warning}")
     if state_dir is not None:

@@ -94,6 +94,10 @@ class TrainingOracle:
                 keys.append(key)
         return keys
 
+    def key_names(self, config: frozenset[Rule]) -> frozenset[str]:
+        """The names a configuration's trainings are keyed by (after the backend's ``realize``)."""
+        return self._names(self._realize(frozenset(config)))
+
     def _names(self, config: frozenset[Rule]) -> frozenset[str]:
         """The journal's key of a configuration, named once per configuration object.
 

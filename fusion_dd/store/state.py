@@ -18,7 +18,15 @@ from typing import Any
 from ..scoring import Measurement
 
 ConfigKey = tuple[frozenset[str], int]  # (names of the rules switched on, repeat)
-RESOLVED_KINDS = ("metric", "nonfinite", "diverged")
+RESOLVED_KINDS = ("metric", "nonfinite", "diverged", "early_pass")
+#: A training stopped at the horizon with its loss inside the baseline's band
+#: (``fusion_dd.runner.horizon``): a speculative pass, proven by a full training.
+EARLY_PASS = "early_pass"
+#: The role of a full training of the fix whose verdict was an early pass: it
+#: proves the fix, and answers no question of the search that asked for it.
+PROOF_ROLE = "proof"
+#: The role of a full training of another minimum fix (``fix.prefer: speed``).
+ALTERNATIVE_ROLE = "alternative"
 #: The role of localization trainings (``fusion_dd.localize``): dumped trainings of a
 #: configuration are other trainings than the search's, so they are kept out of the
 #: search's cache (same key, different training) and have their own.
@@ -186,6 +194,26 @@ class SearchState:
     # Reference trainings that dumped tensors for the guide (``"dumps": true`` in trial_started):
     # the same training as the search's, so their dumps also serve localization.
     _dumping: set[str] = field(default_factory=set, repr=False)
+    # Full-length trainings by key (every finished training that did not pass early, proofs
+    # included): what a key's early pass is replaced by once early passes were revised.
+    _full_by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
+    _full_attempts: dict[ConfigKey, int] = field(default_factory=dict, repr=False)
+    # ``early_passes_revised`` records: the first says in which round of the search a full
+    # training contradicted an early pass; later rounds trust no early pass.
+    early_revisions: list[dict[str, Any]] = field(default_factory=list)
+
+    def full_trial(self, key: ConfigKey) -> TrialState | None:
+        """The full-length training that decides this key (first resolved, else the latest); None if none."""
+        return self._full_by_key.get(key)
+
+    def full_attempts(self, key: ConfigKey) -> int:
+        """How many full-length trainings of this key finished."""
+        return self._full_attempts.get(key, 0)
+
+    @property
+    def early_revised_round(self) -> int | None:
+        """The round of the search after which early passes count no more; None while they do."""
+        return int(self.early_revisions[0]["round"]) if self.early_revisions else None
 
     # The search's rule list, for the configurations of trial_started (``on``, a bit mask of it).
     rule_index: RuleIndex = field(default_factory=lambda: RuleIndex(()), repr=False)
@@ -271,9 +299,18 @@ class SearchState:
             if trial is not None and trial.finished is None and trial.role == LOCALIZE_ROLE:
                 trial.finished = record
                 self._localize_by_key.setdefault(trial.key, trial)
+            elif trial is not None and trial.finished is None and trial.role == PROOF_ROLE:
+                trial.finished = record
+                self._note_full(trial)
+                if trial.trial_id in self._dumping and record.get("kind") == "metric":
+                    self._localize_by_key.setdefault(trial.key, trial)  # the fix's dumped full training
             elif trial is not None and trial.finished is None:
                 trial.finished = record
-                if trial.trial_id in self._dumping and record.get("kind") == "metric":
+                if record.get("kind") != EARLY_PASS:
+                    self._note_full(trial)
+                if trial.trial_id in self._dumping and record.get("kind") in ("metric", EARLY_PASS):
+                    # An early pass dumped before it stopped (the engine lets no dumping training
+                    # pass before the localized step): its dump serves localization too.
                     self._localize_by_key.setdefault(trial.key, trial)
                 self._attempts[trial.key] = self._attempts.get(trial.key, 0) + 1
                 current = self._by_key.get(trial.key)
@@ -307,6 +344,14 @@ class SearchState:
                 self.guide = record
         elif kind == "guide_refined":
             self.refined.setdefault(tuple(sorted(record["config"])), record)
+        elif kind == "early_passes_revised":
+            self.early_revisions.append(record)
+
+    def _note_full(self, trial: TrialState) -> None:
+        self._full_attempts[trial.key] = self._full_attempts.get(trial.key, 0) + 1
+        current = self._full_by_key.get(trial.key)
+        if current is None or not current.resolved:
+            self._full_by_key[trial.key] = trial
 
 
 def replay(records: Iterable[dict[str, Any]]) -> SearchState:
