@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 import typer
 
 from .. import __version__
-from ..config import DEFAULT_CONFIG_NAME, SearchConfig, load_config, parse_config, parse_devices
+from ..config import DEFAULT_CONFIG_NAME, SearchConfig, check_device_ids, load_config, parse_config, parse_devices
 from ..errors import UsageError
 from ..store.journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
@@ -94,16 +94,51 @@ def _load(
     scheduler: str | None = None,
 ) -> SearchConfig:
     config = load_config(config_path or Path(DEFAULT_CONFIG_NAME))
-    return config.with_overrides(
+    loaded = config.with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=state_dir, launcher=launcher,
         scheduler=scheduler,
     )
+    check_device_ids(loaded, "--devices" if devices is not None else f"{loaded.source}: train.devices")
+    return loaded
+
+
+def _given(devices: str | None, jobs: int | None, launcher: str | None, scheduler: str | None) -> Any:
+    """Which parts of where the search trains this command line sets (fusion_dd.session_context)."""
+    from ..session_context import Given
+
+    return Given(devices=devices is not None or jobs is not None, launcher=launcher is not None or scheduler is not None)
+
+
+def _remember(config: SearchConfig, given: Any, localize_only: bool = False) -> tuple[SearchConfig, str | None]:
+    """The devices and launcher of the search's last session, where this command line does not say.
+
+    Returns the line that says what came from the journal (the engine says it once
+    the session starts); a config file changed to other devices or another
+    launcher than the journal's is refused (UsageError). A finished search trains
+    nothing (unless it localizes), so it is left as it is.
+    """
+    from ..session_context import journaled_context, remembered
+
+    try:
+        records = read_records(config.state_dir / JOURNAL_NAME)
+    except (UsageError, OSError):
+        return config, None  # the engine reads the journal next and says what is wrong with it
+    context, finished = journaled_context(records)
+    if context is None or (finished and not localize_only):
+        return config, None
+    start = next((record for record in records if record.get("type") == "search_started"), {})
+    return remembered(config, context, start.get("config_document"), given)
 
 
 def _install_sigterm() -> None:
-    """SIGTERM stops a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130.
+    """SIGTERM and SIGHUP stop a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130.
 
-    The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread
+    SIGHUP is what a closed terminal or a dropped ssh session sends: left at its
+    default it would kill the coordinator on the spot and leave the trainings
+    running unsupervised to their end. (To outlive the terminal, run the search
+    under nohup, tmux or systemd-run; nohup's SIG_IGN is kept.)
+
+    The first SIGINT, SIGTERM or SIGHUP raises ``KeyboardInterrupt`` in the main thread
     (where the engine waits for its trainings, see :mod:`fusion_dd.runner.executor`);
     later ones are ignored, because one stop is enough and a second Ctrl-C must
     not cut short the killing of the trainings or the writing of the journal and
@@ -114,13 +149,16 @@ def _install_sigterm() -> None:
     def stopping(signum: int, frame: Any) -> None:
         pass
 
+    hangup = signal.getsignal(signal.SIGHUP) != signal.SIG_IGN  # under nohup: the user chose to ignore it
+    stops = (signal.SIGTERM, signal.SIGINT) + ((signal.SIGHUP,) if hangup else ())
+
     def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, stopping)
-        signal.signal(signal.SIGINT, stopping)
+        for number in stops:
+            signal.signal(number, stopping)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    for number in stops:
+        signal.signal(number, handler)
 
 
 def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:
@@ -132,13 +170,16 @@ def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:
 
 
 def _warn(config: SearchConfig) -> None:
-    _print_warnings(config.warnings, shown=20)
+    from ..preflight import goal_warnings
+
+    _print_warnings([*config.warnings, *goal_warnings(config)], shown=20)
 
 
-def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResult:
+def run_engine(config: SearchConfig, localize_only: bool = False, note: str | None = None) -> SearchResult:
     """Run (or resume) a search with the console display and print its summary.
 
     ``localize_only``: only the localization step of a finished search (``fusion-dd localize``).
+    ``note``: what of the devices and launcher came from the journal, said when the session starts.
     """
     _warn(config)
     say = lambda line: typer.echo(f"fusion-dd: {line}", err=True)  # noqa: E731
@@ -148,7 +189,10 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
 
     prepared = prepare(config, say)
     config = prepared.config
-    events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
+    events = ConsoleEvents(
+        total_rules=len(config.rules), budget=config.search.budget,
+        devices=config.train.devices if config.train.launcher == "local" else (), loss_pattern=config.metric.loss_pattern,
+    )
     # The estimate is of search trainings: a localize-only session has none to estimate.
     events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
     _install_sigterm()
@@ -158,6 +202,7 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     try:
         try:
             engine = Engine(config, events, adopt=prepared.adopted)
+            engine.context_note = note
             result = engine.localize() if localize_only else engine.run()
         except UsageError:
             # A refused session (one error line follows) shows no estimate before its error.
@@ -269,12 +314,14 @@ def _dry_run(config: SearchConfig) -> None:
             for name, value in rendered.env.items():
                 echo(f"  {name}={shlex.quote(value)}")
     echo("")
-    echo("command lines (trial 0001 shown; each trial has its own directory):")
-    for device in config.train.devices if cluster is None else [(entry["device"],) for entry in cluster]:
-        values = trial_values(config, device)
+    echo("command lines (the first training on each device; each trial has its own directory):")
+    pool = config.train.devices if cluster is None else [(entry["device"],) for entry in cluster]
+    for number, device in enumerate(pool, start=1):  # the first wave: one training per device, in order
+        values = trial_values(config, device, number)
         argv = resolve_relative(substitute_command(config.train.command, values), config.base_dir)
         workdir = substitute(config.train.workdir, values)
         echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
+        echo(f"    trial directory: {display_path(Path(values['trial_dir']))}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
     if cluster is not None:
@@ -311,7 +358,12 @@ def _dry_run(config: SearchConfig) -> None:
         echo(f"  FAILS: {problem}")
     echo("nothing was launched (dry run)")
     if checked.errors:
-        _fail(f"{checked.errors[0]}; a search would stop with status {TRAINING_BROKEN} before any training")
+        # The problems are the FAILS lines above: the error line names their keys, it does not repeat them.
+        keys = ", ".join(dict.fromkeys(problem.split(": ")[1] for problem in checked.errors if ": " in problem))
+        _fail(
+            f"{config.source}: {keys}: the pre-flight check fails ({len(checked.errors)} problem(s), FAILS above); "
+            f"a search would stop with status {TRAINING_BROKEN} before any training"
+        )
 
 
 def _dry_run_localize(config: SearchConfig) -> None:
@@ -393,7 +445,8 @@ def search(
                 "(its journal, trials and report are kept there); starting afresh",
                 err=True,
             )
-    raise typer.Exit(run_engine(loaded).exit_code)
+    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler))
+    raise typer.Exit(run_engine(loaded, note=note).exit_code)
 
 
 def _resume_config(state_dir: Path, config_path: Path | None) -> SearchConfig:
@@ -419,7 +472,8 @@ def resume(
 ) -> None:
     """Continue an interrupted or budget-exhausted search; finished trainings are never repeated."""
     loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
-    raise typer.Exit(run_engine(loaded).exit_code)
+    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler))
+    raise typer.Exit(run_engine(loaded, note=note).exit_code)
 
 
 def _journaled_config(
@@ -433,10 +487,12 @@ def _journaled_config(
 ) -> SearchConfig:
     """The config a search in ``state_dir`` was started with, and this session's command-line overrides."""
     directory = (state_dir or _default_state_dir(config)).resolve()
-    return _resume_config(directory, config).with_overrides(
+    loaded = _resume_config(directory, config).with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=directory, launcher=launcher,
         scheduler=scheduler,
     )
+    check_device_ids(loaded, "--devices" if devices is not None else f"{loaded.source}: train.devices")
+    return loaded
 
 
 def _default_state_dir(config_path: Path | None) -> Path:
@@ -458,7 +514,8 @@ def localize(
 ) -> None:
     """Name the op and layer each culprit of a finished search broke (dumped trainings, see localize: in the config)."""
     loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
-    result = run_engine(loaded, localize_only=True)
+    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler), localize_only=True)
+    result = run_engine(loaded, localize_only=True, note=note)
     from ..engine import EXIT_BUDGET
 
     missing = (result.report.get("localization") or {}).get("status") == "incomplete"

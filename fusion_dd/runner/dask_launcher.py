@@ -330,6 +330,17 @@ def _loaded_result(trial_dir: Path) -> TrialResult | None:
     return result if isinstance(result.cancelled, bool) and isinstance(result.kind, str) else None
 
 
+def _refuse_foreign(request: TrialRequest) -> None:
+    """Raise ForeignTrial (the directory set aside) when the trial directory is not this trial's."""
+    from .trial import ForeignTrial, binding_problem, set_aside
+
+    trial_dir = request.trial_dir
+    if request.spec.binding and trial_dir.is_dir():
+        problem = binding_problem(trial_dir, request.spec.binding)
+        if problem is not None:
+            raise ForeignTrial(request.spec.trial_id, trial_dir, set_aside(trial_dir), problem)
+
+
 def _lost(reason: str, started: float) -> TrialResult:
     return TrialResult(cancelled=False, kind="crash", reason=reason, duration=max(0.0, time.time() - started))
 
@@ -736,6 +747,7 @@ class DaskLauncher:
 
             return LocalLauncher().adopt(request, placement)  # started here before the search moved to dask
         key = str((placement or {}).get("job_id") or self.key_of(request))
+        _refuse_foreign(request)  # before a kept result or a status of the directory is believed
         kept = _loaded_result(request.trial_dir)
         claim = _read_json(request.trial_dir / CLAIM_FILE)
         place = self._placement(key, claim or dict(placement or {}))
