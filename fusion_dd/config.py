@@ -406,8 +406,8 @@ def load_config(path: Path) -> SearchConfig:
     path = Path(path)
     if not path.exists():
         raise UsageError(
-            f"{path}: config file not found; write one (see the README's config "
-            "reference) or pass -c/--config"
+            f"{path}: config file not found; write one (fusion-dd init, or see "
+            "docs/configuration.md) or pass -c/--config"
         )
     text = read_text(path, "config file", SMALL_FILE_BYTES)  # not a FIFO, not /dev/zero
     try:

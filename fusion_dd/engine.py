@@ -886,7 +886,7 @@ class Engine:
             if trial.finished is not None and trial.finished.get("switch_check") == "ignored":
                 raise UsageError(
                     f"{self.state_dir}: trial #{trial.trial_id} was trained with its switch file ignored by the "
-                    "compiler, so the results here prove nothing; fix the wiring (see the README) and start "
+                    "compiler, so the results here prove nothing; fix the wiring (see docs/training.md) and start "
                     "over with another --state-dir"
                 )
 
@@ -1367,7 +1367,7 @@ class Engine:
             if self.config.localize is None:
                 raise UsageError(
                     f"{self.config.source}: has no localize: section saying how a training dumps its tensors; "
-                    "add one (README: Localization after a search) and pass the config with -c"
+                    "add one (docs/compare.md: Localization after a search) and pass the config with -c"
                 )
             return self._localize_finished()
         except SwitchIgnored as exc:

@@ -569,7 +569,7 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
         else:
             warnings.append(
                 "no training left a fusion_result.json that fusion-dd could check, so it could not verify that the "
-                "switch files were applied (see the README: wiring the switch file, compile caches)"
+                "switch files were applied (see docs/training.md: wiring the switch file, compile caches)"
             )
         baseline, all_on = report.get("baseline"), report.get("all_on")
         if baseline is not None and baseline == all_on:

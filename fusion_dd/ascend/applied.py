@@ -3,7 +3,7 @@
 CANN silently ignores a switch file that a training never loads, and then every
 trial trains the same network: the search would "find" culprits in noise. The
 ``fusion_result.json`` a trial leaves behind says what the compiler really did,
-so it is checked against what the trial's switch file asked for (DESIGN.md 2.2).
+so it is checked against what the trial's switch file asked for (docs/architecture.md 2.2).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``fusion_result.json``: which fusion passes changed a compiled graph.
 
 CANN writes the same statistics in three shapes, depending on release and tool
-(DESIGN.md 2.3), and all three are read:
+(docs/architecture.md 2.3), and all three are read:
 
 * keyed: ``{"session_and_graph_id_0_0": {"graph_fusion": {...}, "ub_fusion": {...}}}``,
   one top-level key per compiled graph;

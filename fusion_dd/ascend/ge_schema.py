@@ -9,7 +9,7 @@ turned into classes by the ``protobuf`` runtime, which works from protobuf 4.x t
 ``ge_ir_pb2`` (msprobe, precision_tool) sees no duplicate-symbol conflict.
 
 Only the fields fusion-dd reads are declared; everything else in a dump is an
-unknown field, which the text parser skips (DESIGN.md 2.4).
+unknown field, which the text parser skips (docs/architecture.md 2.4).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """GE graph dumps reduced to what fusion-dd needs: which passes made which op.
 
-Two forms of the same ``ge.proto.ModelDef`` reach users (DESIGN.md 2.4): the
+Two forms of the same ``ge.proto.ModelDef`` reach users (docs/architecture.md 2.4): the
 protobuf text dumps GE writes (``ge_proto_*.txt``) and the JSON that ``atc
 --mode=5`` writes. Both are read into one small model of ops and their fusion
 provenance (``pass_name``, ``pass_name_ub``, ``fusion_scope`` and the original

@@ -45,7 +45,7 @@ _READ_LIMIT = 512 * 1024 * 1024  # a log bigger than this is read only that far
 
 HINT = (
     "pass **fusion_dd.integrations.ort_session_kwargs() to every InferenceSession that fusion-dd should "
-    "control (or call ort_session_options(so) on its SessionOptions), see the README's ONNX Runtime section"
+    "control (or call ort_session_options(so) on its SessionOptions), see docs/compilers.md"
 )
 
 

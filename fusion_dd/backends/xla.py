@@ -51,7 +51,7 @@ _NOT_PASSES = frozenset({"pipeline-start", "pipeline-end"})
 
 HINT = (
     "fusion-dd hands XLA its switches in XLA_FLAGS: a training (or a launcher script) that sets XLA_FLAGS itself "
-    "must append to it (os.environ['XLA_FLAGS'] += ' ...'), never replace it; see the README's XLA section"
+    "must append to it (os.environ['XLA_FLAGS'] += ' ...'), never replace it; see docs/compilers.md"
 )
 
 

@@ -1,6 +1,6 @@
 """Pairing the tensors of a fusion-on run with those of a fusion-off run.
 
-Framework-level original names are the join key (DESIGN.md 2.4): a fused op's
+Framework-level original names are the join key (docs/architecture.md 2.4): a fused op's
 output carries ``_datadump_origin_name``/``_datadump_origin_output_index`` in the
 graph and ``OpOutput.original_op`` in the dump, naming the original op output it
 stands for. Relations between fused and original ops:

@@ -1,4 +1,4 @@
-"""Writing ``fusion_result.json`` the way CANN's compiler does (DESIGN.md 2.3).
+"""Writing ``fusion_result.json`` the way CANN's compiler does (docs/architecture.md 2.3).
 
 One top-level key per compiled graph, ``graph_fusion``/``ub_fusion`` sections,
 counts as strings, ``repository_hit_times`` only for UB passes. Passes that were

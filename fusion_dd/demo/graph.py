@@ -2,7 +2,7 @@
 
 This mirrors what CANN's graph engine works on: a training step is one graph of
 operators, fusion passes rewrite it, and every fused operator remembers which
-passes produced it (``pass_name`` / ``pass_name_ub``, DESIGN.md 2.4). The module is
+passes produced it (``pass_name`` / ``pass_name_ub``, docs/architecture.md 2.4). The module is
 numpy-free so that listing a scenario's candidate rules costs no array work.
 
 A fused node keeps the *name* of the node whose output it replaces, so consumers

@@ -1,6 +1,6 @@
 """``python -m fusion_dd.demo.train``: one demo training, launched like a user's own.
 
-It honours the training contract of DESIGN.md 4.3 the way a real NPU training
+It honours the training contract of docs/architecture.md 4.3 the way a real NPU training
 does: the compiler reads ``fusion_switch.cfg`` (``--fusion-switch`` or
 ``FUSION_DD_SWITCH_FILE``) with CANN's precedence (an exact name beats ``ALL``; a
 pass the file does not mention stays at CANN's default, on; without a file every

@@ -3,7 +3,7 @@
 fusion-dd hands each trial its own switch file through ``FUSION_DD_SWITCH_FILE``
 (CANN reads no environment variable for it) and collects metrics from the JSON
 lines file named by ``FUSION_DD_METRICS_FILE``. The helpers here do the one thing
-each framework needs (DESIGN.md 2.2) and do nothing when the variables are unset,
+each framework needs (docs/architecture.md 2.2) and do nothing when the variables are unset,
 so a script keeps working outside fusion-dd. Frameworks are imported lazily, only
 inside the helper that needs one: fusion-dd never depends on them.
 

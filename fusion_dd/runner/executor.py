@@ -2,7 +2,7 @@
 
 Each joblib task only waits on its training's supervisor process, so threads are
 enough locally; the same ``Parallel`` call runs on a dask cluster through joblib's
-dask backend when one machine is not enough (DESIGN.md 4.5).
+dask backend when one machine is not enough (docs/architecture.md 4.5).
 
 Why the results are collected in list order: a search strategy asks "which is the
 first failing configuration of these, in this order". Answering with whichever

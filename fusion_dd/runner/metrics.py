@@ -2,7 +2,7 @@
 
 The metric is read from the training's own output (the last match of the user's
 regex) or from the metrics file it appended to (the last record with the metric
-key), as DESIGN.md 4.3 promises. NaN or Inf anywhere, in the metric or in any
+key), as docs/architecture.md 4.3 promises. NaN or Inf anywhere, in the metric or in any
 loss, is recorded separately: a diverged training is the precision failure
 fusion-dd hunts for, even when the training still exits 0 or crashes afterwards.
 

@@ -6,7 +6,7 @@ a session of its own, or, on this machine, has its fork server fork one
 parent: if the coordinator is killed (even with SIGKILL) the supervisor keeps
 going, enforces the timeout, and records how the training ended in
 ``status.json``; a resumed coordinator adopts it by the pid in
-``supervisor.json`` (DESIGN.md 4.3, 4.4).
+``supervisor.json`` (docs/architecture.md 4.3, 4.4).
 
 Files in TRIAL_DIR (all JSON files are written atomically: temp file, fsync,
 ``os.replace``, so a reader never sees half a file):

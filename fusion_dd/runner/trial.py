@@ -5,7 +5,7 @@ module never runs the training as its own child: it starts
 :mod:`fusion_dd.runner.supervisor` in a new session, which owns the training, enforces
 the timeout and writes ``status.json``. If fusion-dd dies (Ctrl-C, SIGKILL, a
 lost SSH session), the training goes on, and :func:`adopt_trial` picks it up on
-resume (DESIGN.md 4.3).
+resume (docs/architecture.md 4.3).
 
 The training is told where its files are in two ways, because frameworks differ
 in what they can read: placeholders inside the command's argv elements, and

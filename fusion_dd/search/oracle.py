@@ -4,7 +4,7 @@ A configuration is the frozenset of candidate rules switched on; every other
 candidate is off. A strategy asks questions in batches so that the engine can run
 one batch as parallel trainings; the answers are deterministic functions of the
 batch (never "whichever finished first"), which is what lets resume simply run the
-strategy again from the start against the journal's cache (DESIGN.md 4.2).
+strategy again from the start against the journal's cache (docs/architecture.md 4.2).
 
 Trainings are not bit-reproducible, so an oracle may also offer *repeats*
 (``RepeatOracle``): another independent training of a configuration it has

@@ -5,7 +5,7 @@ how many rounds of parallel trainings they launch. ``SimulatedOracle`` answers
 from a plain function and counts both exactly the way the engine pays for them:
 a configuration is trained at most once (the cache), P configurations share a
 round, and a "first failing" question stops launching after the first wave that
-contains a failure. The model helpers build the failure patterns of DESIGN.md
+contains a failure. The model helpers build the failure patterns of docs/architecture.md
 section 3: independent culprits (OR), interacting sets (AND), both (mixed), and a
 non-monotone masking pattern.
 

@@ -1,4 +1,4 @@
-"""The append-only, durable record of one search (DESIGN.md 4.4).
+"""The append-only, durable record of one search (docs/architecture.md 4.4).
 
 Every training costs hours, so a record is on disk (written, flushed, fsynced)
 before anything depends on it. The journal is the single source of truth: the

@@ -57,3 +57,21 @@ def test_every_docs_page_is_linked_from_the_readme() -> None:
     linked = {link.partition("#")[0] for link in _links(REPO / "README.md")}
     pages = {f"docs/{page.name}" for page in PAGES[1:]}
     assert pages - linked == set()
+
+
+CITATION = re.compile(r"docs/architecture\.md,? (?:section )?(\d+(?:\.\d+)?)")
+
+
+def test_every_citation_of_the_design_notes_names_a_section_that_exists() -> None:
+    """Module docstrings cite docs/architecture.md by section; the notes are in the repository."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)[. ]", text, re.M))
+    sources = [*REPO.glob("fusion_dd/**/*.py"), *REPO.glob("tests/**/*.py"), *REPO.glob("tests/fixtures/*/README.md")]
+    cited: dict[str, str] = {}
+    for path in sources:
+        source = path.read_text(encoding="utf-8")
+        assert "DESIGN" ".md" not in source, f"{path.relative_to(REPO)} cites a file the repository lacks"
+        for number in CITATION.findall(source.replace("\n", " ")):
+            cited.setdefault(number, path.relative_to(REPO).as_posix())
+    assert cited, "no module cites the design notes: the pattern is wrong"
+    assert {number: where for number, where in cited.items() if number not in sections} == {}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A fake training for fusion-dd's tests: fast, scriptable, and honest about its inputs.
 
-It behaves like the user's training as fusion-dd sees it (DESIGN.md 4.3): it
+It behaves like the user's training as fusion-dd sees it (docs/architecture.md 4.3): it
 prints ``step N loss X`` lines and a final ``accuracy: X`` to stdout, appends
 ``{"step": .., "loss": .., "accuracy": ..}`` records to ``$FUSION_DD_METRICS_FILE``,
 and reads its ``fusion_switch.cfg`` to decide how well it trained.
@@ -179,7 +179,7 @@ def _bug_groups(args: argparse.Namespace) -> list[tuple[list[str], str]]:
 
 
 class Switch:
-    """A fusion_switch.cfg as CANN applies it (DESIGN.md 2.1), read with the standard library only.
+    """A fusion_switch.cfg as CANN applies it (docs/architecture.md 2.1), read with the standard library only.
 
     The fake reads the file on its own, not with fusion-dd's reader, so that the
     tests check what fusion-dd writes against the format itself, and so that a

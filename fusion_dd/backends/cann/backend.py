@@ -1,7 +1,7 @@
 """The CANN backend: fusion_switch.cfg and AUTOFUSE_FLAGS, ASCEND_WORK_PATH, fusion_result.json.
 
 Ascend's graph compiler reads a JSON switch file with a ``GraphFusion`` and a
-``UBFusion`` section (DESIGN.md 2.1); candidates carry their section as their
+``UBFusion`` section (docs/architecture.md 2.1); candidates carry their section as their
 group. Every trial gets its own compiler work directory (``ASCEND_WORK_PATH``,
 unless the user set one), because a shared one lets a trial reuse another's
 fusion decisions. After a trial its ``fusion_result.json`` is the proof that

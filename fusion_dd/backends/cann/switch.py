@@ -1,7 +1,7 @@
 """Reading and writing CANN's ``fusion_switch.cfg``.
 
 The writer is the one place that decides what a trial's compiler sees, so it
-follows FE's parser exactly (DESIGN.md 2.1):
+follows FE's parser exactly (docs/architecture.md 2.1):
 
 * JSON ``{"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}``; other allowed
   top-level keys are ``Priority`` and ``ExceptionalPassOfO1Level``; values are
