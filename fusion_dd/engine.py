@@ -328,7 +328,8 @@ class Engine:
                 {
                     "type": "trial_launched",
                     "trial_id": trial_id,
-                    "supervisor_pid": _pid_of(handle.placement.job_id),
+                    # A pid only for a local launch (a Slurm job id is digits too, and no pid).
+                    "supervisor_pid": _pid_of(handle.placement.job_id) if handle.placement.launcher == "local" else None,
                     "placement": handle.placement.to_json(),
                 },
                 durable=False,  # the trial's files say it started (ever_started) if a crash loses this

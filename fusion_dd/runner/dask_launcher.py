@@ -46,9 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
-import dataclasses
 import secrets
 import signal
 import subprocess
@@ -62,24 +60,30 @@ from typing import Any
 
 from .dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
 from ..errors import UsageError
-from .launcher import Placement, TrialRequest, TrialResult, result_of, this_host
-from .supervisor import STATUS_FILE, SUPERVISOR_FILE, write_json_atomic
+from .launcher import Placement, TrialRequest, TrialResult, this_host
+from .cluster import (
+    CANCEL_FILE,
+    CLAIM_FILE,
+    RESULT_FILE,
+    ClaimTaken,
+    claim as _claim,
+    keep_result as _keep_result,
+    loaded_result as _loaded_result,
+    lost as _lost,
+    not_shared_message,
+    read_json as _read_json,
+    read_token,
+    request_cancel,
+    wait_with_watchers as _wait_with_watchers,
+    write_token,
+)
+from .supervisor import STATUS_FILE, SUPERVISOR_FILE
 
-CLAIM_FILE = "claim.json"
-#: JSON, never a pickle: the training can write anything into its own directory, and a
-#: coordinator must not run what it reads there.
-RESULT_FILE = "fusion_dd_result.json"
-CANCEL_FILE = "cancel.request"
-PROOF_PREFIX = ".dask-proof-"
 #: How long a task waits for leftover trainings on its device before it kills them.
 LEFTOVER_WAIT = 15.0
 #: A worker gone from the scheduler this long means its training is lost (a nanny restarts in less).
 WORKER_GONE_SECONDS = 5.0
 INSTALL_HINT = "pip install 'fusion-dd[dask]'"
-
-
-class ClaimTaken(RuntimeError):
-    """A re-run of a trial attempt that was already claimed: it must not train again."""
 
 
 def require_dask() -> Any:
@@ -118,40 +122,6 @@ def worker_facts(device_env: str, dask_worker: Any = None) -> dict[str, Any]:
     return {"host": host, "boot_id": boot_id, "device": os.environ.get(device_env), "pid": os.getpid()}
 
 
-def read_token(path: str, dask_worker: Any = None) -> str | None:
-    """The proof token as this worker sees it (None: it cannot see the file)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _claim(trial_dir: Path, record: Mapping[str, Any]) -> bool:
-    """Create ``claim.json`` with ``record`` unless it exists: complete or absent, never torn."""
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    temporary = trial_dir / f".claim.{os.getpid()}.{secrets.token_hex(4)}"
-    temporary.write_text(json.dumps(dict(record)), encoding="utf-8")
-    try:
-        with open(temporary, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.link(temporary, trial_dir / CLAIM_FILE)  # atomic; fails when the claim exists
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-
-
 def _device_leftovers(device: str, own_marker: str) -> list[int]:
     """Processes of trainings that dask tasks started on this device (by their environment) and
     whose worker is gone, other than this trial's (``own_marker``, ``NAME=VALUE`` of its
@@ -179,35 +149,6 @@ def _clear_device(device: str, own_marker: str, wait: float) -> None:
             time.sleep(0.2)
             return
         time.sleep(0.2)
-
-
-def _watch_cancel(trial_dir: Path, cancel: threading.Event, done: threading.Event) -> None:
-    while not done.wait(0.2):
-        if (trial_dir / CANCEL_FILE).exists():
-            cancel.set()
-            return
-
-
-def _wait_with_watchers(request: TrialRequest, running: Any) -> TrialResult:
-    """Wait for a supervised training with the early-stop monitor and the cancel file watched."""
-    from .early_stop import make_monitor
-    from .wakeup import CancelEvent
-
-    trial_dir = Path(request.spec.trial_dir)
-    cancel = CancelEvent()
-    done = threading.Event()
-    watcher = threading.Thread(target=_watch_cancel, args=(trial_dir, cancel, done), daemon=True)
-    watcher.start()
-    try:
-        monitor = make_monitor(running.trial_dir, request.early_stop, list(request.baseline_curve))
-        return result_of(running.wait(cancel, monitor=monitor), request)
-    finally:
-        done.set()
-
-
-def _keep_result(trial_dir: Path, result: TrialResult) -> None:
-    """The result next to the trial, for a coordinator that re-attaches after the task was forgotten."""
-    write_json_atomic(trial_dir / RESULT_FILE, dataclasses.asdict(result))
 
 
 def _start_reaper(trial_dir: Path, supervisor_pid: int) -> subprocess.Popen[bytes]:
@@ -314,27 +255,6 @@ def task_state(key: str, dask_scheduler: Any = None) -> str | None:
 # --- on the coordinator ----------------------------------------------------------------
 
 
-def _loaded_result(trial_dir: Path) -> TrialResult | None:
-    """The result a task kept (``_keep_result``); None when absent or not one (read like any artifact)."""
-    from .trial import _read_json as read_small_json
-
-    data = read_small_json(trial_dir / RESULT_FILE)
-    if data is None:
-        return None
-    names = {f.name for f in dataclasses.fields(TrialResult)}
-    try:
-        fields = {name: value for name, value in data.items() if name in names}
-        fields["log_tail"] = tuple(str(line) for line in fields.get("log_tail") or ())
-        result = TrialResult(**fields)
-    except (TypeError, ValueError):
-        return None
-    return result if isinstance(result.cancelled, bool) and isinstance(result.kind, str) else None
-
-
-def _lost(reason: str, started: float) -> TrialResult:
-    return TrialResult(cancelled=False, kind="crash", reason=reason, duration=max(0.0, time.time() - started))
-
-
 class DaskHandle:
     """A trial running as a dask task; the coordinator holds its future while it waits."""
 
@@ -353,8 +273,7 @@ class DaskHandle:
         """Ask the task to stop its training (it SIGTERMs the supervisor; grace; group killed)."""
         if not self._cancel_sent:
             self._cancel_sent = True
-            with contextlib.suppress(OSError):
-                write_json_atomic(self.request.trial_dir / CANCEL_FILE, {"time": time.time()})
+            request_cancel(self.request.trial_dir)
 
     def wait(self, cancel: threading.Event | None = None) -> TrialResult:
         """Until the task ended: its future, or for a re-attached task (``future`` None: dask does
@@ -438,6 +357,18 @@ def connect_timeout() -> float:
     return min(10.0, float(configured)) if configured else 10.0
 
 
+def _address_in(scheduler_file: str) -> str:
+    """The scheduler's address from dask's scheduler file (``dask scheduler --scheduler-file``)."""
+    data = _read_json(Path(scheduler_file).expanduser())
+    address = (data or {}).get("address")
+    if not isinstance(address, str) or not address:
+        raise UsageError(
+            f"train.scheduler_file {scheduler_file}: no scheduler address in it (is the file there and written "
+            "by 'dask scheduler --scheduler-file FILE'?)"
+        )
+    return address
+
+
 class DaskLauncher:
     """Trials as dask tasks, one per device worker; see the module docstring."""
 
@@ -451,9 +382,12 @@ class DaskLauncher:
         devices: Sequence[Sequence[str]] | None = None,
         *,
         timeout: float | None = None,
+        scheduler_file: str | None = None,
     ) -> None:
         distributed = require_dask()
         self._distributed = distributed
+        if not address and scheduler_file:
+            address = _address_in(scheduler_file)
         self.address = address
         self.state_dir = Path(state_dir)
         self.device_env = device_env
@@ -577,10 +511,7 @@ class DaskLauncher:
         """A token written here must read back the same on every worker: the state directory is shared."""
         if not addresses:
             return
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        token = secrets.token_hex(16)
-        path = self.state_dir / f"{PROOF_PREFIX}{token[:8]}"
-        path.write_text(token, encoding="utf-8")
+        path, token = write_token(self.state_dir)
         try:
             seen = self.client.run(read_token, str(path.resolve()), workers=addresses)
         finally:
@@ -588,11 +519,7 @@ class DaskLauncher:
                 path.unlink()
         blind = sorted(str(infos[a].get("name", a)) for a in addresses if seen.get(a) != token)
         if blind:
-            raise UsageError(
-                f"state directory {self.state_dir.resolve()}: dask worker(s) {', '.join(blind)} cannot see it at the same "
-                "path; every worker must share it (e.g. a network file system mounted at the same path), because "
-                "trainings write their logs, claims and results there; or give a --state-dir they all share"
-            )
+            raise UsageError(not_shared_message(self.state_dir, f"dask worker(s) {', '.join(blind)}"))
         self._proven.update(addresses)
 
     def key_of(self, request: TrialRequest) -> str:
@@ -778,10 +705,25 @@ class DaskLauncher:
         return (request.trial_dir / CLAIM_FILE).exists() or (request.trial_dir / SUPERVISOR_FILE).exists()
 
 
+def dask_launcher_for(config: Any) -> "DaskLauncher":
+    """The dask launcher of a search's configuration (``train.scheduler`` or ``train.scheduler_file``)."""
+    train = config.train
+    return DaskLauncher(
+        train.scheduler,
+        config.state_dir,
+        train.device_env,
+        train.devices if train.devices_given else None,
+        scheduler_file=getattr(train, "scheduler_file", None),
+    )
+
+
 def cluster_devices(train: Any, state_dir: Path) -> list[dict[str, Any]]:
     """The devices a search with this ``train`` section would use (``DaskLauncher.devices``), for
     ``--dry-run``: nothing is written (the shared-state proof runs when the search starts)."""
-    launcher = DaskLauncher(train.scheduler, state_dir, train.device_env, train.devices if train.devices_given else None)
+    launcher = DaskLauncher(
+        train.scheduler, state_dir, train.device_env, train.devices if train.devices_given else None,
+        scheduler_file=getattr(train, "scheduler_file", None),
+    )
     try:
         return launcher.devices()
     finally:

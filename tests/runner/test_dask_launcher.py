@@ -556,32 +556,53 @@ def test_without_dask_the_launcher_is_refused_in_one_line(tmp_path):
     assert result.stderr.strip().count("\n") == 0 and "fusion-dd[dask]" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize(
-    ("train", "message"),
-    [
-        ({"launcher": "slurm"}, "train.launcher: must be one of local, dask"),
-        ({"launcher": "dask"}, "train.launcher: dask needs the scheduler's address"),
-    ],
-)
-def test_a_launcher_the_config_cannot_use_is_refused_naming_the_key(tmp_path, train, message):
+def test_a_launcher_nobody_provides_is_refused_naming_the_key_and_the_known_ones(tmp_path):
     from fusion_dd.config import load_config
     from fusion_dd.errors import UsageError
 
     config = write_config(tmp_path, "--culprits", CULPRIT)
     document = yaml.safe_load(config.read_text())
-    document["train"].update(train)
+    document["train"].update(launcher="cloud")
     config.write_text(yaml.safe_dump(document))
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(UsageError, match="train.launcher: must be one of local, dask, slurm"):
         load_config(config)
 
 
-def test_scheduler_on_the_command_line_means_the_dask_launcher(tmp_path):
-    from fusion_dd.config import load_config
+def test_the_dask_launcher_from_the_file_takes_its_scheduler_from_the_command_line(tmp_path):
+    """``train.launcher: dask`` without an address is fine until the search starts: --scheduler may give it."""
+    from fusion_dd.config import check_launcher_ready, load_config
+    from fusion_dd.errors import UsageError
 
-    config = load_config(write_config(tmp_path, "--culprits", CULPRIT))
-    assert config.train.launcher == "local"
-    chosen = config.with_overrides(scheduler="tcp://127.0.0.1:8786").train
+    config = write_config(tmp_path, "--culprits", CULPRIT)
+    document = yaml.safe_load(config.read_text())
+    document["train"].update(launcher="dask")
+    config.write_text(yaml.safe_dump(document))
+    loaded = load_config(config)
+    with pytest.raises(UsageError, match="train.launcher: dask needs the scheduler"):
+        check_launcher_ready(loaded.train, loaded.source)
+    chosen = loaded.with_overrides(scheduler="tcp://127.0.0.1:8786").train
     assert (chosen.launcher, chosen.scheduler) == ("dask", "tcp://127.0.0.1:8786")
+    check_launcher_ready(chosen, loaded.source)
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2 and "train.launcher: dask needs the scheduler" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "launch.log").exists()
+
+
+def test_a_scheduler_file_gives_the_address_and_one_without_it_is_refused_in_one_line(tmp_path):
+    from fusion_dd.config import load_config
+    from fusion_dd.errors import UsageError
+    from fusion_dd.runner.dask_launcher import _address_in
+
+    (tmp_path / "scheduler.json").write_text(json.dumps({"address": "tcp://127.0.0.1:8786"}))
+    assert _address_in(str(tmp_path / "scheduler.json")) == "tcp://127.0.0.1:8786"
+    with pytest.raises(UsageError, match="no scheduler address in it"):
+        _address_in(str(tmp_path / "missing.json"))
+    config = write_config(tmp_path, "--culprits", CULPRIT)
+    document = yaml.safe_load(config.read_text())
+    document["train"].update(launcher="dask", scheduler_file="scheduler.json", scheduler="tcp://x:1")
+    config.write_text(yaml.safe_dump(document))
+    with pytest.raises(UsageError, match="train.scheduler_file: give either"):
+        load_config(config)
 
 
 def test_the_local_launcher_never_gives_up_a_training_another_launcher_may_still_run(tmp_path):
