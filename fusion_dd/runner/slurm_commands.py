@@ -96,6 +96,13 @@ def queued(job_ids: Iterable[str]) -> dict[str, str]:
     return _parse_states(done.stdout)
 
 
+def still_listed(job_id: str) -> bool:
+    """Whether squeue still lists the job among the active ones (a cancelled job stays listed,
+    COMPLETING, until its processes are gone)."""
+    done = _run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
 def _queued_one(job_id: str) -> dict[str, str]:
     done = _run(["squeue", "-h", "-j", job_id, "-o", "%i %T", "--states=all"])
     if done.returncode != 0:
@@ -161,5 +168,6 @@ __all__ = [
     "queued",
     "require_tools",
     "sbatch_options",
+    "still_listed",
     "submit",
 ]

@@ -123,6 +123,7 @@ class SlurmHandle:
         self.job_id = job_id
         self.placement = SlurmPlacement("slurm", "", None, job_id, ())
         self._cancel_sent = False
+        self._cancelled_at = 0.0
         self._started = time.time()
 
     def cancel(self) -> None:
@@ -130,6 +131,7 @@ class SlurmHandle:
         if self._cancel_sent:
             return
         self._cancel_sent = True
+        self._cancelled_at = time.monotonic()
         request_cancel(self.request.trial_dir)
         with contextlib.suppress(slurm.SlurmUnavailable):
             slurm.cancel([self.job_id])
@@ -142,6 +144,8 @@ class SlurmHandle:
                     self.cancel()
                 kept = loaded_result(self.request.trial_dir)
                 if kept is not None:
+                    if self._cancel_sent:
+                        self._wait_gone_from_queue()
                     return kept
                 try:
                     state = self.launcher.state_of(self.job_id)
@@ -176,6 +180,7 @@ class SlurmHandle:
                 break
             time.sleep(0.5)
         if self._cancel_sent:
+            self._wait_gone_from_queue()
             return TrialResult(cancelled=True, duration=time.time() - self._started)
         code = exit_code.split(":")[0]
         node = (facts or {}).get("NodeList") or "its node"
@@ -190,6 +195,20 @@ class SlurmHandle:
                         self._started)
         return lost(f"Slurm job {self.job_id} {how} (state {final}, exit code {exit_code or '?'}) before the training "
                     f"finished; it is not trained again in its directory{where}", self._started)
+
+
+    def _wait_gone_from_queue(self) -> None:
+        """A cancelled job is listed (COMPLETING) until its processes ended: wait for that, but no
+        longer than the supervisor's grace and a little more (Ctrl-C must stay bounded; Slurm's
+        own KillWait then SIGKILLs what is left)."""
+        deadline = self._cancelled_at + self.request.spec.grace + 3.0
+        while time.monotonic() < deadline:
+            try:
+                if not slurm.still_listed(self.job_id):
+                    return
+            except slurm.SlurmUnavailable:
+                return
+            time.sleep(0.3)
 
 
 class _Finished:
