@@ -315,7 +315,7 @@ class Engine:
         self.events.trial_started(trial)
         request = self._request(trial, device)
         try:
-            handle = self.launcher.start(request)
+            handle = _start(self.launcher, request, cancel)
         except Exception:
             # Nothing runs: say so, so that this trial costs no budget on resume either.
             self._append(
@@ -1151,6 +1151,18 @@ class Engine:
             dict(self.state.finished["report"]), self.state, self.config.localize is not None, display_path(self.state_dir)
         )
         return self._write(report["status"], EXIT_OK, report)
+
+
+def _start(launcher: Launcher, request: TrialRequest, cancel: threading.Event) -> Any:
+    """``launcher.start``, given the cancel event where it takes one: a cluster launcher may wait for
+    its task to start, and Ctrl-C must end that wait (the task is then cancelled with the cluster's call)."""
+    import inspect
+
+    try:
+        takes_cancel = "cancel" in inspect.signature(launcher.start).parameters
+    except (TypeError, ValueError):
+        takes_cancel = False
+    return launcher.start(request, cancel=cancel) if takes_cancel else launcher.start(request)
 
 
 def _pid_of(job_id: str | None) -> int | None:

@@ -72,8 +72,10 @@ def claim(trial_dir: Path, record: Mapping[str, Any]) -> bool:
 
 
 def request_cancel(trial_dir: Path) -> None:
-    """Ask the trial's task to stop (or never to start) its training."""
+    """Ask the trial's task to stop (or never to start) its training; the trial directory may not
+    exist yet (the task has not run), and the request must be there when it does."""
     with contextlib.suppress(OSError):
+        trial_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(trial_dir / CANCEL_FILE, {"time": time.time()})
 
 

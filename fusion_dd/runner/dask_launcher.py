@@ -66,6 +66,7 @@ from .cluster import (
     CLAIM_FILE,
     RESULT_FILE,
     ClaimTaken,
+    cancel_requested,
     claim as _claim,
     keep_result as _keep_result,
     loaded_result as _loaded_result,
@@ -93,6 +94,10 @@ def require_dask() -> Any:
     except ImportError:
         raise UsageError(f"train.launcher dask: dask.distributed is not installed; {INSTALL_HINT}") from None
     return distributed
+
+
+#: What ``_wait_claim`` returns when the search was cancelled before the task claimed its trial.
+_CANCELLED = object()
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,9 @@ def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
         "device": device,
         "time": time.time(),
     }
+    if cancel_requested(trial_dir):
+        # Cancelled (Ctrl-C) before this task ran: dask may still run a task client.cancel missed.
+        return TrialResult(cancelled=True)
     if not _claim(trial_dir, claim):
         held = _read_json(trial_dir / CLAIM_FILE) or {}
         raise ClaimTaken(
@@ -216,6 +224,8 @@ def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
     marks = {DEVICE_MARK_ENV: device, WORKER_MARK_ENV: process_mark(os.getpid()) or ""}
     spec = replace(request.spec, device=(device,), env={**request.spec.env, **marks})
     request = replace(request, spec=spec)
+    if cancel_requested(trial_dir):  # the cancel raced the claim: the claim refuses to train
+        return TrialResult(cancelled=True)
     marker = f"FUSION_DD_TRIAL_DIR={trial_dir.resolve()}"
     _clear_device(device, marker, LEFTOVER_WAIT)
     running = start_trial(spec)
@@ -526,14 +536,17 @@ class DaskLauncher:
         """Stable per search and trial (a retry is a new trial, so also per attempt)."""
         return f"fusion-dd-{self._salt}-{request.spec.trial_id}"
 
-    def _pick_worker(self, slot: str) -> str:
+    def _pick_worker(self, slot: str, cancel: threading.Event | None = None) -> str | None:
         """The slot's worker if it is alive and free, else any free device worker (a restarted one).
 
         Waits while every device worker is busy (a dead worker's slot shares the
         live ones); fails only when the cluster has had no usable worker for a minute.
+        None when ``cancel`` is set while it waits.
         """
         empty_since: float | None = None
         while True:
+            if cancel is not None and cancel.is_set():
+                return None
             address = self._slots.get(slot)
             if address is not None and self.worker_alive(address):
                 with self._lock:
@@ -560,7 +573,10 @@ class DaskLauncher:
                 empty_since = time.monotonic()
             elif time.monotonic() - empty_since >= 60.0:
                 raise problem
-            time.sleep(0.5)
+            if cancel is not None:
+                cancel.wait(0.5)
+            else:
+                time.sleep(0.5)
 
     def release(self, address: str) -> None:
         with self._lock:
@@ -568,15 +584,20 @@ class DaskLauncher:
 
     # -- the seam ----------------------------------------------------------------------
 
-    def start(self, request: TrialRequest) -> DaskHandle:
+    def start(self, request: TrialRequest, cancel: threading.Event | None = None) -> Any:
         """Submit the trial's task to its slot's worker; return once the task has claimed the trial.
 
         A worker that leaves before its task claimed the trial ran nothing of it: the task is
-        withdrawn and submitted again (same trial, a new key) to another device worker.
+        withdrawn and submitted again (same trial, a new key) to another device worker. When
+        ``cancel`` is set meanwhile (Ctrl-C), the cancel request is written first, so that a task
+        that claims afterwards does not train, then the task is cancelled with dask's own
+        ``client.cancel``; the handle returned then reports the trial cancelled.
         """
         slot = ",".join(request.spec.device)
         for submission in range(1, 1000):
-            address = self._pick_worker(slot)
+            address = self._pick_worker(slot, cancel)
+            if address is None:
+                return _Finished(TrialResult(cancelled=True), self._placement(self.key_of(request), {}))
             key = self.key_of(request) + ("" if submission == 1 else f"-r{submission}")
             try:
                 future = self.client.submit(
@@ -591,10 +612,13 @@ class DaskLauncher:
                     allow_other_workers=False,
                 )
                 self._distributed.fire_and_forget(future)
-                claim = self._wait_claim(request, future, key, worker=address)
+                claim = self._wait_claim(request, future, key, worker=address, cancel=cancel)
             except BaseException:
                 self.release(address)
                 raise
+            if claim is _CANCELLED:
+                self.release(address)
+                return _Finished(TrialResult(cancelled=True), self._placement(key, {}))
             if claim is not None:
                 return _ReleasingHandle(self, future, request, self._placement(key, claim), address)
             with contextlib.suppress(Exception):
@@ -603,12 +627,14 @@ class DaskLauncher:
         raise RuntimeError(f"trial {request.spec.trial_id}: no dask worker stayed long enough to start it")
 
     def _wait_claim(
-        self, request: TrialRequest, future: Any, key: str = "", worker: str = ""
-    ) -> dict[str, Any] | None:
+        self, request: TrialRequest, future: Any, key: str = "", worker: str = "",
+        cancel: threading.Event | None = None,
+    ) -> Any:
         """Block until the task has claimed the trial: then it runs, and its placement is known.
 
         None when it never will: without a future (a re-attached task) once the scheduler no
         longer holds ``key``; with ``worker``, once that worker has been gone for a while.
+        ``_CANCELLED`` when ``cancel`` was set first: the task is cancelled and will not train.
         """
         path = request.trial_dir / CLAIM_FILE
         last_check = time.monotonic()
@@ -617,6 +643,13 @@ class DaskLauncher:
             claim = _read_json(path)
             if claim is not None:
                 return claim
+            if cancel is not None and cancel.is_set():
+                request_cancel(request.trial_dir)  # first: a claim written after this refuses to train
+                if future is not None:
+                    with contextlib.suppress(Exception):
+                        self.client.cancel([future], force=True)
+                claim = _read_json(path)
+                return claim if claim is not None else _CANCELLED
             now = time.monotonic()
             if now - last_check >= 1.0:
                 last_check = now

@@ -543,6 +543,49 @@ def test_ctrl_c_stops_every_remote_training_and_frees_the_devices(tmp_path, clus
     assert all(isinstance(future.result(timeout=10), int) for future in futures)
 
 
+@pytest.mark.cluster
+def test_ctrl_c_while_the_tasks_wait_for_busy_workers_exits_at_once_and_nothing_trains_afterwards(tmp_path, cluster):
+    """Another client's tasks hold both device workers: the search's tasks are submitted and wait."""
+    release = distributed.Event(f"release-{time.time()}", client=cluster.client)
+    name = release.name
+
+    def hold() -> bool:
+        from distributed import Event
+
+        return Event(name).wait(120)
+
+    blockers = [cluster.client.submit(hold, key=f"hold-{device}-{time.time()}", pure=False, resources={"device": 1})
+                for device in DEVICES]
+    wait_until(lambda: all(f.status == "pending" for f in blockers) and len(cluster.client.processing()) == 2
+               and all(len(tasks) == 1 for tasks in cluster.client.processing().values()), 30, "the holders never ran")
+    dask_config(tmp_path, cluster, "")
+    journal_path = tmp_path / ".fusion-dd" / "journal.jsonl"
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: journal_path.exists() and journal_path.read_text().count('"trial_started"') == 2, 60,
+                   "the references were never submitted")
+        asked = time.monotonic()
+        coordinator.send_signal(signal.SIGINT)
+        _, stderr = coordinator.communicate(timeout=60)
+        took = time.monotonic() - asked
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+        release.set()
+    assert coordinator.returncode == 130, stderr
+    assert took < 2 + 5, took  # kill_grace + 5 s
+    assert [f.result(timeout=60) for f in blockers] == [True, True]
+    # Both devices free again: a probe on each runs only after whatever was queued there before it.
+    probes = [cluster.client.submit(os.getpid, key=f"probe-{device}-{time.time()}", pure=False, resources={"device": 1})
+              for device in DEVICES]
+    assert all(isinstance(probe.result(timeout=60), int) for probe in probes)
+    assert launched_trial_ids(tmp_path) == [], "a training started after fusion-dd exited"
+    assert not list((tmp_path / ".fusion-dd" / "trials").glob("*/claim.json"))
+    cancelled = {r["trial_id"] for r in journal(tmp_path) if r["type"] == "trial_cancelled"}
+    assert cancelled == {"0001", "0002"}
+
+
 def test_without_dask_the_launcher_is_refused_in_one_line(tmp_path):
     blocker = tmp_path / "blocker" / "distributed"
     blocker.mkdir(parents=True)
