@@ -23,6 +23,7 @@ from .errors import UsageError
 from .runner.metrics import DEFAULT_LOSS_PATTERN
 from .rules import AUTOFUSE_POINTS, Rule, Section, name_problem
 from .safe_read import SMALL_FILE_BYTES, read_text, too_deep
+from .scoring import Tolerance
 from .backends.cann.switch import SwitchFile, load_switch_file
 
 DEFAULT_CONFIG_NAME = "fusion-dd.yaml"
@@ -174,21 +175,6 @@ class MetricConfig:
     key: str = "accuracy"
     goal: str = "max"
     loss_pattern: str | None = DEFAULT_LOSS_PATTERN.pattern
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """``auto``, an absolute amount, or a fraction of the baseline (``"2%"``)."""
-
-    mode: str  # "auto" | "absolute" | "relative"
-    value: float = 0.0
-
-    def describe(self) -> str:
-        if self.mode == "auto":
-            return "auto"
-        if self.mode == "relative":
-            return f"{self.value * 100:g}%"
-        return f"{self.value:g}"
 
 
 @dataclass(frozen=True)

@@ -620,12 +620,12 @@ def render_html(
          + (f"{utilisation:.0%}" if utilisation is not None else "-") + " of devices x wall time."),
     ]
     body = ["<h1>fusion-dd report</h1>", *_answer(report)]
-    for ident, title, svg, note in plots:
+    for ident, title, picture, note in plots:
         body.append(f'<h2 id="h-{ident}">{_e(title)}</h2>')
-        if svg is None:
+        if picture is None:
             body.append(f'<p class="note" id="plot-{ident}">No loss curves: the trials left no metrics.jsonl with steps and losses.</p>')
             continue
-        body.append(f'<figure class="plot" id="plot-{ident}">{svg}<figcaption class="note">{_e(note)}</figcaption></figure>')
+        body.append(f'<figure class="plot" id="plot-{ident}">{picture}<figcaption class="note">{_e(note)}</figcaption></figure>')
     body.append("<h2>Trials</h2>")
     body.append(_trial_table(data))
     payload = json.dumps(data, sort_keys=True, default=str).replace("</", "<\\/")

@@ -17,9 +17,29 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .config import Tolerance
 from .errors import UsageError
 from .search.oracle import Outcome
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far from the baseline a metric may be and still pass: ``auto``, an absolute
+    amount, or a fraction of the baseline (``"2%"``).
+
+    It lives with the verdicts rather than with the config, so that the journal's
+    replay, which scores outcomes, needs nothing of the config and its launchers.
+    """
+
+    mode: str  # "auto" | "absolute" | "relative"
+    value: float = 0.0
+
+    def describe(self) -> str:
+        if self.mode == "auto":
+            return "auto"
+        if self.mode == "relative":
+            return f"{self.value * 100:g}%"
+        return f"{self.value:g}"
+
 
 # Kinds of measurement, as classified from a finished trial.
 METRIC = "metric"

@@ -120,8 +120,7 @@ def worker_facts(device_env: str, dask_worker: Any = None) -> dict[str, Any]:
     Also imports what a trial's task needs, once per worker here rather than inside the
     first training's start-up (a few tenths of a second of CPU per worker).
     """
-    from . import trial  # noqa: F401 - warm-up
-    from . import early_stop
+    from . import early_stop, trial  # noqa: F401 - warm-up
 
     host, boot_id = this_host()
     return {"host": host, "boot_id": boot_id, "device": os.environ.get(device_env), "pid": os.getpid()}

@@ -149,7 +149,7 @@ def test_batches_through_the_runs_pools_reuse_their_threads_and_close_joins_them
         return value
 
     for batch in range(20):
-        jobs = [lambda device, cancel, i=i: job(device, cancel, (batch, i)) for i in range(2)]
+        jobs = [lambda device, cancel, i=i, batch=batch: job(device, cancel, (batch, i)) for i in range(2)]
         assert run_batch(jobs, devices, pools=pools) == [(batch, 0), (batch, 1)]
     assert len(workers) <= 4, workers  # two pools taking turns, two threads each
     pools.close()

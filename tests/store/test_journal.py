@@ -252,7 +252,7 @@ def test_budget_and_trial_numbers_kept_as_records_arrive_match_a_count_of_all_tr
 
     rng = random.Random(11)
     records = []
-    for step in range(300):
+    for _ in range(300):
         trial_id = f"{rng.randint(1, 60):04d}"
         kind = rng.choice(["trial_started", "trial_cancelled", "trial_cancelled", "trial_finished"])
         record = {"type": kind, "trial_id": trial_id}
