@@ -912,15 +912,6 @@ def _launcher_choice(train: TrainConfig, launcher: str | None, scheduler: str | 
     )
 
 
-def check_launcher_ready(train: TrainConfig, source: Path | str) -> None:
-    """Before a search starts: the dask launcher needs a scheduler from the file or the command line."""
-    if train.launcher == "dask" and not train.scheduler and not train.scheduler_file:
-        raise UsageError(
-            f"{source}: train.launcher: dask needs the scheduler: train.scheduler (an address such as "
-            "tcp://host:8786), train.scheduler_file, or --scheduler on the command line"
-        )
-
-
 def _check_regex(reader: _Reader, raw: Any, key: str) -> str:
     pattern = reader.string(raw, key)
     try:

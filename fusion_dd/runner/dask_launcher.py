@@ -737,9 +737,19 @@ class DaskLauncher:
         return (request.trial_dir / CLAIM_FILE).exists() or (request.trial_dir / SUPERVISOR_FILE).exists()
 
 
+def _require_scheduler(train: Any, source: Any) -> None:
+    """Refused when the search starts, not while the file is read: --scheduler may give the address."""
+    if not train.scheduler and not getattr(train, "scheduler_file", None):
+        raise UsageError(
+            f"{source}: train.launcher: dask needs the scheduler: train.scheduler (an address such as "
+            "tcp://host:8786), train.scheduler_file, or --scheduler on the command line"
+        )
+
+
 def dask_launcher_for(config: Any) -> "DaskLauncher":
     """The dask launcher of a search's configuration (``train.scheduler`` or ``train.scheduler_file``)."""
     train = config.train
+    _require_scheduler(train, getattr(config, "source", "the config"))
     return DaskLauncher(
         train.scheduler,
         config.state_dir,
@@ -752,6 +762,7 @@ def dask_launcher_for(config: Any) -> "DaskLauncher":
 def cluster_devices(train: Any, state_dir: Path) -> list[dict[str, Any]]:
     """The devices a search with this ``train`` section would use (``DaskLauncher.devices``), for
     ``--dry-run``: nothing is written (the shared-state proof runs when the search starts)."""
+    _require_scheduler(train, "the config")
     launcher = DaskLauncher(
         train.scheduler, state_dir, train.device_env, train.devices if train.devices_given else None,
         scheduler_file=getattr(train, "scheduler_file", None),

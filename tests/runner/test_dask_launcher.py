@@ -613,8 +613,9 @@ def test_a_launcher_nobody_provides_is_refused_naming_the_key_and_the_known_ones
 
 def test_the_dask_launcher_from_the_file_takes_its_scheduler_from_the_command_line(tmp_path):
     """``train.launcher: dask`` without an address is fine until the search starts: --scheduler may give it."""
-    from fusion_dd.config import check_launcher_ready, load_config
+    from fusion_dd.config import load_config
     from fusion_dd.errors import UsageError
+    from fusion_dd.runner.launcher import launcher_for
 
     config = write_config(tmp_path, "--culprits", CULPRIT)
     document = yaml.safe_load(config.read_text())
@@ -622,10 +623,9 @@ def test_the_dask_launcher_from_the_file_takes_its_scheduler_from_the_command_li
     config.write_text(yaml.safe_dump(document))
     loaded = load_config(config)
     with pytest.raises(UsageError, match="train.launcher: dask needs the scheduler"):
-        check_launcher_ready(loaded.train, loaded.source)
+        launcher_for(loaded)
     chosen = loaded.with_overrides(scheduler="tcp://127.0.0.1:8786").train
     assert (chosen.launcher, chosen.scheduler) == ("dask", "tcp://127.0.0.1:8786")
-    check_launcher_ready(chosen, loaded.source)
     result = run_fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 2 and "train.launcher: dask needs the scheduler" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "launch.log").exists()

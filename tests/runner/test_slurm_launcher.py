@@ -232,7 +232,7 @@ def test_a_search_of_slurm_jobs_finds_the_culprit_with_each_trainings_job_and_de
     for trial, job in ids.items():
         facts = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30).stdout
         if facts:  # the controller still remembers it (MinJobAge)
-            assert f"JobName=fusion-dd-" in facts and f"-{trial} " in facts
+            assert "JobName=fusion-dd-" in facts and f"-{trial} " in facts
         claim = json.loads((tmp_path / ".fusion-dd" / "trials" / trial / "claim.json").read_text())
         # The device the training saw is the one Slurm granted the job (CUDA_VISIBLE_DEVICES for --gres=gpu:1).
         assert claim["job_id"] == job and claim["device_env"] == "CUDA_VISIBLE_DEVICES"
