@@ -324,3 +324,34 @@ def test_a_killed_coordinator_resumes_by_re_attaching_to_its_jobs_without_traini
     finished = {r["trial_id"]: r for r in records if r["type"] == "trial_finished"}
     assert all(finished[trial]["kind"] == "metric" for trial in running)
     assert sorted(started_trials(tmp_path)) == sorted(set(started_trials(tmp_path)))  # none trained twice
+
+
+@pytest.mark.cluster
+def test_a_requeued_job_is_the_same_trial_continuing_not_a_crash(tmp_path, slurm_cluster):
+    # The first all-on run sleeps (to be requeued meanwhile); its run after the requeue does not.
+    prelude = (
+        "if os.environ['FUSION_DD_TRIAL_ID'] == '0002' and os.environ.get('SLURM_RESTART_COUNT', '0') == '0':\n"
+        "    time.sleep(300)\n"
+    )
+    slurm_config(tmp_path, prelude)
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: "0002" in started_trials(tmp_path) and "0002" in job_ids(tmp_path), 90, "0002 never ran")
+        job = job_ids(tmp_path)["0002"]
+        subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
+        # Slurm holds a requeued job back for a while (its BeginTime): let it start again at once.
+        wait_until(lambda: any(line.split()[2] == "PENDING" for line in queued_jobs_of(tmp_path)), 60, "not requeued")
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True, timeout=30)
+        _, stderr = coordinator.communicate(timeout=240)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+    assert coordinator.returncode == 0, stderr
+    assert_found(tmp_path)
+    records = journal(tmp_path)
+    finished = next(r for r in records if r["type"] == "trial_finished" and r["trial_id"] == "0002")
+    assert finished["kind"] == "metric", finished  # the requeued run's result, under the same trial
+    claim = json.loads((tmp_path / ".fusion-dd" / "trials" / "0002" / "claim.json").read_text())
+    assert (claim["job_id"], claim["restarts"]) == (job, 1)
+    assert not any(r["type"] == "trial_started" and r["attempt"] > 1 for r in records)
