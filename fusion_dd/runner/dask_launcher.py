@@ -35,6 +35,12 @@ Why these pieces:
   writes ``cancel.request`` into the trial directory; the task sees it within
   a fraction of a second, has the supervisor SIGTERM the training (grace, then
   SIGKILL of the process group) and ends, which frees the worker's slot.
+* **Scheduler lost.** dask cancels a client's futures when its connection breaks, which
+  says nothing about the tasks (``fire_and_forget`` keeps them on the scheduler, and a
+  training outlives its scheduler anyway). So a future that ends cancelled without our
+  cancel is followed by its key after a bounded reconnect; a task the scheduler does not
+  hold takes its outcome from the trial directory; a scheduler gone past the bound stops
+  the search in one line and leaves the trainings to ``resume``.
 * **Shared state.** Everything above lives in the state directory, which must be
   the same path on every worker: at start a token written here is read back by
   every worker, and fusion-dd refuses otherwise.
@@ -279,7 +285,12 @@ class DaskHandle:
         self._started = time.time()
 
     def cancel(self) -> None:
-        """Ask the task to stop its training (it SIGTERMs the supervisor; grace; group killed)."""
+        """Ask the task to stop its training (it SIGTERMs the supervisor; grace; group killed).
+
+        Not once the scheduler is declared gone: the search then stops and leaves the trainings
+        running, for ``resume`` (with a scheduler again) to take their results."""
+        if self.launcher.scheduler_gone:
+            return
         if not self._cancel_sent:
             self._cancel_sent = True
             request_cancel(self.request.trial_dir)
@@ -295,7 +306,10 @@ class DaskHandle:
             if cancel is not None and cancel.is_set():
                 self.cancel()
             if self.future is not None and self.future.done():
-                return self._outcome()
+                if not _ended_with_the_connection(self.future, self.launcher) or self._cancel_sent:
+                    return self._outcome()
+                # The future ended because the connection to the scheduler did: the training did not.
+                self.future = None
             if self.future is None:
                 kept = _loaded_result(self.request.trial_dir)
                 if kept is not None:
@@ -303,12 +317,20 @@ class DaskHandle:
             now = time.monotonic()
             if now - last_check >= 1.0:
                 last_check = now
+                self.launcher.ensure_connected()  # bounded; raises SchedulerGone, leaving the training be
                 if self.future is None and self.launcher.task_state(self.key) in (None, "erred", "forgotten", "released"):
-                    kept = _loaded_result(self.request.trial_dir)
-                    if kept is not None:
-                        return kept
+                    ended = self._from_trial_dir()
+                    if ended is not None:
+                        return ended
                     if self._cancel_sent:
                         return TrialResult(cancelled=True)
+                    if not (self.request.trial_dir / STATUS_FILE).exists() and (
+                        not worker or self.launcher.worker_alive(worker)
+                    ):
+                        # The scheduler does not hold the task (a new scheduler) but the training's
+                        # worker is there: the training may still run. Its status file will say.
+                        gone_since = None
+                        continue
                     return _lost("the dask task ended without a result (see the worker's log)", self._started)
                 if not worker or self.launcher.worker_alive(worker):
                     gone_since = None
@@ -320,6 +342,22 @@ class DaskHandle:
                 cancel.wait(0.1)
             else:
                 time.sleep(0.1)
+
+    def _from_trial_dir(self) -> TrialResult | None:
+        """The outcome the trial directory proves: the kept result, or, once the supervisor wrote the
+        status file (the training ended), the result read from its files here (shared directory)."""
+        kept = _loaded_result(self.request.trial_dir)
+        if kept is not None:
+            return kept
+        if not (self.request.trial_dir / STATUS_FILE).exists():
+            return None
+        deadline = time.monotonic() + 3.0  # the task writes its result right after the status
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            kept = _loaded_result(self.request.trial_dir)
+            if kept is not None:
+                return kept
+        return ended_in_trial_dir(self.request)
 
     def _worker_died(self, worker: str) -> TrialResult:
         """The worker that ran this trial left the cluster: its watcher stopped the training."""
@@ -351,6 +389,39 @@ class DaskHandle:
         if result is None:  # an adoption found the training gone
             return _lost("lost: the training was gone from its worker when resumed", self._started)
         return result
+
+
+def _ended_with_the_connection(future: Any, launcher: "DaskLauncher") -> bool:
+    """A future this client did not cancel that ended cancelled, or any while the client has lost
+    the scheduler: dask says "scheduler-connection-lost", not what became of the task."""
+    return launcher.connection_lost() or str(getattr(future, "status", "")) == "cancelled"
+
+
+class SchedulerGone(UsageError):
+    """The scheduler did not come back within the reconnect bound: the search stops in one line."""
+
+
+#: How long the coordinator tries to reconnect to a lost scheduler (FUSION_DD_DASK_RECONNECT overrides).
+RECONNECT_SECONDS = 60.0
+
+
+def reconnect_seconds() -> float:
+    try:
+        value = float(os.environ.get("FUSION_DD_DASK_RECONNECT", RECONNECT_SECONDS))
+    except ValueError:
+        return RECONNECT_SECONDS
+    return value if value > 0 else RECONNECT_SECONDS
+
+
+def ended_in_trial_dir(request: TrialRequest) -> TrialResult | None:
+    """The result of a training whose supervisor wrote its status file, read from the trial
+    directory (no process is looked for: it ended and said how)."""
+    from .trial import adopt_trial
+
+    running = adopt_trial(request.trial_dir)
+    if running is None:
+        return None
+    return _wait_with_watchers(request, running)
 
 
 def connect_timeout() -> float:
@@ -418,10 +489,72 @@ class DaskLauncher:
         self._alive: set[str] = set()
         self._alive_at = -1e9
         self._salt = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:10]
+        self.scheduler_file = scheduler_file
+        self.scheduler_gone = False
+        self.reconnect_seconds = reconnect_seconds()
+        self._reconnect_lock = threading.Lock()
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.close()
+
+    # -- the connection to the scheduler ---------------------------------------------
+
+    def connection_lost(self) -> bool:
+        """Whether the client has lost the scheduler (dask closes a client it cannot reconnect)."""
+        return str(getattr(self.client, "status", "running")) not in ("running", "connecting", "newly-created")
+
+    def ensure_connected(self) -> None:
+        """Reconnect to the scheduler when the connection is lost, for at most ``reconnect_seconds``,
+        saying so with the time waited; raises ``SchedulerGone`` after that (and from then on).
+
+        With ``train.scheduler_file`` the file is read again on every attempt: a scheduler
+        started anew writes its (new) address there.
+        """
+        if self.scheduler_gone:
+            raise SchedulerGone(self._gone_message())
+        if not self.connection_lost():
+            return
+        with self._reconnect_lock:
+            if self.scheduler_gone:
+                raise SchedulerGone(self._gone_message())
+            if not self.connection_lost():
+                return
+            started = time.monotonic()
+            said = -1e9
+            while True:
+                waited = time.monotonic() - started
+                if time.monotonic() - said >= 5.0:
+                    said = time.monotonic()
+                    print(f"fusion-dd: lost the dask scheduler at {self.address}; reconnecting "
+                          f"({waited:.0f}s of {self.reconnect_seconds:.0f}s)", file=sys.stderr, flush=True)
+                try:
+                    address = _address_in(self.scheduler_file) if self.scheduler_file else self.address
+                    client = self._distributed.Client(address, timeout=min(5.0, self.reconnect_seconds),
+                                                      set_as_default=False)
+                except Exception:  # noqa: BLE001 - not there yet
+                    client = None
+                if client is not None:
+                    old, self.client, self.address = self.client, client, address
+                    with contextlib.suppress(Exception):
+                        old.close()
+                    with self._alive_lock:
+                        self._alive_at = -1e9
+                    self._cleaner_registered = False
+                    print(f"fusion-dd: reconnected to the dask scheduler at {address} after {waited:.0f}s",
+                          file=sys.stderr, flush=True)
+                    return
+                if time.monotonic() - started >= self.reconnect_seconds:
+                    self.scheduler_gone = True
+                    raise SchedulerGone(self._gone_message())
+                time.sleep(1.0)
+
+    def _gone_message(self) -> str:
+        return (
+            f"the dask scheduler at {self.address} is gone (no connection for {self.reconnect_seconds:.0f}s); "
+            "trainings already running go on: start a scheduler (and its workers) again and run "
+            "'fusion-dd resume --scheduler ADDRESS', which takes their results and trains nothing twice"
+        )
 
     # -- the cluster ---------------------------------------------------------------
 
@@ -497,6 +630,7 @@ class DaskLauncher:
 
     def slots(self) -> list[tuple[str, ...]]:
         """One slot per device of the cluster (``devices``), each proven to see the state directory."""
+        self.ensure_connected()
         found = self.devices()
         addresses = {e["address"]: e for e in found}
         self._prove_shared_state(sorted(set(addresses) - self._proven), {a: {"name": e["name"]} for a, e in addresses.items()})
@@ -555,6 +689,8 @@ class DaskLauncher:
             problem = None
             try:
                 self.slots()
+            except SchedulerGone:
+                raise
             except UsageError as exc:
                 problem = exc
             with self._lock:
@@ -660,6 +796,10 @@ class DaskLauncher:
                         return _read_json(path)
                 else:
                     gone_since = None
+            if future is not None and future.done() and _ended_with_the_connection(future, self):
+                self.ensure_connected()  # bounded; then the task is followed by its key
+                future = None
+                continue
             if future is not None and future.done():
                 claim = _read_json(path)
                 if claim is not None:
@@ -713,6 +853,11 @@ class DaskLauncher:
         if claim is None:
             return None  # never claimed and the scheduler does not hold it: it never ran
         if (request.trial_dir / STATUS_FILE).exists():
+            # The training ended and said how (its task may have been lost with a scheduler):
+            # its result is read from the shared trial directory, no worker needed.
+            ended = ended_in_trial_dir(request)
+            if ended is not None:
+                return _Finished(ended, place)
             return self._check_on_worker(request, place, None)
         worker = str(claim.get("worker", ""))
         if worker and self.worker_alive(worker):

@@ -10,6 +10,7 @@ kill and resume tests skip with the reason (probed once); the others run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -706,9 +707,12 @@ def test_resume_asks_the_scheduler_first_then_the_recorded_worker(tmp_path):
     assert adopt(None, {"tcp://w:1"}) == ("checked", ["tcp://w:1"])
     # ...lost with it when it is gone (its watcher stopped the training)...
     assert adopt("forgotten", set()) == (None, [])
-    # ...unless the training ended: then any worker reads its result from the shared directory.
-    (spec.trial_dir / "status.json").write_text("{}")
-    assert adopt(None, set()) == ("checked", [None])
+    # ...unless the training ended: then its result is read here, from the shared directory (no worker needed).
+    (spec.trial_dir / "status.json").write_text(json.dumps({"exit_code": 0, "start": 1.0, "end": 2.0}))
+    (spec.trial_dir / "output.log").write_text("a=0.25\n")
+    ended, checked = adopt(None, set())
+    result = ended.wait()
+    assert checked == [] and not result.cancelled and result.value == 0.25, result
     # A result the task kept is taken as it is, from any state.
     (spec.trial_dir / RESULT_FILE).write_text(json.dumps({"cancelled": False, "kind": "metric", "value": 0.5}))
     finished, checked = adopt(None, set())
@@ -733,3 +737,167 @@ def test_a_task_takes_only_a_dead_workers_trainings_on_its_device_for_leftovers(
         for child in children:
             child.kill()
             child.wait()
+
+
+class _Proxy:
+    """A TCP proxy on 127.0.0.1 in front of the scheduler, whose connections the test can cut."""
+
+    def __init__(self, target: str) -> None:
+        import threading
+
+        host, port = target.removeprefix("tcp://").rsplit(":", 1)
+        self.target = (host, int(port))
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"tcp://127.0.0.1:{self.server.getsockname()[1]}"
+        self.open: list[socket.socket] = []
+        self.refusing = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            if self.refusing.is_set():
+                client.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            self.open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def cut(self, seconds: float) -> None:
+        """Drop every connection and refuse new ones for ``seconds``."""
+        self.refusing.set()
+        for connection in self.open:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        self.open.clear()
+        time.sleep(seconds)
+        self.refusing.clear()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.cluster
+def test_a_network_cut_of_a_second_between_coordinator_and_scheduler_journals_no_crash(tmp_path, cluster):
+    proxy = _Proxy(cluster.address)
+    try:
+        config = dask_config(tmp_path, cluster, "time.sleep(3)\n")
+        document = yaml.safe_load(config.read_text())
+        document["train"]["scheduler"] = proxy.address  # the coordinator's connection goes through the proxy
+        config.write_text(yaml.safe_dump(document))
+        coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: len(launched_trial_ids(tmp_path)) >= 2, 60, "nothing ran")
+            proxy.cut(1.0)
+            _, stderr = coordinator.communicate(timeout=240)
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+                coordinator.wait()
+    finally:
+        proxy.close()
+    assert coordinator.returncode == 0, stderr
+    assert_found(tmp_path)
+    crashes = [r for r in journal(tmp_path) if r["type"] == "trial_finished" and r["kind"] == "crash"]
+    assert crashes == [], crashes
+    assert sorted(launched_trial_ids(tmp_path)) == sorted(set(launched_trial_ids(tmp_path)))  # none trained twice
+
+
+@pytest.mark.cluster
+def test_the_scheduler_killed_mid_training_stops_the_search_in_one_line_and_resume_trains_nothing_twice(tmp_path):
+    if distributed is None or not DASK.exists():
+        pytest.skip("dask.distributed is not installed (pip install 'fusion-dd[dask]')")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen([str(DASK), *argv], env={**cli_env(), **(env or {})}, stdout=subprocess.DEVNULL,
+                                   stderr=open(tmp_path / f"dask-{len(processes)}.log", "wb"), start_new_session=True)
+        processes.append(process)
+        return process
+
+    def scheduler() -> subprocess.Popen[bytes]:
+        process = start("scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")
+        wait_until(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, 60, "no scheduler")
+        return process
+
+    def workers() -> None:
+        for device in DEVICES:
+            start("worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--resources", "device=1",
+                  "--name", f"npu{device}", "--no-dashboard", env={"ASCEND_DEVICE_ID": device})
+        with distributed.Client(address, timeout=30, set_as_default=False) as client:
+            client.wait_for_workers(len(DEVICES), timeout=60)
+
+    search = tmp_path / "search"
+    search.mkdir()
+    try:
+        first = scheduler()
+        workers()
+        config = write_config(search, "--culprits", CULPRIT)
+        document = yaml.safe_load(config.read_text())
+        document["rules"] = FEW_RULES
+        del document["train"]["devices"]
+        document["train"].update(launcher="dask", scheduler=address, kill_grace=2)
+        said = f'open({str(search / "started.log")!r}, "a").write(os.environ["FUSION_DD_TRIAL_ID"] + "\\n")\n'
+        command = document["train"]["command"]
+        command[command.index(str(FAKE_TRAIN))] = str(wrapper_script(search / "wrapped.py", said + "time.sleep(4)\n"))
+        config.write_text(yaml.safe_dump(document))
+        coordinator = subprocess.Popen(
+            [sys.executable, "-m", "fusion_dd.cli", "search"], cwd=search, env=cli_env({"FUSION_DD_DASK_RECONNECT": "5"}),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            try:
+                wait_until(lambda: len(launched_trial_ids(search)) == 2, 90, "the references never started")
+            except AssertionError:
+                coordinator.kill()
+                raise AssertionError(coordinator.communicate()[1]) from None
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(timeout=30)
+            _, stderr = coordinator.communicate(timeout=120)
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+                coordinator.wait()
+        assert coordinator.returncode == 2, stderr
+        last = stderr.strip().splitlines()[-1]
+        assert f"the dask scheduler at {address} is gone" in last and "fusion-dd resume" in last, stderr
+        assert "Traceback" not in stderr
+        losses = [r for r in journal(search) if r["type"] == "trial_cancelled"
+                  or (r["type"] == "trial_finished" and r["kind"] != "metric")]
+        assert losses == [], "the lost scheduler was journaled as a loss of trainings"
+        # A new scheduler at the same address; the workers come back to it, or new ones do.
+        scheduler()
+        for process in processes[1:3]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        workers()
+        result = run_fusion_dd("resume", "--scheduler", address, cwd=search)
+        assert result.returncode == 0, result.stderr
+        assert_found(search)
+        assert sorted(launched_trial_ids(search)) == sorted(set(launched_trial_ids(search))), "a trial trained twice"
+    finally:
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
