@@ -355,3 +355,102 @@ def test_a_requeued_job_is_the_same_trial_continuing_not_a_crash(tmp_path, slurm
     claim = json.loads((tmp_path / ".fusion-dd" / "trials" / "0002" / "claim.json").read_text())
     assert (claim["job_id"], claim["restarts"]) == (job, 1)
     assert not any(r["type"] == "trial_started" and r["attempt"] > 1 for r in records)
+
+
+@pytest.mark.parametrize(
+    ("state", "exit_code", "said"),
+    [
+        ("CANCELLED", "0:15", "was cancelled"),
+        ("TIMEOUT", "0:15", "was killed at its time limit (train.slurm.time)"),
+        ("OUT_OF_MEMORY", "0:125", "ran out of memory"),
+        ("NODE_FAIL", "0:0", "lost its node"),
+        ("PREEMPTED", "0:15", "was preempted and not requeued"),
+        ("FAILED", "1:0", "failed"),
+    ],
+)
+def test_a_job_that_ended_without_a_result_is_a_crash_saying_how_slurm_ended_it(tmp_path, monkeypatch, state,
+                                                                                exit_code, said):
+    from fusion_dd.runner import slurm_commands
+    from fusion_dd.runner.launcher import TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.slurm_launcher import SlurmHandle
+    from fusion_dd.runner.trial import TrialSpec
+
+    spec = TrialSpec(trial_id="0003", trial_dir=tmp_path / "0003", command=("true",), workdir=".", base_dir=tmp_path,
+                     env={}, device=("slurm/1",), device_env="CUDA_VISIBLE_DEVICES", timeout=60, repeat=0,
+                     switch_text="")
+    spec.trial_dir.mkdir()
+    (spec.trial_dir / "claim.json").write_text(json.dumps({"job_id": "77", "restarts": 0}))
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    monkeypatch.setattr(slurm_commands, "job_facts",
+                        lambda job: {"JobState": state, "ExitCode": exit_code, "NodeList": "n1"})
+
+    class Queue:
+        state_dir = tmp_path
+
+        def state_of(self, job_id):
+            return state
+
+        def forget(self, job_id):
+            pass
+
+    result = SlurmHandle(Queue(), request, "77").wait()
+    assert not result.cancelled and result.kind == "crash", result
+    assert f"Slurm job 77 {said}" in result.reason and f"state {state}" in result.reason, result.reason
+    assert "not trained again in its directory" in result.reason
+
+
+def test_a_job_of_a_node_that_cannot_see_the_state_directory_stops_the_search_in_one_line(tmp_path, monkeypatch):
+    from fusion_dd.runner import slurm_commands
+    from fusion_dd.runner.launcher import TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.slurm_job import NOT_SHARED
+    from fusion_dd.runner.slurm_launcher import SlurmHandle
+    from fusion_dd.runner.trial import TrialSpec
+
+    spec = TrialSpec(trial_id="0001", trial_dir=tmp_path / "0001", command=("true",), workdir=".", base_dir=tmp_path,
+                     env={}, device=("slurm/1",), device_env="CUDA_VISIBLE_DEVICES", timeout=60, repeat=0,
+                     switch_text="")
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    monkeypatch.setattr(slurm_commands, "job_facts",
+                        lambda job: {"JobState": "FAILED", "ExitCode": f"{NOT_SHARED}:0", "NodeList": "n7"})
+
+    class Queue:
+        state_dir = tmp_path
+
+        def state_of(self, job_id):
+            return "FAILED"
+
+        def forget(self, job_id):
+            pass
+
+    with pytest.raises(UsageError, match="Slurm job 5 on n7 cannot see it at the same path"):
+        SlurmHandle(Queue(), request, "5").wait()
+
+
+def test_the_job_body_refuses_a_state_directory_it_cannot_see_and_a_trial_another_job_claimed(tmp_path, monkeypatch):
+    from fusion_dd.runner import slurm_job
+
+    monkeypatch.setattr(slurm_job.signal, "signal", lambda signum, handler: None)  # not pytest's own handlers
+    trial = tmp_path / "0001"
+    trial.mkdir()
+    token = tmp_path / ".proof"
+    token.write_text("right")
+    assert slurm_job.main([str(trial), str(token), "wrong"]) == slurm_job.NOT_SHARED
+    assert list(trial.iterdir()) == []  # nothing written
+    (trial / "claim.json").write_text(json.dumps({"job_id": "8", "restarts": 0, "host": "n1"}))
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    (trial / "slurm_request.pickle").write_bytes(__import__("pickle").dumps(_request(trial)))
+    assert slurm_job.main([str(trial), str(token), "right"]) == slurm_job.CLAIM_TAKEN
+    assert not (trial / "output.log").exists()  # not trained
+
+
+def _request(trial: Path):
+    from fusion_dd.runner.launcher import TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.trial import TrialSpec
+
+    spec = TrialSpec(trial_id="0001", trial_dir=trial, command=("true",), workdir=".", base_dir=trial.parent,
+                     env={}, device=("slurm/1",), device_env="CUDA_VISIBLE_DEVICES", timeout=60, repeat=0,
+                     switch_text="")
+    return TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
