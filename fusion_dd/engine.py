@@ -25,6 +25,7 @@ from .config import SearchConfig
 from .errors import UsageError
 from .runner.early_stop import LossCurveHook, envelope, read_curve
 from .runner.executor import Device, DevicePool, Pools, run_batch
+from .runner.wakeup import CancelEvent
 from .store.journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .runner.metrics import MetricSpec
 from .report import REPORT_NAME, build_report, display_path, write_outputs
@@ -118,6 +119,9 @@ class Engine:
         # Journal records of a reference trained before the journal existed (the all-on training of
         # rules.from: all_on, fusion_dd.closure): journaled right after search_started of a new search.
         self._adopt = list(adopt)
+        # Whether the trainings an earlier session left running were adopted and waited for
+        # (or stopped): until then, a stop must stop them too.
+        self._orphans_settled = False
         self.events: SearchEvents = events or QuietEvents()
         self.backend = backend or backend_for(config)
         self.launcher: Launcher = launcher or launcher_for(config)
@@ -559,30 +563,63 @@ class Engine:
         return read_curve(self.state_dir / trial.trial_dir, step_pattern)
 
     def _adopt_orphans(self) -> None:
-        """Trainings an earlier coordinator left running: take their results, never rerun them needlessly."""
-        self._load_baseline_curve()
-        orphans = self.state.open_trials()
-        if not orphans:
+        """Trainings an earlier coordinator left running: take their results, never rerun them needlessly.
+
+        A stop (Ctrl-C, SIGTERM) that lands before their wait has begun must still stop
+        them: otherwise they would train on with no coordinator, and the next resume
+        would adopt them again.
+        """
+        try:
+            self._adopt_and_wait()
+        except KeyboardInterrupt:
+            self._stop_orphans()
+            raise
+        finally:
+            self._orphans_settled = True
+
+    def _stop_orphans(self) -> None:
+        """Adopt whatever an earlier session left running and cancel it, for a stop before its wait.
+
+        Only while no training of this session has started: the open trials are then
+        all the earlier session's. A second signal only waits on (``_install_sigterm``).
+        """
+        if self._orphans_settled:
             return
+        self._orphans_settled = True
+        handles = [(trial, handle) for trial in self.state.open_trials() if (handle := self._adopt_one(trial))]
+        for _, handle in handles:
+            handle.cancel()
+        stopped = CancelEvent()
+        stopped.set()
+        for trial, handle in handles:
+            self._record_end(trial, handle.wait(stopped))
+
+    def _adopt_one(self, trial: TrialState) -> Any:
+        """The handle of an earlier session's training, or None (journaled) when it is gone."""
+        request = self._request(trial, trial.device or ())
+        placement = trial.launch.get("placement") if trial.launch is not None else None
+        handle = self.launcher.adopt(request, placement)
+        if handle is None:
+            launched = trial.launch is not None or self.launcher.ever_started(request)
+            self._append(
+                {
+                    "type": "trial_cancelled",
+                    "trial_id": trial.trial_id,
+                    "reason": "lost: the coordinator stopped and the training never finished"
+                    if launched
+                    else "never launched: the coordinator stopped before the training's supervisor "
+                    "started (costs no budget)",
+                    "launched": launched,
+                }
+            )
+        return handle
+
+    def _adopt_and_wait(self) -> None:
+        self._load_baseline_curve()
         adopted: list[tuple[TrialState, Any]] = []
-        for trial in orphans:
-            request = self._request(trial, trial.device or ())
-            placement = trial.launch.get("placement") if trial.launch is not None else None
-            handle = self.launcher.adopt(request, placement)
-            if handle is None:
-                launched = trial.launch is not None or self.launcher.ever_started(request)
-                self._append(
-                    {
-                        "type": "trial_cancelled",
-                        "trial_id": trial.trial_id,
-                        "reason": "lost: the coordinator stopped and the training never finished"
-                        if launched
-                        else "never launched: the coordinator stopped before the training's supervisor "
-                        "started (costs no budget)",
-                        "launched": launched,
-                    }
-                )
-            else:
+        for trial in self.state.open_trials():
+            handle = self._adopt_one(trial)
+            if handle is not None:
                 adopted.append((trial, handle))
         if not adopted:
             return
@@ -758,6 +795,7 @@ class Engine:
         except KeyboardInterrupt:
             if self._journal is None:
                 raise
+            self._stop_orphans()  # a stop before the adoption began (pre-flight, session record)
             self._append({"type": "search_stopped", "reason": "interrupted"})
             return self._stop("interrupted", EXIT_INTERRUPTED, self._known_preconditions(), None)
         finally:

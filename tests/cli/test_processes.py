@@ -85,10 +85,13 @@ def kill_leftovers(state: Path) -> None:
                 pass
 
 
-def interrupt_and_check(coordinator: subprocess.Popen[str], sig: int, trial_dir: Path, twice: bool = False) -> None:
+def interrupt_and_check(
+    coordinator: subprocess.Popen[str], sig: int, trial_dir: Path, twice: bool = False, stderr: Path | None = None
+) -> None:
     """Signal the coordinator while ``trial_dir``'s training runs; it must stop it and exit 130 in time.
 
     ``twice``: the signal again during the clean-up (an impatient user); it must not cut it short.
+    ``stderr``: the file the coordinator's stderr goes to, when it is not a pipe.
     """
     record = supervisor_record(trial_dir)
     assert "training_pgid" in record, record
@@ -105,6 +108,8 @@ def interrupt_and_check(coordinator: subprocess.Popen[str], sig: int, trial_dir:
         _, err = coordinator.communicate()
         pytest.fail(f"fusion-dd did not stop on signal {sig}: {err}")
     took = time.monotonic() - sent
+    if stderr is not None:
+        err = stderr.read_text()
     assert coordinator.returncode == 130, err
     assert "Traceback" not in err
     assert took <= KILL_GRACE + 6, f"stopping took {took:.1f} s"
@@ -124,12 +129,15 @@ def interrupt_and_check(coordinator: subprocess.Popen[str], sig: int, trial_dir:
 
 
 def wait_for_training(trial_dir: Path, coordinator: subprocess.Popen[str]) -> None:
+    """Until the fake training in ``trial_dir`` runs its steps: its signal handling and
+    children are in place by then (it prints its first step after setting them up)."""
+
     def started() -> bool:
         assert coordinator.poll() is None, coordinator.communicate()
-        return "training_pgid" in supervisor_record(trial_dir)
+        log = trial_dir / "output.log"
+        return "training_pgid" in supervisor_record(trial_dir) and log.exists() and "step 1 " in log.read_text()
 
     assert eventually(started, within=120), "the training never started"
-    time.sleep(0.5)  # let the coordinator settle into waiting for it
 
 
 # A training that runs alone: one device, or several devices but a batch of one
@@ -171,8 +179,14 @@ def test_a_signal_stops_a_training_that_runs_alone(tmp_path: Path, layout: str, 
         kill_leftovers(state)
 
 
-def test_a_signal_stops_an_adopted_training(tmp_path: Path) -> None:
-    """The resumed coordinator waits on a training it adopted; SIGTERM must stop that one too."""
+@pytest.mark.parametrize("moment", ["at_the_session_start", "in_the_adoption_wait"])
+def test_a_signal_stops_an_adopted_training(tmp_path: Path, moment: str) -> None:
+    """The resumed coordinator adopts a training the killed one left running; SIGTERM must stop it.
+
+    Signalled as soon as the new session is journaled (the adoption may not have begun)
+    and once the coordinator says it waits for the adopted training: either way nothing
+    of that training may outlive the coordinator.
+    """
     write_config(tmp_path, fake("--sleep", "60", "--ignore-sigterm"), [0])
     state = tmp_path / ".fusion-dd"
     trial_dir = state / "trials" / "0001"
@@ -183,12 +197,16 @@ def test_a_signal_stops_an_adopted_training(tmp_path: Path) -> None:
         first.kill()
         first.communicate(timeout=60)
         assert supervisor_record(trial_dir) and not (trial_dir / "status.json").exists()
-        resumed = start(tmp_path, "resume")
+        stderr = tmp_path / "resume.stderr"
+        with stderr.open("w") as sink:
+            resumed = start_fusion_dd(tmp_path, "resume", stdout=subprocess.DEVNULL, stderr=sink)
         journal = state / "journal.jsonl"
-        assert eventually(lambda: journal.read_text().count('"session_started"') == 2, within=120)
-        time.sleep(1.0)  # into the adoption's wait
+        if moment == "at_the_session_start":
+            assert eventually(lambda: journal.read_text().count('"session_started"') == 2, within=120)
+        else:
+            assert eventually(lambda: "adopting 1 training(s)" in stderr.read_text(), within=120), stderr.read_text()
         assert not (state / "trials" / "0002").exists()
-        interrupt_and_check(resumed, signal.SIGTERM, trial_dir)
+        interrupt_and_check(resumed, signal.SIGTERM, trial_dir, stderr=stderr)
     finally:
         for process in (first, resumed):
             if process is not None and process.poll() is None:
