@@ -83,6 +83,20 @@ def time_limit(configured: str | None, timeout: float | None, grace: float) -> s
     return str(max(1, math.ceil((timeout + grace + TIME_MARGIN_SECONDS) / 60.0)))
 
 
+def resource_options(settings: Any, timeout: float | None, grace: float) -> dict[str, str | int | None]:
+    """What each job asks Slurm for (``train.slurm``), as ``sbatch`` option names and values."""
+    return {
+        "partition": settings.partition,
+        "gres": settings.gres,
+        "time": time_limit(settings.time, timeout, grace),
+        "cpus-per-task": settings.cpus_per_task,
+        "mem": settings.mem,
+        "account": settings.account,
+        "qos": settings.qos,
+        "ntasks": 1,
+    }
+
+
 def job_script(request: TrialRequest, name: str, settings: Any, token: tuple[str, str]) -> str:
     """The batch script of one trial (plain ``sh``; every value quoted)."""
     spec = request.spec
@@ -91,14 +105,7 @@ def job_script(request: TrialRequest, name: str, settings: Any, token: tuple[str
         "job-name": name,
         "output": f"{trial_dir}/slurm-%j.out",
         "chdir": trial_dir,
-        "partition": settings.partition,
-        "gres": settings.gres,
-        "time": time_limit(settings.time, spec.timeout, spec.grace),
-        "cpus-per-task": settings.cpus_per_task,
-        "mem": settings.mem,
-        "account": settings.account,
-        "qos": settings.qos,
-        "ntasks": 1,
+        **resource_options(settings, spec.timeout, spec.grace),
     }
     lines = ["#!/bin/sh", *slurm.sbatch_options(options, settings.extra)]
     argv = [sys.executable, "-m", "fusion_dd.runner.slurm_job", trial_dir, token[0], token[1]]
@@ -372,4 +379,4 @@ def slurm_launcher_for(config: Any) -> SlurmLauncher:
     return SlurmLauncher(config.train.slurm, config.state_dir)
 
 
-__all__ = ["JOB_FILE", "SlurmHandle", "SlurmLauncher", "job_script", "slurm_launcher_for", "time_limit"]
+__all__ = ["JOB_FILE", "resource_options", "SlurmHandle", "SlurmLauncher", "job_script", "slurm_launcher_for", "time_limit"]

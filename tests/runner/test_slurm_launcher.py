@@ -214,6 +214,17 @@ def test_without_the_slurm_tools_the_launcher_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "launch.log").exists()
 
 
+def test_dry_run_says_what_each_job_asks_for_and_that_the_device_is_slurms(tmp_path):
+    slurm_config(tmp_path, max_jobs=3, partition="npu", extra=["--exclusive"])
+    result = run_fusion_dd("search", "--dry-run", cwd=tmp_path, env={"PATH": str(tmp_path / "no-slurm-needed")})
+    assert result.returncode == 0, result.stderr
+    assert "CUDA_VISIBLE_DEVICES=<as Slurm sets it in the job>" in result.stdout, result.stdout
+    assert "launcher: slurm: one sbatch job per trial, at most 3 at once" in result.stdout
+    assert "--partition=npu --gres=gpu:1 --time=8 --cpus-per-task=1 --mem=200M --ntasks=1 --exclusive" in result.stdout
+    assert "on 3 device slot(s)" in result.stdout
+    assert not (tmp_path / ".fusion-dd" / "trials").exists()
+
+
 # --- on a real Slurm --------------------------------------------------------------------
 
 
