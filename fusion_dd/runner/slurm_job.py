@@ -40,7 +40,7 @@ from .cluster import (
     read_token,
     wait_with_watchers,
 )
-from .launcher import this_host
+from .launcher import TrialResult, this_host
 from .supervisor import write_json_atomic
 
 REQUEST_FILE = "slurm_request.pickle"
@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
                                                      "time": time.time()})
         _say("stopped by Slurm (scancel, time limit or preemption): no result kept")
         return STOPPED_BY_SLURM
+    if cancel_requested(trial_dir) and not result.cancelled and result.kind != "metric":
+        # scancel signals every process of the job, the training too, so it may die of the SIGTERM
+        # before its supervisor cancels it: what fusion-dd asked for is a cancel, not a crash.
+        result = TrialResult(cancelled=True, duration=result.duration)
     keep_result(trial_dir, result)
     return 0
 

@@ -153,6 +153,8 @@ class SlurmHandle:
                 if kept is not None:
                     if self._cancel_sent:
                         self._wait_gone_from_queue()
+                        if kept.kind != "metric":  # killed by our scancel's SIGTERM: cancelled, as asked
+                            return TrialResult(cancelled=True, duration=kept.duration)
                     return kept
                 try:
                     state = self.launcher.state_of(self.job_id)
