@@ -213,6 +213,15 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
     return result
 
 
+def _stop_if_unreadable(artifacts: Mapping[str, Any] | None, what: str) -> None:
+    """Nothing fired, but a hook could not read its file: "nothing fired" would be a guess, so stop, naming it."""
+    from .hooks import fired_of
+
+    errors = [str(facts["error"]) for facts in (artifacts or {}).values() if isinstance(facts, Mapping) and facts.get("error")]
+    if errors and not fired_of(artifacts):
+        raise UsageError(f"{what}: could not read which rules fired: {errors[0]}")
+
+
 def _stop_if_ignored(artifacts: Mapping[str, Any], closure_added: set[str], what: str) -> None:
     """A training whose switches did not reach the compiler proves nothing: stop, with the backend's hint.
 
@@ -252,6 +261,7 @@ def run_closure(
         what = f"closure round {number}"
         artifacts = train_once(config, candidates, [], trial_dir, what).artifacts
         _stop_if_ignored(artifacts, {rule.name for rule in candidates} - given, what)
+        _stop_if_unreadable(artifacts, what)
         sections.update(fired_sections_of(artifacts))
         return sorted(fired_of(artifacts)), fired_although_off_of(artifacts)
 
@@ -372,6 +382,7 @@ def candidates_from_all_on(config: Any, say: Callable[[str], None]) -> tuple[Any
         started = time.time()
         result = train_once(config, listed, listed, trial_dir, "rules.from: all_on")
         _stop_if_ignored(result.artifacts, set(), "rules.from: all_on")
+        _stop_if_unreadable(result.artifacts, "rules.from: all_on")
         rendered = backend.render(listed, listed)
         record = {
             "fired": sorted(fired_of(result.artifacts)),

@@ -36,7 +36,8 @@ UNKNOWN_SHOWN = 10
 # Device ids end up in environment variables and command lines: numbers, names,
 # GPU/MIG UUIDs ("MIG-GPU-.../1/0"); never white space, separators or NUL.
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_.:/-]+")
-_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json", "from_all_on.json"}
+_STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json", "from_all_on.json",
+                "ort_disabled_optimizers.txt", "xla_disabled_passes.txt"}
 
 # The schema: every allowed key, so that a typo is reported with a suggestion.
 _SCHEMA: dict[str, Any] = {
@@ -591,7 +592,7 @@ def _read_rules(
     known_sections: dict[str, set[Section]] = {}
     from_all_on = section.get("from") == "all_on"  # the all-on training gives them (fusion_dd.closure)
     if section.get("from") is not None and not from_all_on:
-        candidates = _rules_from_artifacts(reader, section["from"], base_dir, keep_unfired)
+        candidates = _rules_from_artifacts(reader, section["from"], base_dir, keep_unfired, _listed_sections(section))
         rules.extend(candidates.rules)
         unknown_texts = {str(item) for item in candidates.name_warnings if item.kind == "unknown"}
         unknown.extend(("rules.from", text) for text in unknown_texts)
@@ -688,8 +689,24 @@ def _unknown_names(reader: _Reader, unknown: list[tuple[str, str]], policy: str)
     return shown
 
 
-def _rules_from_artifacts(reader: _Reader, raw: Any, base_dir: Path, keep_unfired: bool) -> Any:
-    """``rules.from``: candidate rules taken from the user's CANN artifacts."""
+def _listed_sections(section: Mapping[str, Any]) -> dict[str, Section]:
+    """The names ``rules.GraphFusion`` / ``rules.UBFusion`` list, with their section (checked later)."""
+    listed: dict[str, Section] = {}
+    for section_enum in (Section.GRAPH, Section.UB):
+        names = section.get(section_enum.value)
+        if isinstance(names, list):
+            listed.update({name: section_enum for name in names if isinstance(name, str)})
+    return listed
+
+
+def _rules_from_artifacts(
+    reader: _Reader, raw: Any, base_dir: Path, keep_unfired: bool, listed: Mapping[str, Section] | None = None
+) -> Any:
+    """``rules.from``: candidate rules taken from the user's CANN artifacts.
+
+    A name a rule list there gives without a section takes the section ``listed``
+    gives it (``rules.GraphFusion`` / ``rules.UBFusion`` of the same config).
+    """
     from .ascend import collect_candidates
 
     if isinstance(raw, str):
@@ -700,7 +717,7 @@ def _rules_from_artifacts(reader: _Reader, raw: Any, base_dir: Path, keep_unfire
     for path in paths:
         if not path.exists():
             raise reader.error("rules.from", f"not found: {path}")
-    return collect_candidates(paths, keep_unfired=keep_unfired)
+    return collect_candidates(paths, keep_unfired=keep_unfired, declared_sections=listed)
 
 
 def _read_graphs(reader: _Reader, section: Mapping[str, Any], base_dir: Path) -> tuple[str, ...]:
@@ -776,6 +793,37 @@ def parse_devices(raw: Any, key: str = "train.devices", reader: _Reader | None =
         if not _DEVICE_ID.fullmatch(device):
             raise fail(f"invalid device id {device!r}: use letters, digits and . _ : / - only")
     return tuple(entries)
+
+
+#: What each device variable accepts: CANN's ASCEND_DEVICE_ID is the chip's number; CUDA takes
+#: indices or the GPU-/MIG- UUIDs nvidia-smi -L prints. A variable not listed is not checked.
+_DEVICE_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
+    "ASCEND_DEVICE_ID": (re.compile(r"\d+"), "a chip number as npu-smi info lists it, e.g. 0,1"),
+    "CUDA_VISIBLE_DEVICES": (
+        re.compile(r"\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+"),
+        "a GPU index or a GPU-/MIG- UUID as nvidia-smi -L lists it, e.g. 0,1",
+    ),
+}
+
+
+def check_device_ids(config: "SearchConfig", key: str) -> None:
+    """Every device id of a local search is one its device variable accepts (``key`` names where it was given).
+
+    ``ASCEND_DEVICE_ID=gpu0`` is not a device: the training would fail on every
+    configuration alike, or pick a default device and share it. A cluster's devices
+    are the workers' own (the dask launcher checks them), so only local pools are checked.
+    """
+    train = config.train
+    form = _DEVICE_FORMS.get(train.device_env)
+    if train.launcher != "local" or form is None:
+        return
+    pattern, example = form
+    for device in (device for entry in train.devices for device in entry):
+        if not pattern.fullmatch(device):
+            whose = "CANN" if config.compiler == "cann" else config.compiler
+            raise UsageError(
+                f"{key}: invalid device id {device!r} for {train.device_env} ({whose}): give {example}"
+            )
 
 
 def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env: str = "ASCEND_DEVICE_ID") -> TrainConfig:

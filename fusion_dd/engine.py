@@ -31,7 +31,7 @@ from .runner.metrics import MetricSpec
 from .report import REPORT_NAME, build_report, display_path, write_outputs
 from .store.snapshots import Snapshots
 from .rules import Rule
-from .scoring import Measurement, Preconditions, check_preconditions
+from .scoring import UNEVALUABLE, Measurement, Preconditions, check_preconditions
 from .search import STRATEGIES, guided
 from .search.culprits import CulpritSearch, find_culprits
 from .search.lanes import LanePlan
@@ -272,13 +272,16 @@ class Engine:
         """The finished training that decides this key, or None while it needs (another) training.
 
         A crash, timeout or missing metric is retried up to ``train.retries`` times
-        before it stands as UNRESOLVED.
+        before it stands as UNRESOLVED; a training that exited 125 (it cannot evaluate
+        this configuration) stands at once.
         """
         trial = self.state.cache().get(key)
         if trial is None:
             return None
         if trial.resolved or self.state.attempts(key) > self.config.train.retries:
             return trial
+        if trial.finished is not None and trial.finished.get("kind") == UNEVALUABLE:
+            return trial  # the training said it cannot evaluate this configuration: a retry says the same
         return None
 
     def remaining_budget(self) -> int:

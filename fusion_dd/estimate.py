@@ -49,13 +49,31 @@ class Estimate:
     seconds_left: float | None = None
     finish_at: float | None = None
     explanation: str = ""
+    low: int | None = None  # the fewest any hypothesis needs (None: ``trainings_left``)
+    high: int | None = None  # the likely upper bound: one more culprit set than seen (None: ``trainings_left``)
+
+    @property
+    def range(self) -> tuple[int, int]:
+        """(fewest, likely most) trainings left, running ones included."""
+        low = self.trainings_left if self.low is None else self.low
+        high = self.trainings_left if self.high is None else self.high
+        return min(low, self.trainings_left), max(high, self.trainings_left)
 
     def text(self) -> str:
-        """One line for people: the number, its basis, the bound and the time."""
+        """One line for people: the range, what it assumes, the budget's bound and the time."""
         if self.basis == "done":
             return "estimate: 0 trainings left (the search has its answer)"
-        what = {"expectation": "expected", "typical": "typical for one culprit"}.get(self.basis, self.basis)
-        line = f"estimate: about {self.trainings_left} training(s) left ({what}; at most {self.budget_left} by the budget)"
+        low, high = self.range
+        span = f"{low} to {high}" if low != high else f"about {high}"
+        if self.basis == "typical":
+            what = f"typical for one culprit set ({self.trainings_left}) to two"
+        elif self.basis == "localization":
+            what = "the answer stands; the dumped trainings of localization"
+        elif low == high:
+            what = "the same under every hypothesis"  # e.g. the fix passed: no further culprit set can hide
+        else:
+            what = f"about {self.trainings_left} expected, {high} if one more culprit set shows up"
+        line = f"estimate: {span} training(s) left ({what}; at most {self.budget_left} by the budget)"
         if self.finish_at is not None and self.seconds_left is not None:
             line += f", finishing in about {_duration(self.seconds_left)} (around {time.strftime('%H:%M', time.localtime(self.finish_at))})"
         return line
@@ -68,6 +86,8 @@ class Estimate:
             "seconds_left": self.seconds_left,
             "finish_at": self.finish_at,
             "explanation": self.explanation,
+            "low": self.range[0],
+            "high": self.range[1],
         }
 
 
@@ -93,22 +113,28 @@ class _Continuation(_Replay):
     def remaining_budget(self) -> int:
         return max(0, self._budget - self.launched)
 
-    def _fake(self, key: ConfigKey) -> TrialState:
+    def _fake(self, key: ConfigKey, role: str | None = None) -> TrialState:
         names, repeat = key
         self._number += 1
         trial_id = f"sim{self._number:05d}"
-        self.state.apply(
-            {"type": "trial_started", "trial_id": trial_id, "config": sorted(names), "repeat": repeat,
-             "device": ["sim"], "trial_dir": "", "role": self._role(key), "time": 0.0}
-        )
+        role = role or self._role(key)
+        record = {"type": "trial_started", "trial_id": trial_id, "config": sorted(names), "repeat": repeat,
+                  "device": ["sim"], "trial_dir": "", "role": role, "time": 0.0}
+        if repeat == 0 and self._references_dump() and (
+            role in ("baseline", "all_on") or (role == "search" and names in self._fix_candidates)
+        ):
+            record["dumps"] = True  # as the engine journals it: this training's dump serves localization
+        self.state.apply(record)
         self.state.apply({"type": "trial_finished", "trial_id": trial_id, "duration": 0.0, **self._answer(names)})
         return self.state.trials[trial_id]
 
-    def _launch_batch(self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None) -> None:
+    def _launch_batch(
+        self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None, role: str | None = None
+    ) -> None:
         width = max(1, len(self.config.train.devices))
         count = len(keys)
         for index, key in enumerate(keys):
-            trial = self._fake(key)
+            trial = self._fake(key, role)
             if stop_after is not None and stop_after(trial):
                 # Later keys of the wave already running are launched (and paid) too.
                 count = min(len(keys), math.ceil((index + 1) / width) * width)
@@ -143,16 +169,16 @@ def _measured(
 
 
 def _fails(
-    config: frozenset[str], culprits: set[str], failed: list[frozenset[str]], passed: list[frozenset[str]]
+    config: frozenset[str], culprits: set[frozenset[str]], failed: list[frozenset[str]], passed: list[frozenset[str]]
 ) -> bool:
     """A hypothetical training's verdict, monotone and consistent with what was measured:
     a superset of a failing configuration fails, a subset of a passing one passes, else
-    it fails when it holds a hypothesized culprit."""
+    it fails when it holds a hypothesized culprit set."""
     if any(config >= known for known in failed):
         return True
     if any(config <= known for known in passed):
         return False
-    return bool(culprits & config)
+    return any(culprit <= config for culprit in culprits)
 
 
 def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | None = None) -> Estimate | None:
@@ -172,61 +198,146 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
         result = probe._search()
     except (TrainingBroken, SwitchIgnored):
         return None
-    if result.status in ANSWERS:
-        return Estimate(0, "done", budget_left)
-    pre = probe._pre
     durations = [float(t.finished["duration"]) for t in state.trials.values()
                  if t.finished is not None and isinstance(t.finished.get("duration"), (int, float))]
     mean = sum(durations) / len(durations) if durations else None
     running = [max(0.0, mean - (now - t.started_at)) if mean is not None else 0.0 for t in state.open_trials()]
     width = max(1, len(config.train.devices))
+    pre = probe._pre
+    if result.status in ANSWERS:
+        if result.status == "found" and pre is not None and pre.threshold is not None:
+            # The answer stands; what may be left are the dumped trainings of localization.
+            passing, failing = _answers(pre.threshold)
+            launched, turns = _continue(config, records, set(), [], [], passing, failing, budget_left)
+            left = launched + len(state.open_trials())
+            if left:
+                seconds = turns * mean + max(running, default=0.0) if mean is not None else None
+                return Estimate(left, "localization", budget_left, seconds,
+                                now + seconds if seconds is not None else None,
+                                "the search has its answer; the dumped trainings of localization are left")
+        return Estimate(0, "done", budget_left)
     if pre is None or pre.threshold is None or not pre.ok:
         rules = len(state.definition.get("rules") or [])
         references = sum(1 for key, _ in probe._reference_keys(probe._reference_extra) if probe._settled(key) is None)
-        open_refs = sum(1 for t in state.open_trials() if t.role in ("baseline", "all_on"))
-        typical = max(0, references - open_refs) + 2 * max(1, math.ceil(math.log2(max(2, rules)))) + 1
-        left = min(typical, budget_left)
+        per_culprit = 2 * max(1, math.ceil(math.log2(max(2, rules)))) + 1
+        cap = budget_left + len(state.open_trials())
+        left = min(references + per_culprit, cap)
+        high = min(references + 3 * per_culprit, cap)  # two culprit sets, one of them a pair
+        low = min(references + 2, cap)  # the first question names the culprit, and the fix is verified
         seconds = (math.ceil(left / width) * mean + max(running, default=0.0)) if mean is not None else None
         return Estimate(left, "typical", budget_left, seconds, now + seconds if seconds is not None else None,
-                        "the references are not measured yet: the dry run's rule for one culprit")
+                        "the references are not measured yet: the dry run's rule for one culprit, and for two",
+                        low=low, high=high)
     threshold = pre.threshold
     passing, failing = _answers(threshold)
     failed, passed = _measured(state, threshold, config.score.crash_is_failure)
     # The failing configurations no smaller failing one explains: each holds a culprit
-    # the search has not pinned down yet (a single rule, by hypothesis).
+    # the search has not pinned down yet (a single rule, by hypothesis). A failing fix
+    # candidate is one of them: at least one more culprit set than those isolated.
     minimal = [sorted(c) for c in failed if c and not any(other < c for other in failed)]
     minimal = [names for index, names in enumerate(minimal) if names not in minimal[:index]]
+    # A rule that a passing training had on is no culprit on its own: the culprit of a
+    # failing configuration is one of its other rules (all of them cleared: an interacting
+    # set, bet on by its first rules). A culprit set not seen yet hides the same way.
+    rules = [rule["name"] for rule in state.definition.get("rules") or []]
+    cleared = {name for config_names in passed for name in config_names}
+    minimal = [[name for name in names if name not in cleared] or names for names in minimal]
     tries = max((min(len(names), HYPOTHESES) for names in minimal), default=1)
-    counts: list[int] = []
-    rounds: list[int] = []
+    hidden = [name for name in rules if name not in cleared] or rules
+    running_search = sum(1 for trial in state.open_trials())
+    base: list[tuple[int, int]] = []
+    more: list[tuple[int, int]] = []
     for attempt in range(tries):
-        culprits = {names[int(attempt * len(names) / tries) % len(names)] for names in minimal}
-        world = replay(records)
-        for trial in world.open_trials():  # the running trainings end as the hypothesis says
-            fails = _fails(trial.config, culprits, failed, passed)
-            world.apply({"type": "trial_finished", "trial_id": trial.trial_id, "duration": 0.0,
-                         **(failing if fails else passing)})
-
-        def answer(config_names: frozenset[str], culprits: set[str] = culprits) -> dict[str, Any]:
-            return failing if _fails(config_names, culprits, failed, passed) else passing
-
-        continuation = _Continuation(config, world, answer, budget_left)
-        continuation._open()
-        try:
-            continuation._search()
-        except (TrainingBroken, SwitchIgnored):
-            pass
-        counts.append(continuation.launched)
-        rounds.append(continuation.rounds)
-    left = min(budget_left, math.ceil(sum(counts) / len(counts)))
+        culprits = {frozenset({names[int(attempt * len(names) / tries) % len(names)]}) for names in minimal}
+        base.append(_continue(config, records, culprits, failed, passed, passing, failing, budget_left))
+    suspected = _suspected(state, minimal, passed)
+    if suspected is not None:  # a guided search asks its suspects first: the cheapest world it may be in
+        base.append(_continue(config, records, suspected, failed, passed, passing, failing, budget_left))
+    for attempt in range(min(HYPOTHESES, len(hidden))):
+        culprits = {frozenset({names[int(attempt * len(names) / tries) % len(names)]}) for names in minimal}
+        # The costlier kind of culprit set: an interacting pair, two rules far apart.
+        others = [name for name in hidden if frozenset({name}) not in culprits] or hidden
+        first = int((attempt + 0.5) * len(others) / min(HYPOTHESES, len(hidden)))
+        culprits.add(frozenset({others[first], others[(first + len(others) // 2) % len(others)]}))
+        more.append(_continue(config, records, culprits, failed, passed, passing, failing, budget_left))
+    counts = [launched + running_search for launched, _ in base]
+    if state.guide is None and config.search.guide == "dumps":
+        # The guide is decided from the references' dumps once they are in (a replay cannot):
+        # its first suspect may be the culprit, one question and the fix verification.
+        counts.append(min(counts + [2 + running_search]))
+    rounds = [turns for _, turns in base]
+    left = min(budget_left + running_search, math.ceil(sum(counts) / len(counts)))
+    low = min(counts)
+    high = min(budget_left + running_search, max(counts + [launched + running_search for launched, _ in more]))
     seconds = None
     if mean is not None:
         seconds = (sum(rounds) / len(rounds)) * mean + max(running, default=0.0)
     explanation = (
-        f"mean over {len(counts)} hypotheses (one culprit rule in each of the {len(minimal)} failing "
-        f"configuration(s) no smaller failing one explains, no other culprits): {min(counts)} to {max(counts)} trainings"
+        f"over {len(counts)} hypotheses (one culprit rule in each of the {len(minimal)} failing "
+        f"configuration(s) no smaller failing one explains): {min(counts)} to {max(counts)} trainings, "
+        f"running ones included; {high} at most over {len(more)} hypotheses with one more culprit set"
     )
-    return Estimate(left, "expectation", budget_left, seconds, now + seconds if seconds is not None else None, explanation)
+    return Estimate(left, "expectation", budget_left, seconds, now + seconds if seconds is not None else None,
+                    explanation, low=low, high=high)
+
+
+def _suspected(
+    state: SearchState, minimal: Sequence[Sequence[str]], passed: Sequence[frozenset[str]]
+) -> set[frozenset[str]] | None:
+    """The hypothesis a guided search bets on: in each unexplained failing configuration, its top suspect.
+
+    The suspects are the journaled guide's ranking and those of its refinements (the
+    dumps of failing fix candidates), latest first. A suspect that passed alone is
+    bet on with its first partner (an interacting pair), as the guided search asks
+    it next. None when nothing was ranked.
+    """
+    found = [*reversed(list(state.refined.values())), *([state.guide] if state.guide is not None else [])]
+    order = [name for record in found for name in record.get("ranking") or []]
+    if not order:
+        return None
+    mates: dict[str, list[str]] = {}
+    for record in found:
+        for rule, names in ((record.get("dumps") or record).get("partners") or {}).items():
+            mates.setdefault(rule, list(names))
+    alone = {next(iter(config)) for config in passed if len(config) == 1}
+    chosen: set[frozenset[str]] = set()
+    for names in minimal:
+        inside = set(names)
+        top = next((name for name in order if name in inside), None)
+        if top is None:
+            return None
+        mate = next((name for name in mates.get(top, []) if name in inside), None) if top in alone else None
+        chosen.add(frozenset({top, mate}) if mate is not None else frozenset({top}))
+    return chosen
+
+
+def _continue(
+    config: Any,
+    records: Sequence[dict[str, Any]],
+    culprits: set[frozenset[str]],
+    failed: list[frozenset[str]],
+    passed: list[frozenset[str]],
+    passing: dict[str, Any],
+    failing: dict[str, Any],
+    budget_left: int,
+) -> tuple[int, int]:
+    """(trainings launched, rounds) of the search continued in memory, were ``culprits`` the culprit sets."""
+    world = replay(records)
+    for trial in world.open_trials():  # the running trainings end as the hypothesis says
+        fails = _fails(trial.config, culprits, failed, passed)
+        world.apply({"type": "trial_finished", "trial_id": trial.trial_id, "duration": 0.0,
+                     **(failing if fails else passing)})
+
+    def answer(config_names: frozenset[str]) -> dict[str, Any]:
+        return failing if _fails(config_names, culprits, failed, passed) else passing
+
+    continuation = _Continuation(config, world, answer, budget_left)
+    continuation._open()
+    try:
+        continuation._search()
+    except (TrainingBroken, SwitchIgnored):
+        pass
+    return continuation.launched, continuation.rounds
 
 
 def estimate_from_dir(state_dir: Path) -> Estimate | None:

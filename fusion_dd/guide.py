@@ -264,6 +264,30 @@ def report_entry(
     return entry
 
 
+def ranking_rows(guide: Mapping[str, Any], culprits: Sequence[Sequence[str]] = ()) -> list[dict[str, Any]]:
+    """The first ``SHOWN`` suspects with why each was suspected, for the summary and the HTML table alike.
+
+    One row per suspect: ``rank``, ``rule``, ``why`` (named by the user, or the
+    bad op with its type and cosine), ``culprit`` (the search found it guilty).
+    """
+    ranking = list(guide.get("ranking") or [])
+    dumps = guide.get("dumps") or {}
+    listed = guide.get("evidence") or dumps.get("evidence") or []  # a report entry, or the journal record
+    evidence = {entry["rule"]: entry for entry in listed}
+    user = set(guide.get("suspects") or [])
+    guilty = {rule for culprit in culprits for rule in culprit}
+    rows = []
+    for index, rule in enumerate(ranking[:SHOWN], start=1):
+        detail = "named in search.suspects" if rule in user else ""
+        found = evidence.get(rule)
+        if found is not None and not detail:
+            cosine = found.get("cosine")
+            shown = f"{cosine:.4g}" if isinstance(cosine, (int, float)) else str(cosine)
+            detail = f"{found['why']} {found['op']} ({found.get('op_type')}), cosine {shown}"
+        rows.append({"rank": index, "rule": rule, "why": detail, "culprit": rule in guilty})
+    return rows
+
+
 def summary_lines(guide: Mapping[str, Any] | None, culprits: Sequence[Sequence[str]] = ()) -> list[str]:
     """How the search was guided, for the end-of-search summary and ``--dry-run``."""
     if guide is None:
@@ -283,15 +307,9 @@ def summary_lines(guide: Mapping[str, Any] | None, culprits: Sequence[Sequence[s
         if present
     )
     lines = [f"guide: suspects asked alone first, ranked by {source}:"]
-    for index, rule in enumerate(ranking[:SHOWN], start=1):
-        detail = "named in search.suspects" if rule in user else ""
-        found = evidence.get(rule)
-        if found is not None and not detail:
-            cosine = found.get("cosine")
-            shown = f"{cosine:.4g}" if isinstance(cosine, (int, float)) else str(cosine)
-            detail = f"{found['why']} {found['op']} ({found.get('op_type')}), cosine {shown}"
-        mark = "  <- culprit" if rule in guilty else ""
-        lines.append(f"  {index}. {rule}: {detail}{mark}")
+    for row in ranking_rows(guide, culprits):
+        mark = "  <- culprit" if row["culprit"] else ""
+        lines.append(f"  {row['rank']}. {row['rule']}: {row['why']}{mark}")
     if len(ranking) > SHOWN:
         lines.append(f"  ... {len(ranking) - SHOWN} more suspect(s) in report.json (guide.ranking)")
     for later in guide.get("refined") or []:

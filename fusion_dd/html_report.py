@@ -39,6 +39,7 @@ OUTCOME_STYLE: dict[str, tuple[str, str]] = {
     "pass": ("#009E73", "pass"),
     "fail": ("#D55E00", "fail"),
     "unresolved": ("#E69F00", "unresolved (crash, timeout, no metric)"),
+    "unevaluable": ("#F0E442", "cannot evaluate (the training exited 125)"),
     "cancelled": ("#999999", "cancelled"),
     "running": ("#0072B2", "running"),
     "unknown": ("#CC79A7", "finished before the threshold was known"),
@@ -47,6 +48,8 @@ OUTCOME_STYLE: dict[str, tuple[str, str]] = {
 
 def _outcome(entry: dict[str, Any]) -> str:
     outcome = entry.get("outcome")
+    if entry.get("kind") == "unevaluable":
+        return "unevaluable"  # told apart from a crash: the training said so
     if outcome is None:
         return "unknown"
     return outcome if outcome in OUTCOME_STYLE else "unresolved"
@@ -510,7 +513,7 @@ td, th { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertic
 th { background: #f5f5f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 figure { margin: 0.6em 0; } figure svg { max-width: 100%; height: auto; }
 .note { color: #555; font-size: 0.9em; } code { background: #f5f5f5; padding: 0 0.2em; }
-details { margin: 0.5em 0; }
+details { margin: 0.5em 0; } .where { font-size: 0.9em; }
 """
 
 
@@ -552,12 +555,17 @@ def _answer(report: dict[str, Any]) -> list[str]:
             '<table id="culprits"><tr><th>#</th><th>kind</th><th>rules</th><th>switch off</th>'
             "<th>failing trainings</th><th>why / where</th></tr>" + "".join(rows) + "</table>"
         )
+        from .localize import incomplete_note
+
+        note = incomplete_note(report)
+        if note is not None:
+            parts.append(f'<p class="note" id="localization">{_e(note)}</p>')
     if report.get("status") == "found":
-        verified = "verified: trained and passes" if report.get("fix_verified") else "NOT verified"
+        from .report import fix_statement, fix_verdict
+
         parts.append(
-            f'<p id="fix"><b>Fix</b> (<code>{_e(report.get("fix_config"))}</code>, {_e(verified)}): switch off '
-            f"{_e(', '.join(report.get('switched_off') or []) or 'nothing')}; every other fusion stays on. "
-            f"{_e(report.get('fix_reason', ''))}</p>"
+            f'<p id="fix"><b>Fix</b> (<code>{_e(report.get("fix_config"))}</code>, {_e(fix_verdict(report))}): '
+            f"{_e(fix_statement(report))}.</p>"
         )
     elif report.get("smallest_failing"):
         parts.append(f"<p>Smallest failing configuration so far: {len(report['smallest_failing'])} rules on.</p>")
@@ -569,18 +577,48 @@ def _answer(report: dict[str, Any]) -> list[str]:
 
 
 def _localization(culprit: dict[str, Any]) -> str:
-    """Where a culprit acted: the layers from graph dumps (``where``) and any ``localization``."""
+    """Where a culprit acted, in the summary's words: the layers it fused (graph dumps) and the op it broke."""
+    from .localize import culprit_sentence
+
     bits: list[str] = []
     for name, found in (culprit.get("where") or {}).items():
-        layers = ", ".join(found.get("layers", [])[:8]) or "no fused op in the graph dumps"
-        bits.append(f"{name} fused layers: {layers}")
-    localization = culprit.get("localization")
-    if isinstance(localization, dict):
-        summary = localization.get("summary") or localization.get("message")
-        bits.append(str(summary) if summary else json.dumps(localization, sort_keys=True)[:400])
-    elif localization:
-        bits.append(str(localization)[:400])
-    return "".join(f"<br><small>{_e(bit)}</small>" for bit in bits)
+        layers = list(found.get("layers") or [])
+        shown = ", ".join(layers[:8]) or "no fused op in the graph dumps"
+        more = f" (+{len(layers) - 8} more)" if len(layers) > 8 else ""
+        bits.append(f"{name} fused layers: {shown}{more}")
+    sentence = culprit_sentence(culprit)
+    if sentence is not None:
+        bits.append(sentence)
+    compare = (culprit.get("localization") or {}).get("compare") if isinstance(culprit.get("localization"), dict) else None
+    if compare:
+        bits.append(f"the two dumps compared: {compare}/ in the state directory")
+    return "".join(f'<br><span class="where">{_e(bit)}</span>' for bit in bits)
+
+
+def _guide(report: dict[str, Any]) -> list[str]:
+    """The guide's ranking as a table: the suspects asked first and why, the culprits marked."""
+    from .guide import SHOWN, ranking_rows
+
+    guide = report.get("guide")
+    if not guide:
+        return []
+    culprits = [[rule["name"] for rule in culprit.get("rules") or []] for culprit in report.get("culprits") or []]
+    rows = ranking_rows(guide, culprits)
+    if not rows:
+        reason = (guide.get("dumps") or {}).get("reason") or "no suspect"
+        return [f'<p class="note" id="guide">No guide used: {_e(reason)}.</p>']
+    body = "".join(
+        f"<tr><td class=num>{row['rank']}</td><td>{_e(row['rule'])}</td><td>{_e(row['why'])}</td>"
+        f"<td>{'culprit' if row['culprit'] else ''}</td></tr>"
+        for row in rows
+    )
+    more = len(guide.get("ranking") or []) - SHOWN
+    note = f'<p class="note">{more} more suspect(s) in report.json (guide.ranking).</p>' if more > 0 else ""
+    return [
+        '<h2 id="h-guide">Suspects, as the guide ranked them</h2>',
+        '<table id="guide"><tr><th>#</th><th>rule</th><th>why suspected</th><th>found</th></tr>' + body + "</table>",
+        note,
+    ]
 
 
 def _trial_table(data: dict[str, Any]) -> str:
@@ -619,7 +657,7 @@ def render_html(
          f"{data['trainings']} of {data['budget']} trainings used; devices busy "
          + (f"{utilisation:.0%}" if utilisation is not None else "-") + " of devices x wall time."),
     ]
-    body = ["<h1>fusion-dd report</h1>", *_answer(report)]
+    body = ["<h1>fusion-dd report</h1>", *_answer(report), *_guide(report)]
     for ident, title, picture, note in plots:
         body.append(f'<h2 id="h-{ident}">{_e(title)}</h2>')
         if picture is None:

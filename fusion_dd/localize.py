@@ -303,36 +303,55 @@ def attach(
     return report
 
 
+def culprit_sentence(culprit: Mapping[str, Any]) -> str | None:
+    """Where one culprit set broke the network, in words: the op, its type, its layers, the numbers.
+
+    ``LayerNormFusionPass broke ln_a/add_beta (LayerNorm; layers ...; cosine 0.61, max abs 1184)``.
+    The one text of a localization: the terminal summary and the HTML report both
+    show it, so a reader sees the same claim in either. None when the culprit has
+    no localization entry (the config has none and nothing was journaled).
+    """
+    found = culprit.get("localization")
+    if not isinstance(found, Mapping):
+        return None
+    if found.get("op") is None:
+        return f"not localized: {found.get('reason')}"
+    names = {rule["name"] for rule in culprit.get("rules") or []}
+    ours = [rule for rule in found.get("rules") or [] if rule in names]
+    layers = list(found.get("layers") or [])
+    shown = ", ".join(layers[:6]) + (f" (+{len(layers) - 6} more)" if len(layers) > 6 else "")
+    metrics = found.get("metrics") or {}
+    numbers = f"cosine {_short(metrics.get('cosine'))}, max abs {_short(metrics.get('max_abs'))}"
+    where = f"{found['op']} ({found.get('op_type')}; layers {shown or 'none named'}; {numbers})"
+    if found.get("seen_at") and found["seen_at"] != found["op"]:
+        where += f", seen at {found['seen_at']}"
+    if ours:
+        return f"{' + '.join(ours)} broke {where}"
+    made_by = " + ".join(found.get("op_rules") or found.get("rules") or []) or "no fusion rule"
+    return f"first divergence at {where}, made by {made_by}, not by this set's rules"
+
+
+def incomplete_note(report: Mapping[str, Any]) -> str | None:
+    """What to run when some culprit sets are not localized yet (budget or interruption), else None."""
+    summary = report.get("localization") or {}
+    if summary.get("status") != "incomplete":
+        return None
+    return (
+        "localization incomplete (budget or interruption); continue with: "
+        f"{summary.get('continue_with') or 'fusion-dd localize --budget N'}"
+    )
+
+
 def summary_lines(report: Mapping[str, Any]) -> list[str]:
     """``(1) LayerNormFusionPass broke ln_a/add_beta (layers ...; cosine 0.61, max abs 1184)``, per culprit."""
     lines: list[str] = []
     for index, culprit in enumerate(report.get("culprits") or [], start=1):
-        found = culprit.get("localization")
-        if not isinstance(found, Mapping):
-            continue
-        if found.get("op") is None:
-            lines.append(f"  ({index}) not localized: {found.get('reason')}")
-            continue
-        names = {rule["name"] for rule in culprit["rules"]}
-        ours = [rule for rule in found.get("rules") or [] if rule in names]
-        layers = list(found.get("layers") or [])
-        shown = ", ".join(layers[:6]) + (f" (+{len(layers) - 6} more)" if len(layers) > 6 else "")
-        metrics = found.get("metrics") or {}
-        numbers = f"cosine {_short(metrics.get('cosine'))}, max abs {_short(metrics.get('max_abs'))}"
-        where = f"{found['op']} ({found.get('op_type')}; layers {shown}; {numbers})"
-        if found.get("seen_at") and found["seen_at"] != found["op"]:
-            where += f", seen at {found['seen_at']}"
-        if ours:
-            lines.append(f"  ({index}) {' + '.join(ours)} broke {where}")
-        else:
-            made_by = " + ".join(found.get("op_rules") or found.get("rules") or []) or "no fusion rule"
-            lines.append(f"  ({index}) first divergence at {where}, made by {made_by}, not by this set's rules")
-    summary = report.get("localization") or {}
-    if summary.get("status") == "incomplete":
-        lines.append(
-            f"  localization incomplete (budget or interruption); continue with: "
-            f"{summary.get('continue_with') or 'fusion-dd localize --budget N'}"
-        )
+        sentence = culprit_sentence(culprit)
+        if sentence is not None:
+            lines.append(f"  ({index}) {sentence}")
+    note = incomplete_note(report)
+    if note is not None:
+        lines.append(f"  {note}")
     return lines
 
 

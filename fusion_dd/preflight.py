@@ -21,6 +21,7 @@ checked: their files only exist once the trial does.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,15 +46,16 @@ class PreflightResult:
         return not self.errors
 
 
-def trial_values(config: SearchConfig, device: tuple[str, ...] | None = None) -> dict[str, str]:
-    """Placeholder values of the first trial, as the launch would set them."""
-    trial_dir = config.state_dir / "trials" / "0001"
+def trial_values(config: SearchConfig, device: tuple[str, ...] | None = None, number: int = 1) -> dict[str, str]:
+    """Placeholder values of trial ``number`` (the first by default), as the launch would set them."""
+    trial_id = f"{number:04d}"
+    trial_dir = config.state_dir / "trials" / trial_id
     return {
         "switch_file": str(trial_dir / "fusion_switch.cfg"),
         "trial_dir": str(trial_dir),
         "metrics_file": str(trial_dir / "metrics.jsonl"),
         "device": ",".join(device or config.train.devices[0]),
-        "trial_id": "0001",
+        "trial_id": trial_id,
     }
 
 
@@ -125,3 +127,32 @@ def preflight(config: SearchConfig) -> PreflightResult:
         else:
             result.notes.append(f"script {raw}: {workdir / argument}")
     return result
+
+
+#: Metrics that are better when higher: a search minimising one is almost surely misconfigured.
+_HIGHER_IS_BETTER = re.compile(r"acc|top-?[15]|f1|bleu|rouge|auc|precision|recall|iou|\bmap\b|score|psnr|ssim", re.I)
+#: Metrics that are better when lower.
+_LOWER_IS_BETTER = re.compile(r"loss|error|\berr\b|perplexity|\bppl\b|\bwer\b|\bcer\b|mse|mae|rmse", re.I)
+
+
+def goal_warnings(config: SearchConfig) -> list[str]:
+    """``metric.goal`` against the metric's name: an accuracy minimised, a loss maximised.
+
+    The name is ``metric.pattern`` when the metric is read from the log, else
+    ``metric.key`` of the metrics file. A warning, not an error: a metric may be
+    named against its sense (an "accuracy_drop" is better when lower).
+    """
+    metric = config.metric
+    name = metric.pattern if metric.pattern is not None else metric.key
+    if metric.goal == "min" and _HIGHER_IS_BETTER.search(name) and not _LOWER_IS_BETTER.search(name):
+        wanted = "max"
+    elif metric.goal == "max" and _LOWER_IS_BETTER.search(name) and not _HIGHER_IS_BETTER.search(name):
+        wanted = "min"
+    else:
+        return []
+    source = "metric.pattern" if metric.pattern is not None else "metric.key"
+    better = "higher" if wanted == "max" else "lower"
+    return [
+        f"{config.source}: metric.goal: {metric.goal}, but the metric ({source} '{name}') is named like one "
+        f"where {better} is better; if so, set metric.goal: {wanted}"
+    ]

@@ -20,11 +20,12 @@ from .search.culprits import CulpritSearch
 from .search.oracle import Outcome
 from .store.state import LOCALIZE_ROLE, SearchState, TrialState
 from .store.atomic import write_json_atomic, write_text_atomic
+from .backends import fix_name_of
 from .backends.cann.switch import SwitchFile, render_switch
 from .hooks import fired_although_off_of, known_to_compiler_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
-FIX_NAME = "fusion_switch.cfg"
+FIX_NAME = "fusion_switch.cfg"  # CANN's; other compilers' fixes are named by fusion_dd.backends.FIX_NAMES
 AUTOFUSE_FLAGS_NAME = "autofuse_flags.txt"  # the fix's AUTOFUSE_FLAGS value, when AutoFuse points were candidates
 
 STATUS_TEXT = {
@@ -231,7 +232,7 @@ def build_report(
         report["fix_verified_by"] = fix_backing["support"]
         report["fix_trainings"] = fix_backing["trainings"]
         if status == "found":
-            report["fix_config"] = FIX_NAME
+            report["fix_config"] = fix_name_of(config.compiler)
             if result.fix_verified:
                 report["fix_reason"] = "the fix configuration was trained and passes"
             elif result.fix_outcome is Outcome.PASS:
@@ -265,6 +266,12 @@ def build_report(
         _add_layers(report, config.graphs)
     report["trials"] = [
         _trial_entry(trial, threshold, config.score.crash_is_failure) for trial in state.trials.values()
+    ]
+    # Trainings that exited 125: the training said it cannot evaluate their configuration.
+    report["unevaluable"] = [
+        {"trial_id": entry["trial_id"], "configuration": entry["configuration"]}
+        for entry in report["trials"]
+        if entry.get("kind") == "unevaluable"
     ]
     _add_early_stop_savings(report, config, state)
     return report
@@ -336,10 +343,14 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
         for trial in state.trials.values()
         if trial.finished is not None and trial.finished.get("switch_check_reason")
     ]
-    generic = reasons and not any("fusion_result.json" in reason for reason in reasons)
+    # "No training left a fusion_result.json" only when that is what every trial's reason says: an
+    # unreadable file, or a compiler without fusion_result.json, is named with its own reason.
+    from .ascend.applied import NO_RESULT
+
+    specific = [reason for reason in reasons if reason != NO_RESULT]
     if counts and not counts.get("applied"):
-        if generic:  # a compiler without fusion_result.json: its hook said why it could not verify
-            warnings.append(f"no training proved that its switches were applied: {reasons[0]}")
+        if specific:
+            warnings.append(f"no training proved that its switches were applied: {specific[0]}")
         else:
             warnings.append(
                 "no training left a fusion_result.json that fusion-dd could check, so it could not verify that the "
@@ -393,7 +404,7 @@ def write_outputs(
     if report["status"] == "found":
         off = set(report["switched_off"])
         enabled = [rule for rule in rules if rule.name not in off]
-        fix_path = state_dir / FIX_NAME
+        fix_path = state_dir / (report.get("fix_config") or FIX_NAME)
         text = render(rules, enabled) if render is not None else render_switch(rules, enabled, base)
         write_text_atomic(fix_path, text)
         flags = (report.get("fix_env") or {}).get("AUTOFUSE_FLAGS")
@@ -421,9 +432,33 @@ def _tolerance_text(threshold: dict[str, Any]) -> str:
     return f"{value} in the metric's units"
 
 
+def fix_verdict(report: Mapping[str, Any]) -> str:
+    """How far the fix is proven, once: the terminal summary and the HTML report both say it so.
+
+    ``verified: trained and passes, 1 of 1 training(s) passed``, or ``NOT verified``
+    with the trainings that stand behind it (``fix_reason`` says the same at more length).
+    """
+    verified = "verified: trained and passes" if report.get("fix_verified") else "NOT verified"
+    if report.get("fix_trainings"):
+        verified += f", {report.get('fix_verified_by', 0)} of {report['fix_trainings']} training(s) passed"
+    elif not report.get("fix_verified"):
+        verified += ", no training of it finished"
+    return verified
+
+
+def fix_statement(report: Mapping[str, Any]) -> str:
+    """What the fix switches off, in the words of the summary."""
+    return f"switched off: {', '.join(report.get('switched_off') or []) or 'nothing'}; every other fusion stays on"
+
+
 def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list[str]:
-    """The human-readable end of a search."""
-    lines = [f"fusion-dd: {report['message']}"]
+    """The human-readable end of a search.
+
+    A training that does not run is told once, with its reason, on stderr
+    (``broken_lines``): the summary's head then only says what stopped.
+    """
+    head = STATUS_TEXT["training_broken"] if report.get("status") == "training_broken" else report["message"]
+    lines = [f"fusion-dd: {head}"]
     threshold = report.get("threshold")
     if report.get("baseline") is not None:
         lines.append(f"  baseline (all candidates off): {report['baseline']}")
@@ -471,13 +506,12 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         culprit_names = [[rule["name"] for rule in culprit["rules"]] for culprit in culprits]
         lines.extend(["", *("  " + line for line in guide_lines(report["guide"], culprit_names))])
     if report["status"] == "found":
-        verified = "verified: trained and passes" if report["fix_verified"] else "NOT verified"
-        if report.get("fix_trainings"):
-            verified += f", {report['fix_verified_by']} of {report['fix_trainings']} training(s) passed"
-        where = display_path(state_dir / FIX_NAME) if state_dir is not None else FIX_NAME
+        verified = fix_verdict(report)
+        name = report.get("fix_config") or FIX_NAME
+        where = display_path(state_dir / name) if state_dir is not None else name
         lines.append("")
         lines.append(f"  fix config ({verified}): {where}")
-        lines.append(f"  switched off: {', '.join(report['switched_off']) or 'nothing'}; every other fusion stays on")
+        lines.append(f"  {fix_statement(report)}")
         for name, value in (report.get("fix_env") or {}).items():
             lines.append(f"  and in the training's environment: export {name}={shlex.quote(value)}")
         if report.get("hitting_set") == "greedy":
@@ -494,6 +528,14 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         lines.append(
             f"  FLAKY: trainings disagreed {len(report.get('inconsistencies') or [])} time(s); the answer rests on "
             "majority votes of repeated trainings (evidence in report.json: inconsistencies)"
+        )
+    unevaluable = report.get("unevaluable") or []
+    if unevaluable:
+        shown = ", ".join(f"#{entry['trial_id']} ({len(entry['configuration'])} rules on)" for entry in unevaluable[:5])
+        more = f" and {len(unevaluable) - 5} more" if len(unevaluable) > 5 else ""
+        lines.append(
+            f"  cannot evaluate: {len(unevaluable)} training(s) exited 125, the training's word that it cannot "
+            f"evaluate the configuration: {shown}{more}; they stand as unresolved, never as failures"
         )
     early = report.get("early_stops") or {}
     if early.get("trainings"):

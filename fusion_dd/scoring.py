@@ -45,7 +45,8 @@ class Tolerance:
 METRIC = "metric"
 NONFINITE = "nonfinite"
 DIVERGED = "diverged"  # stopped early: loss above the baseline's curve
-UNRESOLVED_KINDS = ("crash", "timeout", "no_metric")
+UNEVALUABLE = "unevaluable"  # the training exited 125: it cannot evaluate this configuration
+UNRESOLVED_KINDS = ("crash", "timeout", "no_metric", UNEVALUABLE)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class Threshold:
         if measurement.has_value:
             assert measurement.value is not None
             return Outcome.FAIL if self.is_worse(measurement.value) else Outcome.PASS
+        if measurement.kind == UNEVALUABLE:
+            return Outcome.UNRESOLVED  # the training says so: no failure, whatever score.crash_is_failure says
         return Outcome.FAIL if crash_is_failure else Outcome.UNRESOLVED
 
     def describe(self) -> str:
@@ -280,7 +283,9 @@ def _baseline_refusal(baseline_runs: Sequence[Measurement], votes: Sequence[bool
     label = "the baseline (all candidates off)"
     if len(baseline_runs) > 1:
         label += f", run {index + 1}"
-    if not run.has_value:
+    if run.kind == UNEVALUABLE:
+        what = f"cannot be evaluated ({run.reason})"
+    elif not run.has_value:
         what = "produced NaN/Inf" if run.kind == NONFINITE else f"gave no usable metric ({run.reason or run.kind})"
     elif reference is not None:
         what = f"reaches {run.value:.6g}, worse than the reference {reference:.6g} by more than the tolerance"
@@ -289,6 +294,64 @@ def _baseline_refusal(baseline_runs: Sequence[Measurement], votes: Sequence[bool
     if len(votes) > 1:
         what += f" ({votes.count(False)} of {len(votes)} baseline trainings misbehaved)"
     return f"{label} {what}"
+
+
+def _values_text(runs: Sequence[Measurement]) -> str:
+    return ", ".join(f"{run.value:.6g}" if run.has_value and run.value is not None else (run.kind or "?") for run in runs)
+
+
+def _retrain_message(
+    baseline_runs: Sequence[Measurement],
+    baseline_votes: Sequence[bool],
+    all_on_runs: Sequence[Measurement],
+    all_on_votes: Sequence[bool],
+    retrain: Sequence[str],
+    goal: str,
+) -> str:
+    """Why a reference is trained again, with the values: "disagree" only when a reference's own runs do.
+
+    A reference's runs disagree when their votes differ (they stand on both sides of
+    the midpoint or threshold, beyond the noise). A single all-on run that does not
+    fail is no disagreement: it is a surprise checked once more before refusing.
+    """
+    parts: list[str] = []
+    for label, runs, votes in (("baseline", baseline_runs, baseline_votes), ("all candidates on", all_on_runs, all_on_votes)):
+        if not runs or all(votes):
+            continue
+        if any(votes):
+            parts.append(f"the {label} trainings disagree ({_values_text(runs)})")
+        elif label == "baseline":
+            parts.append(f"the baseline does not behave as a baseline ({_values_text(runs)})")
+        else:
+            better = "higher" if goal == "max" else "lower"
+            parts.append(
+                f"all candidates on does not fail ({_values_text(runs)} against the baseline "
+                f"{_values_text([run for run, vote in zip(baseline_runs, baseline_votes) if vote])}; "
+                f"metric.goal: {goal}, {better} is better)"
+            )
+    what = "; ".join(parts) or "the reference trainings are undecided"
+    return f"{what}; training again: {', '.join(retrain)}"
+
+
+def goal_looks_inverted(threshold: "Threshold", all_on: Measurement) -> str | None:
+    """A warning naming ``metric.goal`` when all-on beats the baseline by more than the tolerance.
+
+    Fusion rarely makes a model better by more than its noise; a metric that
+    improves that much with every rule on is usually read the wrong way round
+    (an accuracy with ``goal: min``, a loss with ``goal: max``).
+    """
+    if not all_on.has_value or all_on.value is None or threshold.bitwise:
+        return None
+    gain = all_on.value - threshold.baseline if threshold.goal == "max" else threshold.baseline - all_on.value
+    if gain <= threshold.tolerance:
+        return None
+    other = "min" if threshold.goal == "max" else "max"
+    better = "higher" if threshold.goal == "max" else "lower"
+    return (
+        f"metric.goal: {threshold.goal} ({better} is better), and all candidates on ({all_on.value:.6g}) is better "
+        f"than the baseline ({threshold.baseline:.6g}) by more than the tolerance ({threshold.tolerance:.6g}): "
+        f"if {other}imising is what the metric wants, set metric.goal: {other}"
+    )
 
 
 def check_preconditions(
@@ -324,6 +387,10 @@ def check_preconditions(
             if baseline_runs
             else "the baseline has no training"
         )
+        if any(run.kind == UNEVALUABLE for run in baseline_runs):
+            # Not an answer about fusion either way: with every candidate off the training cannot run.
+            why += ": some candidate must stay on for the training to run (a required pass); take it out of the candidates"
+            return Preconditions(False, "baseline_fails", why, None)
         return Preconditions(False, "baseline_fails", f"{why}: {not_the_cause}", None)
     all_on_votes = [True] * len(all_on_runs)
     if values and tolerance.mode == "relative" and statistics.fmean(values) == 0:
@@ -348,7 +415,7 @@ def check_preconditions(
         return Preconditions(
             False,
             "undecided",
-            f"the reference trainings disagree; training again: {', '.join(retrain)}",
+            _retrain_message(baseline_runs, baseline_votes, all_on_runs, all_on_votes, retrain, goal),
             None,
             retrain=tuple(retrain),
         )
@@ -372,6 +439,13 @@ def check_preconditions(
             detail = f"all candidates on gave no usable metric ({all_on.reason or all_on.kind})"
         if len(all_on_votes) > 1:
             detail += f" ({all_on_votes.count(False)} of {len(all_on_votes)} all-on trainings did not fail)"
+        inverted = goal_looks_inverted(threshold, all_on)
+        if inverted is not None:
+            detail = detail.replace(", within the tolerance of the baseline", ", better than the baseline")
+            return Preconditions(
+                False, "no_failure", f"{detail}: nothing to debug, or metric.goal is the wrong way round (warning below)",
+                threshold, (inverted,),
+            )
         return Preconditions(False, "no_failure", f"{detail}: nothing to debug", threshold)
     warning = noise_warning(values, all_on)
     if warning is not None and strict:

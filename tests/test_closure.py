@@ -99,6 +99,9 @@ def test_without_closure_the_baseline_names_what_fired_and_rules_closure_says_wh
     assert result.returncode == 0, result.stderr
     assert "names: [A, B, C]" in result.stdout
     assert "CastFloat16Transformer fired in the all-off baseline and cannot be switched off" in result.stderr
+    as_json = run_fusion_dd("rules", "--closure", "--format", "json", cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["rules"] == {"compiler": "onnxruntime", "names": ["A", "B", "C"]}
 
 
 def test_candidates_from_the_all_on_training_then_closed(tmp_path: Path) -> None:

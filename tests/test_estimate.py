@@ -18,7 +18,11 @@ from fusion_dd.store.state import replay
 from tests.support.cli import CULPRIT, GRAPH, UB, write_config
 from tests.support.fake_training import run_fusion_dd
 
-ESTIMATE = re.compile(r"estimate: (about (\d+) training\(s\) left \((expected|typical for one culprit); at most (\d+) by the budget\)|0 trainings left \(the search has its answer\))")
+ESTIMATE = re.compile(
+    r"estimate: ((?:(\d+) to (\d+)|about (\d+)) training\(s\) left \((?:about \d+ expected, \d+ if one more culprit "
+    r"set shows up|the same under every hypothesis|typical for one culprit set \(\d+\) to two|the answer stands; the dumped trainings of localization); "
+    r"at most (\d+) by the budget\)|0 trainings left \(the search has its answer\))"
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +46,11 @@ def test_estimate_never_exceeds_the_budget_left_and_is_zero_at_the_end(searched)
         prefix = records[:cut]
         found = estimate(prefix, state_dir)
         assert found is not None
-        left = budget - replay(prefix).launched
-        assert 0 <= found.trainings_left <= found.budget_left == left
+        state = replay(prefix)
+        left = budget - state.launched
+        running = len(state.open_trials())  # still to finish: counted as left
+        low, high = found.range
+        assert 0 <= low <= found.trainings_left <= high <= found.budget_left + running and found.budget_left == left
         assert found.basis in ("typical", "expectation", "done")
         bases.add(found.basis)
         assert ESTIMATE.search(found.text()), found.text()
@@ -57,7 +64,39 @@ def test_estimate_never_exceeds_the_budget_left_and_is_zero_at_the_end(searched)
         if record["type"] == "session_started":
             record["budget"] = replay(middle).launched + 1
     tight = estimate(document, state_dir)
-    assert tight is not None and tight.trainings_left <= 1 == tight.budget_left
+    running = len(replay(middle).open_trials())
+    assert tight is not None and tight.range[1] <= 1 + running and tight.budget_left == 1
+
+
+def _truth(records: list[dict], final: int) -> int:
+    """Trainings left after these records: launched later, or running then."""
+    state = replay(records)
+    charged = [trial for trial in state.trials.values() if trial.costs_budget]
+    return final - sum(1 for trial in charged if not trial.open)
+
+
+def test_the_range_holds_what_was_left_and_says_0_only_when_nothing_is(searched):
+    """At every finished training of a search with an independent culprit and an interacting pair
+    (the fix candidate after the first culprit fails: one more set), the printed range holds the
+    trainings really left in at least 80 % of the updates, and '0 left' means nothing is left."""
+    folder, _ = searched
+    state_dir = folder / ".fusion-dd"
+    records = read_records(state_dir / "journal.jsonl")
+    final = sum(1 for trial in replay(records).trials.values() if trial.costs_budget)
+    cuts = [index + 1 for index, record in enumerate(records) if record["type"] == "trial_finished"]
+    held = 0
+    for cut in cuts:
+        prefix = records[:cut]
+        found = estimate(prefix, state_dir, now=0.0)
+        assert found is not None
+        truth = _truth(prefix, final)
+        low, high = found.range
+        held += low <= truth <= high
+        if high == 0:
+            assert truth == 0, f"'0 left' with {truth} training(s) still to come: {found.text()}"
+        if truth > 0:
+            assert "0 trainings left" not in found.text()
+    assert held >= 0.8 * len(cuts), f"the range held the truth in {held} of {len(cuts)} updates"
 
 
 def test_plain_output_is_line_based_and_says_the_basis(searched):

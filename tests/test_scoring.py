@@ -107,3 +107,33 @@ def test_a_percentage_of_a_zero_baseline_is_a_usage_error():
 
     with pytest.raises(UsageError, match=r"score.tolerance: 2% of the baseline is nothing.*absolute tolerance"):
         check_preconditions([Measurement("metric", 0.0)], [Measurement("metric", 1e-6)], tolerance=Tolerance("relative", 0.02), goal="min")
+
+
+def test_an_all_on_that_beats_the_baseline_in_the_goals_direction_warns_about_metric_goal():
+    """An accuracy searched with goal: min: all-on at 0.275 is 'better' than the baseline 0.922."""
+    result = check_preconditions([metric(0.922)], [metric(0.275)], tolerance=Tolerance("auto"), goal="min")
+    assert result.status == "no_failure"
+    assert "within the tolerance" not in result.message and "metric.goal" in result.message
+    assert len(result.warnings) == 1 and "metric.goal: min" in result.warnings[0]
+    assert "set metric.goal: max" in result.warnings[0]
+    # Not worse and not better by more than the tolerance: no failure, and nothing about the goal.
+    plain = check_preconditions([metric(0.9)], [metric(0.9)], tolerance=Tolerance("absolute", 0.01), goal="max")
+    assert plain.warnings == () and "metric.goal" not in plain.message
+
+
+def test_a_reference_is_said_to_disagree_only_when_its_own_trainings_do_with_the_values():
+    # Both baseline runs agree (0.922); the one all-on run does not fail: a surprise checked
+    # again, not a disagreement.
+    surprise = check_preconditions(
+        [metric(0.922)], [metric(0.275)], tolerance=Tolerance("auto"), goal="min", baseline_limit=3, all_on_limit=3
+    )
+    assert surprise.status == "undecided", surprise.message
+    assert "disagree" not in surprise.message
+    assert "0.275" in surprise.message and "0.922" in surprise.message and "metric.goal: min" in surprise.message
+    # Two baseline runs on both sides of the midpoint: they disagree, and both values are shown.
+    split = check_preconditions(
+        [metric(0.9), metric(0.5)], [metric(0.5), metric(0.52)], tolerance=Tolerance("auto"), goal="max",
+        baseline_limit=5, all_on_limit=5,
+    )
+    assert split.status == "undecided", split.message
+    assert "the baseline trainings disagree (0.9, 0.5)" in split.message

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..errors import UsageError
 from ..rules import Rule
 from .discover import fusion_results_in
 from .fusion_result import FusionResult, read_fusion_result
@@ -29,6 +30,20 @@ WIRING_HELP = (
 )
 
 Status = Literal["applied", "ignored", "unverified"]
+
+#: The reason when a trial left no result at all (the report tells this case from an unreadable file).
+NO_RESULT = (
+    "the training left no fusion_result.json, so fusion-dd could not verify "
+    "that its switch file was applied"
+)
+
+
+@dataclass(frozen=True)
+class TrialResults:
+    """The ``fusion_result.json`` files of one trial: those read, and those that could not be, with why."""
+
+    results: tuple[FusionResult, ...]
+    unreadable: tuple[tuple[str, str], ...] = ()  # (path, reason)
 
 
 @dataclass(frozen=True)
@@ -50,21 +65,21 @@ def check_switch_applied(
     results: Sequence[FusionResult],
     candidates: Iterable[Rule],
     enabled: Iterable[Rule],
+    unreadable: Sequence[tuple[str, str]] = (),
 ) -> SwitchCheck:
     """Whether the compiler obeyed a configuration.
 
     Ignored when a candidate switched off fired, or when every candidate was on
     and none fired in a section the compiler reported on; unverified when there is
-    no result (or it covers none of the candidates' sections).
+    no result (or it covers none of the candidates' sections). A result file that
+    could not be read (``unreadable``: path and reason) may hide the graph where a
+    switched-off rule fired, so it leaves the check unverified, naming the file,
+    unless the readable ones already prove the switch file was ignored.
     """
     candidate_list = list(dict.fromkeys(candidates))
     enabled_set = set(enabled)
-    if not results:
-        return SwitchCheck(
-            "unverified",
-            "the training left no fusion_result.json, so fusion-dd could not verify "
-            "that its switch file was applied",
-        )
+    if not results and not unreadable:
+        return SwitchCheck("unverified", NO_RESULT)
     fired: set[Rule] = set()
     covered = set()
     for result in results:
@@ -80,6 +95,14 @@ def check_switch_applied(
             f"the switch file was not applied: {names} fired although switched off; "
             + WIRING_HELP,
             off_fired,
+        )
+    if unreadable:
+        path, reason = unreadable[0]
+        more = f" (and {len(unreadable) - 1} more unreadable)" if len(unreadable) > 1 else ""
+        return SwitchCheck(
+            "unverified",
+            f"unreadable fusion_result.json {path}{more}: {reason}; so fusion-dd could not verify "
+            "that its switch file was applied",
         )
     checkable = [rule for rule in candidate_list if rule.section in covered]
     if not checkable:
@@ -99,6 +122,20 @@ def check_switch_applied(
     return SwitchCheck("applied", "the switch file was applied")
 
 
-def read_trial_results(trial_dir: str | Path) -> list[FusionResult]:
-    """Every ``fusion_result.json`` of a trial, read (malformed ones raise UsageError)."""
-    return [read_fusion_result(path) for path in find_fusion_results(trial_dir)]
+def read_trial_results(trial_dir: str | Path) -> TrialResults:
+    """Every ``fusion_result.json`` of a trial; one that cannot be read is kept with its reason.
+
+    A training can leave anything (a truncated file, a FIFO, a shape no CANN
+    release writes): that costs the proof for this trial, never the search, and
+    the user is told which file and why.
+    """
+    results: list[FusionResult] = []
+    unreadable: list[tuple[str, str]] = []
+    for path in find_fusion_results(trial_dir):
+        try:
+            results.append(read_fusion_result(path))
+        except UsageError as exc:
+            reason = str(exc)
+            prefix = f"{path}: "
+            unreadable.append((str(path), reason[len(prefix):] if reason.startswith(prefix) else reason))
+    return TrialResults(tuple(results), tuple(unreadable))

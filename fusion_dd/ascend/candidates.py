@@ -9,9 +9,14 @@ name is conventional and by content otherwise.
 
 Artifacts written by CANN are evidence: they say which rules changed the network
 (``fired``) and in which section each name lives. Lists written by people are
-declarations: their names are checked against that evidence, and a name whose
-section neither an artifact nor the catalog knows is refused, because a rule
-written into the wrong section is silently ignored by CANN (never guess).
+declarations: their names are checked against that evidence. A name given
+without a section takes it from the artifacts, else from the catalog, else from
+another source of the same run that names it with a section (a JSON switch
+file, a ``Name Section`` list). A name none of them knows is refused only when it
+looks like a misspelling of a known name (a few edits away), because CANN
+silently ignores a misspelled entry; any other such name is a pass newer than
+the catalog and is written into both sections, since CANN ignores an entry in
+the section a pass does not belong to (never guess one section).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from .discover import artifacts_in
 from .fusion_result import FILE_NAME as FUSION_RESULT
 from .fusion_result import looks_like_fusion_result, parse_fusion_result
 from .graph import GraphModel, graph_from_json, graph_from_proto_text
-from .validate import NameWarning, closest_names, validate_names
+from .validate import NameWarning, closest_names, likely_typos, validate_names
 
 SourceKind = Literal["fusion_result", "graph_text", "graph_json", "switch_cfg", "rule_list"]
 
@@ -75,6 +80,8 @@ class CandidateSet:
     dropped: list[Rule] = field(default_factory=list)
     name_warnings: list[NameWarning] = field(default_factory=list)
     fired_sections: set[Section] = field(default_factory=set)
+    #: Names no artifact, catalog or sectioned declaration placed: they are candidates in both sections.
+    both_sections: list[str] = field(default_factory=list)
 
     def by_section(self) -> dict[Section, list[str]]:
         grouped: dict[Section, list[str]] = {Section.GRAPH: [], Section.UB: []}
@@ -99,12 +106,18 @@ class _Evidence:
 
 
 def collect_candidates(
-    paths: Iterable[str | Path], *, keep_unfired: bool = False
+    paths: Iterable[str | Path],
+    *,
+    keep_unfired: bool = False,
+    declared_sections: Mapping[str, Section] | None = None,
 ) -> CandidateSet:
     """Read every source and combine them into one candidate set.
 
-    Raises UsageError for a missing or malformed file and for a declared rule
-    whose section nothing knows.
+    ``declared_sections`` are sections the caller's own sources give names (the
+    config's ``rules.GraphFusion`` / ``rules.UBFusion``): a name these files list
+    without a section takes it from there before it is searched in both. Raises
+    UsageError for a missing or malformed file and for a sectionless name that
+    looks like a misspelling.
     """
     files: list[Path] = []
     for raw in paths:
@@ -119,7 +132,7 @@ def collect_candidates(
         raise UsageError("no rule source given: name fusion_result.json, graph dumps or rule lists")
 
     evidence = [(path, read_source(path)) for path in dict.fromkeys(files)]
-    return _combine(evidence, keep_unfired)
+    return _combine(evidence, keep_unfired, declared_sections or {})
 
 
 def read_source(path: Path) -> _Evidence:
@@ -135,7 +148,7 @@ def read_source(path: Path) -> _Evidence:
     if path.suffix in (".yaml", ".yml"):
         return _from_rule_document(_load_yaml(text, str(path)), str(path))
     stripped = text.lstrip()
-    if stripped.startswith("{") or path.suffix == ".json":
+    if stripped.startswith(("{", "[")) or path.suffix == ".json":
         return _from_json(text, str(path))
     lines = _significant_lines(text)
     if lines and all(_SWITCH_LINE.match(line) for line in lines):
@@ -171,6 +184,11 @@ def _from_fusion_result(text: str, source: str) -> _Evidence:
         evidence.sections.setdefault(rule.name, set()).add(rule.section)
     if not result.graphs:
         evidence.warnings.append(f"{source}: no compiled graph in this {FUSION_RESULT}")
+    elif not evidence.rules:
+        evidence.warnings.append(
+            f"{source}: {len(result.rules())} pass(es) matched in {len(result.graphs)} graph(s) but none has "
+            "effect_times > 0: no fusion rule changed this network, so none is a candidate"
+        )
     return evidence
 
 
@@ -296,7 +314,9 @@ def _parse_section(text: str, where: str) -> Section:
 # --- combining ------------------------------------------------------------------------
 
 
-def _combine(evidence: list[tuple[Path, _Evidence]], keep_unfired: bool) -> CandidateSet:
+def _combine(
+    evidence: list[tuple[Path, _Evidence]], keep_unfired: bool, given_sections: Mapping[str, Section]
+) -> CandidateSet:
     ub_names: set[str] = set()
     sections: dict[str, set[Section]] = {}
     fired: set[str] | None = None
@@ -321,8 +341,16 @@ def _combine(evidence: list[tuple[Path, _Evidence]], keep_unfired: bool) -> Cand
     for name, found in weak.items():
         sections.setdefault(name, set()).update(found)
 
+    # Sections people gave a name somewhere in this run (JSON switch file, "Name Section" lines).
+    declared_sections: dict[str, set[Section]] = {name: {section} for name, section in given_sections.items()}
+    for _, item in evidence:
+        for name, section, _where in item.declared:
+            if section is not None:
+                declared_sections.setdefault(name, set()).add(section)
+
     chosen: set[Rule] = set()
     declared: list[Rule] = []
+    both: list[str] = []
     sources: list[SourceInfo] = []
     warnings: list[str] = []
     for path, item in evidence:
@@ -333,8 +361,12 @@ def _combine(evidence: list[tuple[Path, _Evidence]], keep_unfired: bool) -> Cand
         mine = set(from_artifact)
         for name, section, where in item.declared:
             resolved = (
-                [section] if section is not None else resolve_sections(name, where, sections, fired)
+                [section]
+                if section is not None
+                else resolve_sections(name, where, sections, fired, declared_sections)
             )
+            if section is None and len(resolved) == 2 and not sections.get(name) and name not in declared_sections:
+                both.append(name)
             for each in resolved:
                 rule = Rule(name, each)
                 mine.add(rule)
@@ -360,7 +392,19 @@ def _combine(evidence: list[tuple[Path, _Evidence]], keep_unfired: bool) -> Cand
     ) + validate_names(
         [rule for rule in everything if rule.section not in covered], None, strong
     )
+    both = list(dict.fromkeys(both))
+    if both:
+        # One line for them all instead of an "unknown name" warning per rule and section.
+        name_warnings = [w for w in name_warnings if not (w.kind == "unknown" and w.rule.name in both)]
     warnings.extend(str(warning) for warning in name_warnings)
+    chosen_names = {rule.name for rule in chosen}
+    both = [name for name in both if name in chosen_names]  # the rest never fired: said below
+    if both:
+        warnings.append(
+            f"{len(both)} name(s) in neither the catalog nor any given artifact, so written into both "
+            "sections of the switch file (CANN ignores an entry in a section the pass does not belong to): "
+            + ", ".join(both)
+        )
     if dropped:
         warnings.append(
             "left out of the candidates because they never fired: "
@@ -374,6 +418,7 @@ def _combine(evidence: list[tuple[Path, _Evidence]], keep_unfired: bool) -> Cand
         dropped=dropped,
         name_warnings=name_warnings,
         fired_sections=covered if fired is not None else set(),
+        both_sections=both,
     )
 
 
@@ -392,12 +437,16 @@ def resolve_sections(
     where: str,
     known_sections: Mapping[str, Iterable[Section]] | None = None,
     fired: Iterable[str] | None = None,
+    declared_sections: Mapping[str, Iterable[Section]] | None = None,
 ) -> list[Section]:
-    """The section(s) of a rule named without one; a UsageError when nothing knows it.
+    """The section(s) of a rule named without one; a UsageError when it looks misspelled.
 
-    Artifact sections (``known_sections``) come first, then the catalog. ``where``
-    names the file and line in the error. The rule is refused rather than guessed,
-    because CANN silently ignores an entry in the wrong section.
+    Artifact sections (``known_sections``) come first, then the catalog, then the
+    sections other sources of the same run declare for the name. A name none of
+    them knows is refused when it is a few edits from a known name (CANN would
+    ignore the misspelling silently); otherwise it is a pass newer than the
+    catalog and gets both sections, because CANN ignores an entry in the section
+    a pass does not belong to. ``where`` names the file and line in the error.
     """
     known = dict(known_sections or {})
     if known.get(name):
@@ -405,9 +454,17 @@ def resolve_sections(
     section = catalog_section(name)
     if section is not None:
         return [section]
-    suggestions = closest_names(name, set(catalog()) | set(known) | set(fired or ()))
-    hint = f" (did you mean {', '.join(suggestions)}?)" if suggestions else ""
-    raise UsageError(
-        f"{where}: rule {name!r} has no known section: it is in no given artifact and "
-        f"not in the catalog{hint}; write it as '{name} GraphFusion' or '{name} UBFusion'"
-    )
+    declared = set((declared_sections or {}).get(name, ()))
+    if declared:
+        return sorted(declared, key=lambda section: section.value)
+    vocabulary = set(catalog()) | set(known) | set(fired or ())
+    typos = likely_typos(name, vocabulary)
+    if typos:
+        suggestions = closest_names(name, typos) or typos[:3]
+        raise UsageError(
+            f"{where}: rule {name!r} is not a known pass name and looks like a misspelling "
+            f"(did you mean {', '.join(suggestions)}?); CANN silently ignores a misspelled name; if it "
+            f"really is a pass newer than fusion-dd's catalog, write it as '{name} GraphFusion' or "
+            f"'{name} UBFusion'"
+        )
+    return [Section.GRAPH, Section.UB]

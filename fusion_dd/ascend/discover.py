@@ -12,6 +12,8 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
+import re
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,8 +36,36 @@ def graph_dumps_in(directory: Path) -> list[Path]:
 
 
 def fusion_results_in(directory: Path) -> list[Path]:
-    """Every ``fusion_result.json`` under a directory (e.g. ``$ASCEND_WORK_PATH/FE/<pid>/``)."""
-    return _files_named(directory, FUSION_RESULT)
+    """Every ``fusion_result.json`` under a directory (e.g. ``$ASCEND_WORK_PATH/FE/<pid>/``).
+
+    Told by content as well as by name: a training or a user may keep the file
+    under another name (one per rank, per step, a copy beside the logs), and a
+    result that is missed would leave the switch check unverified for no reason.
+    A ``.json`` file is taken when its first bytes hold one of the keys only
+    ``fusion_result.json`` writes; the reader then parses it in full (and names
+    it as unreadable when it is not one after all).
+    """
+    return walk_files(directory, _is_fusion_result_entry)
+
+
+#: The keys that mark a fusion_result.json in its first bytes, in every shape CANN writes.
+_FUSION_RESULT_MARK = re.compile(rb'"(?:graph_fusion|ub_fusion|session_and_graph_id[^"]*)"\s*:')
+_SNIFF_BYTES = 4096
+
+
+def _is_fusion_result_entry(entry: os.DirEntry[str]) -> bool:
+    if entry.name == FUSION_RESULT:
+        return _exists(entry)
+    if not entry.name.endswith(".json"):
+        return False
+    try:
+        if not stat.S_ISREG(entry.stat().st_mode):
+            return False  # never open a FIFO or a device just to look at it
+        with open(entry.path, "rb") as handle:
+            head = handle.read(_SNIFF_BYTES)
+    except OSError:
+        return False
+    return _FUSION_RESULT_MARK.search(head) is not None
 
 
 def _files_named(directory: Path, pattern: str) -> list[Path]:

@@ -4,15 +4,18 @@ With data dump on, the runtime writes one file per executed op under
 ``{dump_path}/{YYYYMMDDhhmmss}/{device_id}/{model_name}/{model_id}/{dump_number}/``,
 named ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp_us}``. Releases
 differ: some leave out the stream id, some add a dump-number field after the op
-name; all three are read. Space, ``.``, ``/`` and ``\\`` of the op type and name
+name, and FFTS+ (Atlas A2/A3) adds task type, context, thread and device ids
+and may slice an op into ``{op_name}_lxslice<N>`` files; 4 to 9 fields are read
+(``parse_file_name``). Space, ``.``, ``/`` and ``\\`` of the op type and name
 become ``_``; a name too long for the file system is saved under a hash, with a
 ``hash,original_file_name`` line in a ``mapping.csv`` of the same folder.
 
 A file is ``uint64 header_len`` (little-endian), a ``DumpData`` message of that
 many bytes whose tensor ``data`` fields are empty, then the raw bytes of every
-input, output, buffer and workspace in that order, ``size`` bytes each. The file
-size must equal ``8 + header_len + sum(sizes)``; anything else is a truncated or
-foreign file, reported per file rather than failing the comparison.
+input, output, buffer and workspace in that order, ``size`` bytes each. A nano
+dump has the same frame around a TLV header (magic ``0x5A5A5A5A``). A file
+shorter than ``8 + header_len + sum(sizes)`` is truncated and reported per file;
+bytes beyond it are tolerated with a note, as msaccucmp does.
 
 Only headers are read when a dump is scanned; a tensor's bytes are read (memory
 mapped) when it is compared, so a dump of many gigabytes is streamed.
@@ -20,6 +23,7 @@ mapped) when it is compared, so a dump of many gigabytes is streamed.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -37,7 +41,10 @@ from .layout import (
     BF16,
     NUMPY_CODES,
     LayoutError,
+    complex_as_pairs,
     decode_values,
+    stored_bytes,
+    stored_count,
     dtype_name,
     encode_bf16,
     format_name,
@@ -61,7 +68,12 @@ class DumpFileError(ValueError):
 
 @dataclass(frozen=True)
 class DumpName:
-    """What a dump file name says. ``op_name`` is the sanitized name (``.``/``/`` -> ``_``)."""
+    """What a dump file name says. ``op_name`` is the sanitized name (``.``/``/`` -> ``_``).
+
+    FFTS+ names (Atlas A2/A3) add ``task_type``, ``context_id``, ``thread_id`` and
+    ``device_id``; a manually sliced op's name carries ``_lxslice<N>`` (``slice_index``),
+    and ``base_name`` is the op the slices belong to.
+    """
 
     op_type: str
     op_name: str
@@ -69,6 +81,23 @@ class DumpName:
     stream_id: int | None
     timestamp: int
     dump_number: int | None = None
+    task_type: int | None = None
+    context_id: int | None = None
+    thread_id: int | None = None
+    device_id: int | None = None
+
+    @property
+    def slice_index(self) -> int | None:
+        match = _LXSLICE.search(self.op_name)
+        return int(match.group(1)) if match else None
+
+    @property
+    def base_name(self) -> str:
+        return _LXSLICE.sub("", self.op_name)
+
+    @property
+    def ffts(self) -> bool:
+        return self.thread_id is not None or self.slice_index is not None
 
 
 def sanitize(name: str) -> str:
@@ -76,25 +105,56 @@ def sanitize(name: str) -> str:
     return _UNSAFE.sub("_", name)
 
 
+#: A microsecond timestamp has 16 digits; task, stream, context and thread ids are short.
+_TIMESTAMP_DIGITS = 13
+#: Position of the timestamp among the numeric fields, by their count, when no field is long enough to tell.
+_TIMESTAMP_AT = {2: 1, 3: 2, 4: 3, 5: 1, 6: 1, 7: 2}
+_LXSLICE = re.compile(r"_lxslice(\d+)")
+
+#: The grammar, for messages: what a dump file name may look like.
+NAME_GRAMMAR = (
+    "{op_type}.{op_name}[.{dump_number}].{task_id}[.{stream_id}].{timestamp}"
+    "[.{task_type}.{context_id}.{thread_id}[.{device_id}]] (4 to 9 fields)"
+)
+
+
 def parse_file_name(name: str) -> DumpName | None:
-    """Parse a dump file name in any of the three variants; None for other files.
+    """Parse a dump file name of 4 to 9 fields; None for other files.
 
     ``type.name.task.stream.ts`` (5 fields), ``type.name.task.ts`` (no stream id),
-    ``type.name.dumpnum.task.stream.ts`` (6 fields). Since ``.`` in op names is
-    replaced by ``_``, the field count tells the variants apart.
+    ``type.name.dumpnum.task.stream.ts`` (6 fields), and the FFTS+ names of
+    Atlas A2/A3, ``type.name[.stream].task.ts.task_type.context.thread.device``
+    (8 or 9 fields; ``name`` may end in ``_lxslice<N>``). Since ``.`` in op names
+    is replaced by ``_``, every field after the name is a number; the timestamp
+    is the long one (16 digits), which tells the variants apart.
     """
     parts = name.split(".")
-    if len(parts) < 4 or len(parts) > 6 or not parts[0] or not parts[1]:
+    if len(parts) < 4 or len(parts) > 9 or not parts[0] or not parts[1]:
         return None
     numbers = parts[2:]
     if not all(_DIGITS.match(part) for part in numbers):
         return None
     values = [int(part) for part in numbers]
-    if len(values) == 2:
-        return DumpName(parts[0], parts[1], values[0], None, values[1])
-    if len(values) == 3:
-        return DumpName(parts[0], parts[1], values[0], values[1], values[2])
-    return DumpName(parts[0], parts[1], values[1], values[2], values[3], dump_number=values[0])
+    long = [index for index, part in enumerate(numbers) if len(part) >= _TIMESTAMP_DIGITS]
+    at = long[0] if len(long) == 1 else _TIMESTAMP_AT[len(values)]
+    before, timestamp, after = values[:at], values[at], values[at + 1 :]
+    if len(after) not in (0, 1, 3, 4) or not 1 <= len(before) <= 3:
+        return None
+    dump_number = stream = None
+    if len(before) == 1:
+        task = before[0]
+    elif len(before) == 2:
+        # ``task.stream`` in the classic names, ``stream.task`` in the FFTS+ ones
+        task, stream = (before[0], before[1]) if len(after) < 3 else (before[1], before[0])
+    else:
+        dump_number, task, stream = before
+    task_type = context = thread = device = None
+    if len(after) == 1:
+        device = after[0]
+    elif len(after) >= 3:
+        task_type, context, thread = after[:3]
+        device = after[3] if len(after) == 4 else None
+    return DumpName(parts[0], parts[1], task, stream, timestamp, dump_number, task_type, context, thread, device)
 
 
 def read_mapping(folder: Path) -> dict[str, str]:
@@ -130,9 +190,14 @@ class TensorInfo:
     size: int
     origin: tuple[str, int] | None = None  # OriginalOp (name, output_index) of an output
     original_format: int | None = None
+    sub_format: int = 0
 
     def describe(self) -> str:
         return f"{self.kind} {self.index} ({dtype_name(self.data_type)}, {format_name(self.format)}, {list(self.shape)})"
+
+    @property
+    def dtype_text(self) -> str:
+        return dtype_name(self.data_type)
 
 
 @dataclass(frozen=True)
@@ -145,13 +210,18 @@ class DumpFile:
     outputs: tuple[TensorInfo, ...]
     dump_time: int = 0
     attrs: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    nano: bool = False
 
 
 def read_dump_header(path: str | Path) -> DumpFile:
     """Read and check one dump file's header; a DumpFileError names what is wrong.
 
     Regular files only (a FIFO would block), the header length bounded, and the
-    file size checked against the tensor sizes the header declares.
+    file size checked against the tensor sizes the header declares: a file
+    shorter than that is truncated (an error); bytes after the declared tensors
+    are tolerated with a note, as msaccucmp does. A header that starts with the
+    nano magic ``0x5A5A5A5A`` is a nano dump's TLV header (``read_nano_header``).
     """
     path = Path(path)
     fd = _open_regular(path)
@@ -167,6 +237,10 @@ def read_dump_header(path: str | Path) -> DumpFile:
         raw = os.pread(fd, header_len, 8)
     finally:
         os.close(fd)
+    if raw[:4] == NANO_MAGIC:
+        inputs, outputs = read_nano_header(raw, 8 + header_len)
+        end = 8 + header_len + sum(info.size for info in (*inputs, *outputs))
+        return _checked(DumpFile(path=path, op_name="", inputs=inputs, outputs=outputs, nano=True), end, 0, total)
     message = message_class("DumpData")()
     try:
         message.ParseFromString(raw)
@@ -185,14 +259,8 @@ def read_dump_header(path: str | Path) -> DumpFile:
         original_format = int(item.original_op.format) if item.HasField("original_op") else None
         outputs.append(_tensor("output", index, item, offset, origin, original_format))
         offset += int(item.size)
-    offset += sum(int(item.size) for item in message.buffer)
-    offset += sum(int(item.size) for item in message.space)
-    if offset != total:
-        raise DumpFileError(
-            f"size mismatch: the header declares {offset} bytes in all, the file has {total}"
-            + (" (truncated)" if total < offset else " (trailing bytes)")
-        )
-    return DumpFile(
+    extra = sum(int(item.size) for item in message.buffer) + sum(int(item.size) for item in message.space)
+    dump = DumpFile(
         path=path,
         op_name=message.op_name,
         inputs=tuple(inputs),
@@ -200,6 +268,98 @@ def read_dump_header(path: str | Path) -> DumpFile:
         dump_time=int(message.dump_time),
         attrs={attr.name: attr.value for attr in message.attr},
     )
+    return _checked(dump, offset, extra, total)
+
+
+def _checked(dump: DumpFile, tensors_end: int, extra: int, total: int) -> DumpFile:
+    declared = tensors_end + extra
+    if declared > total:
+        raise DumpFileError(f"size mismatch: the header declares {declared} bytes in all, the file has {total} (truncated)")
+    if declared < total:
+        note = f"{total - declared} trailing bytes after the declared tensors (ignored)"
+        return DumpFile(dump.path, dump.op_name, dump.inputs, dump.outputs, dump.dump_time, dump.attrs, (note,), dump.nano)
+    return dump
+
+
+#: The first four header bytes of a nano dump (little-endian 0x5A5A5A5A).
+NANO_MAGIC = struct.pack("<I", 0x5A5A5A5A)
+#: The nano dump's own data-type codes, as dump_data.proto codes.
+NANO_DTYPES = {0: 1, 1: 2, 2: 3, 3: 7, 4: 4, 6: 5, 7: 6, 8: 9, 9: 8, 10: 10, 11: 12, 12: 11, 16: 16, 17: 17, 23: 8, 27: 27, 30: 29}
+_NANO_INPUT = struct.Struct("<iiiQQQI")  # data_type, format, address_type, address, offset, size, tlv_list_len
+_NANO_OUTPUT = struct.Struct("<iiiiiiQQQI")  # ... original_index, original_data_type, original_format before address
+
+
+def read_nano_header(raw: bytes, data_start: int) -> tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]]:
+    """The tensors of a nano dump's TLV header (after ``uint32 magic, uint32 version``).
+
+    An input-description TLV (tag 4) and an output-description TLV (tag 5),
+    each ``uint32 count`` and per tensor fixed little-endian fields followed by
+    TLNV entries: shape (tag 0, uint64 dims), original shape (tag 1) and, for
+    outputs, the original op name (tag 2). Data follows the header: inputs, then
+    outputs, ``size`` bytes each.
+    """
+    reader = _Cursor(raw, 8)
+    offset = data_start
+    tensors: dict[str, list[TensorInfo]] = {"input": [], "output": []}
+    for tag, kind, fixed in ((4, "input", _NANO_INPUT), (5, "output", _NANO_OUTPUT)):
+        if not reader.next_tag_is(tag):
+            continue
+        reader.take(8)
+        (count,) = struct.unpack("<I", reader.take(4))
+        if count > 1 << 16:
+            raise DumpFileError(f"corrupt nano dump header: {count} {kind}s")
+        for index in range(count):
+            values = fixed.unpack(reader.take(fixed.size))
+            code, fmt, size = values[0], values[1], values[-2]
+            shape = reader.tlnv(0, "Q") or ()
+            original = reader.tlnv(1, "Q") or ()
+            origin = None
+            if kind == "output":
+                name = reader.tlnv(2, "s")
+                origin = (name, int(values[3])) if name else None
+            if code not in NANO_DTYPES:
+                raise DumpFileError(f"nano dump {kind} {index}: unknown nano data type {code}")
+            tensors[kind].append(
+                TensorInfo(kind, index, NANO_DTYPES[code], int(fmt), tuple(shape), tuple(original), 0, int(size), origin,
+                           int(values[5]) if kind == "output" else None)
+            )  # fmt: skip
+    for kind in ("input", "output"):
+        placed = []
+        for info in tensors[kind]:
+            placed.append(TensorInfo(info.kind, info.index, info.data_type, info.format, info.shape, info.original_shape,
+                                     offset, info.size, info.origin, info.original_format))  # fmt: skip
+            offset += info.size
+        tensors[kind] = placed
+    return tuple(tensors["input"]), tuple(tensors["output"])
+
+
+class _Cursor:
+    """Sequential reads over a nano header; running off its end is a DumpFileError."""
+
+    def __init__(self, raw: bytes, position: int) -> None:
+        self.raw, self.position = raw, position
+
+    def take(self, count: int) -> bytes:
+        if self.position + count > len(self.raw):
+            raise DumpFileError("corrupt nano dump header: it ends inside a tensor description")
+        chunk = self.raw[self.position : self.position + count]
+        self.position += count
+        return chunk
+
+    def next_tag_is(self, tag: int) -> bool:
+        if self.position + 8 > len(self.raw):
+            return False
+        return struct.unpack_from("<I", self.raw, self.position)[0] == tag
+
+    def tlnv(self, tag: int, element: str):
+        """A tag-length-values entry with ``tag``, or None when the next entry has another tag."""
+        if not self.next_tag_is(tag):
+            return None
+        _, length = struct.unpack("<II", self.take(8))
+        payload = self.take(length)
+        if element == "s":
+            return payload.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+        return struct.unpack(f"<{length // 8}Q", payload[: length // 8 * 8])
 
 
 def _tensor(kind: str, index: int, item, offset: int, origin, original_format: int | None = None) -> TensorInfo:
@@ -214,6 +374,7 @@ def _tensor(kind: str, index: int, item, offset: int, origin, original_format: i
         size=int(item.size),
         origin=origin,
         original_format=original_format,
+        sub_format=int(item.sub_format),
     )
 
 
@@ -223,18 +384,23 @@ def load_tensor(path: str | Path, info: TensorInfo) -> np.ndarray:
     A LayoutError (unsupported type or format, size not matching the shape) is
     the caller's per-tensor problem to list.
     """
+    values = load_device_values(path, info)
+    framework = to_framework(values, info.format, info.original_shape, info.original_format, info.sub_format)
+    return complex_as_pairs(framework)
+
+
+def load_device_values(path: str | Path, info: TensorInfo) -> np.ndarray:
+    """One tensor's decoded values in its device shape (no format conversion yet)."""
     raw = raw_dtype(info.data_type)
-    count = int(np.prod(info.shape, dtype=np.int64)) if info.shape else 1
-    if count * raw.itemsize != info.size:
-        raise LayoutError(
-            f"{info.describe()}: shape holds {count * raw.itemsize} bytes but size says {info.size}"
-        )
+    count = math.prod(info.shape) if info.shape else 1  # Python ints: no overflow
+    needed = stored_bytes(info.data_type, count)
+    if needed != info.size:
+        raise LayoutError(f"{info.describe()}: shape holds {needed} bytes but size says {info.size}")
     if count == 0:
-        data = np.zeros(info.shape, raw)
+        data = np.zeros(0, raw)
     else:
-        data = np.memmap(path, dtype=raw, mode="r", offset=info.offset, shape=(count,))
-    values = decode_values(data, info.data_type).reshape(info.shape)
-    return to_framework(values, info.format, info.original_shape, info.original_format)
+        data = np.memmap(path, dtype=raw, mode="r", offset=info.offset, shape=(stored_count(info.data_type, count),))
+    return decode_values(data, info.data_type, count).reshape(info.shape)
 
 
 def _open_regular(path: Path) -> int:

@@ -73,6 +73,7 @@ def _json(candidates: CandidateSet) -> str:
         "fired": sorted(candidates.fired) if candidates.fired is not None else None,
         "fired_sections": sorted(section.value for section in candidates.fired_sections),
         "dropped": [rule.to_json() for rule in candidates.dropped],
+        "both_sections": list(candidates.both_sections),
         "warnings": list(candidates.warnings),
         "sources": [source.to_json() for source in candidates.sources],
     }

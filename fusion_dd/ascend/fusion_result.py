@@ -1,15 +1,26 @@
 """``fusion_result.json``: which fusion passes changed a compiled graph.
 
-The compiler writes one top-level key per compiled graph with ``graph_fusion``
-and ``ub_fusion`` statistics whose counts are strings (DESIGN.md 2.3). A pass with
+CANN writes the same statistics in three shapes, depending on release and tool
+(DESIGN.md 2.3), and all three are read:
+
+* keyed: ``{"session_and_graph_id_0_0": {"graph_fusion": {...}, "ub_fusion": {...}}}``,
+  one top-level key per compiled graph;
+* list: ``[{"graph_fusion": {...}, "session_and_graph_id": "10_10"}, ...]``, one
+  object per graph (trainings that compile many graphs);
+* flat: ``{"graph_fusion": {...}, "ub_fusion": {...}, "session_and_graph_id": "0_0"}``,
+  a single graph at the top level (``atc`` conversions).
+
+A graph may report ``graph_fusion``, ``ub_fusion``, both or neither; UB counters
+may carry ``repository_hit_times``; counts are strings or numbers. A pass with
 ``effect_times > 0`` in any graph actually rewrote the network, which makes this
 file the authoritative list of candidates and the evidence that a trial's switch
 file was applied.
 
 The reader is deliberately tolerant of what it does not need (unknown sections
-and counters are ignored, duplicate keys and concatenated objects are merged so
-that no graph is lost) and strict about what it does (a count that is not an
-integer is an error naming its key).
+and counters are ignored, duplicate keys and concatenated documents are merged
+so that no graph is lost) and strict about what it does (a count that is not an
+integer is an error naming its key). ``looks_like_fusion_result`` tells the file
+by its content, whatever it is called.
 """
 
 from __future__ import annotations
@@ -73,10 +84,11 @@ def read_fusion_result(path: str | Path) -> FusionResult:
 
 
 def parse_fusion_result(text: str, source: str) -> FusionResult:
+    """Parse the text of a ``fusion_result.json`` in any of CANN's shapes."""
     graphs: dict[str, dict[Rule, PassStats]] = {}
     reported: set[Section] = set()
-    for document in _json_objects(text, source):
-        for graph_key, graph_value in document:
+    for document in _json_documents(text, source):
+        for graph_key, graph_value in _graphs_of(document):
             key = _unique_key(graph_key, graphs)
             graphs[key] = _graph_stats(graph_value, source, graph_key)
             reported |= {_SECTIONS[k] for k, _ in graph_value if k in _SECTIONS}
@@ -84,26 +96,58 @@ def parse_fusion_result(text: str, source: str) -> FusionResult:
 
 
 def looks_like_fusion_result(document: Any) -> bool:
-    """True for a decoded JSON object shaped like ``fusion_result.json``."""
+    """True for decoded JSON shaped like ``fusion_result.json`` (keyed, list or flat)."""
+    if isinstance(document, list):
+        return bool(document) and all(_is_graph_object(item) for item in document)
     if not isinstance(document, dict) or not document:
         return False
+    if _is_graph_object(document):
+        return True  # flat: one graph at the top level
     return all(
-        isinstance(value, dict) and any(key in _SECTIONS for key in value)
-        for value in document.values()
+        isinstance(value, dict) and (_is_graph_object(value) or key.startswith(GRAPH_KEY))
+        for key, value in document.items()
     )
+
+
+#: The key naming a graph: a top-level key prefix (keyed shape) or a field (list and flat shapes).
+GRAPH_KEY = "session_and_graph_id"
+_GRAPH_FIELDS = frozenset(_SECTIONS) | {GRAPH_KEY}
+
+
+def _is_graph_object(value: Any) -> bool:
+    """One graph's statistics: an object with a fusion section or its ``session_and_graph_id`` field."""
+    return isinstance(value, dict) and any(key in _GRAPH_FIELDS for key in value)
+
+
+def _graphs_of(document: Any) -> list[tuple[str, Any]]:
+    """The (graph key, graph object) pairs of one top-level JSON value, whatever its shape."""
+    if not isinstance(document, _Pairs):  # a JSON list (_Pairs is a list too)
+        return [(_graph_name(item, f"[{index}]"), item) for index, item in enumerate(document)]
+    if any(key in _GRAPH_FIELDS for key, _ in document):
+        return [(_graph_name(document, GRAPH_KEY), document)]
+    return list(document)
+
+
+def _graph_name(graph: Any, fallback: str) -> str:
+    """``session_and_graph_id_<id>`` as the keyed shape spells it, else ``fallback``."""
+    if isinstance(graph, _Pairs):
+        ids = [value for key, value in graph if key == GRAPH_KEY and isinstance(value, (str, int))]
+        if ids:
+            return f"{GRAPH_KEY}_{ids[0]}"
+    return fallback
 
 
 class _Pairs(list):  # type: ignore[type-arg]
     """A JSON object kept as its key/value pairs, so duplicate keys survive."""
 
 
-def _json_objects(text: str, source: str) -> list[_Pairs]:
-    """Every top-level object in the file, as key/value pairs (duplicates kept)."""
+def _json_documents(text: str, source: str) -> list[Any]:
+    """Every top-level object or list in the file, objects as key/value pairs (duplicates kept)."""
     decoder = json.JSONDecoder(object_pairs_hook=_Pairs)
     objects = []
     position = _skip_space(text, 0)
     if position == len(text):
-        raise UsageError(f"{source}: empty file; expected {FILE_NAME} (a JSON object)")
+        raise UsageError(f"{source}: empty file; expected {FILE_NAME} (a JSON object or list)")
     while position < len(text):
         try:
             value, position = decoder.raw_decode(text, position)
@@ -115,9 +159,10 @@ def _json_objects(text: str, source: str) -> list[_Pairs]:
         except RecursionError:
             raise too_deep(source, FILE_NAME) from None
         check_depth(value, source, FILE_NAME)
-        if not isinstance(value, _Pairs):
+        if not isinstance(value, (_Pairs, list)):
             raise UsageError(
-                f"{source}: the top level must be a JSON object with one key per graph"
+                f"{source}: the top level must be a JSON object (one key per graph, or one graph) "
+                "or a list of graph objects"
             )
         objects.append(value)
         position = _skip_space(text, position)
@@ -182,6 +227,8 @@ def _count(
             return default
         raise UsageError(f"{source}: '{where}' has no '{key}'")
     raw = values[key]
+    if isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)  # a writer that emits numbers may emit 1.0
     if isinstance(raw, bool) or not isinstance(raw, (int, str)):
         raise UsageError(
             f"{source}: '{where}.{key}' is {raw!r}; expected a count such as \"1\""

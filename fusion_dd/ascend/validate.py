@@ -127,3 +127,49 @@ def closest_names(name: str, vocabulary: Iterable[str], limit: int = 3) -> tuple
 
 _CUTOFF = 0.75
 _MARGIN = 0.05
+
+
+def likely_typos(name: str, vocabulary: Iterable[str]) -> tuple[str, ...]:
+    """Known names within a few edits of ``name`` (ignoring case): what a misspelling looks like.
+
+    Unlike ``closest_names`` (similar-looking names, for suggestions), this is the
+    test that decides whether an unknown name is refused: a name two edits from a
+    known pass (``LayerNormGradV3FusionPas``) is almost surely that pass misspelled,
+    while a name far from every known one is more likely a pass newer than the
+    catalog. The distance counts insertions, deletions, substitutions and swaps of
+    neighbours; one edit is allowed for short names, two from eight characters on.
+    """
+    lowered = name.lower()
+    limit = 1 if len(name) < 8 else 2
+    found = []
+    for known in sorted(set(vocabulary)):
+        if known != name and _within_edits(lowered, known.lower(), limit):
+            found.append(known)
+    return tuple(found)
+
+
+def _within_edits(a: str, b: str, limit: int) -> bool:
+    """Optimal-string-alignment distance of ``a`` and ``b`` is at most ``limit``.
+
+    Only the diagonal band of width ``limit`` is computed, and the rows stop as
+    soon as every cell exceeds it, so comparing one name with a catalog of
+    hundreds costs milliseconds.
+    """
+    if abs(len(a) - len(b)) > limit:
+        return False
+    over = limit + 1
+    previous2: list[int] = []
+    previous = [j if j <= limit else over for j in range(len(b) + 1)]
+    for i in range(1, len(a) + 1):
+        current = [over] * (len(b) + 1)
+        current[0] = i if i <= limit else over
+        for j in range(max(1, i - limit), min(len(b), i + limit) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            value = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                value = min(value, previous2[j - 2] + 1)
+            current[j] = min(value, over)
+        if min(current) > limit:
+            return False
+        previous2, previous = previous, current
+    return previous[len(b)] <= limit

@@ -35,6 +35,20 @@ from ..search.culprits import Chooser
 #: The values of ``rules.compiler``.
 COMPILERS = ("cann", "onnxruntime", "xla")
 
+#: The file the fix of a search is saved as, in the state directory, per compiler: a name
+#: that says what it holds (CANN reads ``fusion_switch.cfg`` itself; the others' lists are
+#: what the training hands to the compiler, see the exported variable beside it).
+FIX_NAMES = {
+    "cann": "fusion_switch.cfg",
+    "onnxruntime": "ort_disabled_optimizers.txt",
+    "xla": "xla_disabled_passes.txt",
+}
+
+
+def fix_name_of(compiler: str | None) -> str:
+    """The fix file's name for ``rules.compiler`` (CANN's when absent or unknown)."""
+    return FIX_NAMES.get(compiler or "cann", FIX_NAMES["cann"])
+
 
 @dataclass(frozen=True)
 class Rendered:
@@ -101,4 +115,4 @@ def fix_env_of(backend: CompilerBackend, candidates: Sequence[Rule], enabled: It
     return dict(backend.render(candidates, enabled).env)
 
 
-__all__ = ["COMPILERS", "CompilerBackend", "Rendered", "backend_for", "fix_env_of"]
+__all__ = ["COMPILERS", "FIX_NAMES", "CompilerBackend", "Rendered", "backend_for", "fix_env_of", "fix_name_of"]

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..hooks import TrialFiles
 from ..rules import Rule, Section
-from . import Rendered
+from . import FIX_NAMES, Rendered
 from .common import PlainListBackend, shipped_names, shown_names, switches_applied, switches_ignored, switches_unverified
 
 DISABLED_ENV = "FUSION_DD_DISABLED_OPTIMIZERS"
@@ -223,6 +223,7 @@ class OrtBackend(PlainListBackend):
     """ONNX Runtime's graph optimizers (any execution provider)."""
 
     name = "onnxruntime"
+    fix_name = FIX_NAMES["onnxruntime"]  # the fix's list of names switched off, in the state directory
     group = Section.ONNXRUNTIME
 
     def render(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> Rendered:

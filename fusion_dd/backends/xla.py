@@ -32,7 +32,7 @@ from typing import Any
 
 from ..hooks import TrialFiles
 from ..rules import Rule, Section
-from . import Rendered
+from . import FIX_NAMES, Rendered
 from .common import PlainListBackend, shipped_names, shown_names, switches_applied, switches_ignored, switches_unverified
 
 FLAGS_ENV = "XLA_FLAGS"
@@ -254,6 +254,7 @@ class XlaBackend(PlainListBackend):
     """XLA's HLO passes and boolean debug flags."""
 
     name = "xla"
+    fix_name = FIX_NAMES["xla"]  # the fix's list of names switched off, in the state directory
 
     def __init__(self, user_env: Mapping[str, str] | None = None) -> None:
         # The XLA_FLAGS the training would get without us: the config's, else ours.

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 import typer
 
 from .. import __version__
-from ..config import DEFAULT_CONFIG_NAME, SearchConfig, load_config, parse_config, parse_devices
+from ..config import DEFAULT_CONFIG_NAME, SearchConfig, check_device_ids, load_config, parse_config, parse_devices
 from ..errors import UsageError
 from ..store.journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
@@ -94,10 +94,12 @@ def _load(
     scheduler: str | None = None,
 ) -> SearchConfig:
     config = load_config(config_path or Path(DEFAULT_CONFIG_NAME))
-    return config.with_overrides(
+    loaded = config.with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=state_dir, launcher=launcher,
         scheduler=scheduler,
     )
+    check_device_ids(loaded, "--devices" if devices is not None else f"{loaded.source}: train.devices")
+    return loaded
 
 
 def _install_sigterm() -> None:
@@ -132,7 +134,9 @@ def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:
 
 
 def _warn(config: SearchConfig) -> None:
-    _print_warnings(config.warnings, shown=20)
+    from ..preflight import goal_warnings
+
+    _print_warnings([*config.warnings, *goal_warnings(config)], shown=20)
 
 
 def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResult:
@@ -148,7 +152,10 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
 
     prepared = prepare(config, say)
     config = prepared.config
-    events = ConsoleEvents(total_rules=len(config.rules), budget=config.search.budget)
+    events = ConsoleEvents(
+        total_rules=len(config.rules), budget=config.search.budget,
+        devices=config.train.devices if config.train.launcher == "local" else (), loss_pattern=config.metric.loss_pattern,
+    )
     # The estimate is of search trainings: a localize-only session has none to estimate.
     events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
     _install_sigterm()
@@ -269,16 +276,18 @@ def _dry_run(config: SearchConfig) -> None:
             for name, value in rendered.env.items():
                 echo(f"  {name}={shlex.quote(value)}")
     echo("")
-    echo("command lines (trial 0001 shown; each trial has its own directory):")
+    echo("command lines (the first training on each device; each trial has its own directory):")
     on_slurm = config.train.launcher == "slurm"
-    shown = config.train.devices if cluster is None else [(entry["device"],) for entry in cluster]
-    for device in [("",)] if on_slurm else shown:
-        values = trial_values(config, device)
+    pool = config.train.devices if cluster is None else [(entry["device"],) for entry in cluster]
+    if on_slurm:
+        pool = [("",)]  # the device is the one Slurm grants each job, in the job's own environment
+    for number, device in enumerate(pool, start=1):  # the first wave: one training per device, in order
+        values = trial_values(config, device, number)
         argv = resolve_relative(substitute_command(config.train.command, values), config.base_dir)
         workdir = substitute(config.train.workdir, values)
-        # Under Slurm the device is the one Slurm grants each job, in the job's own environment.
         said = "<as Slurm sets it in the job>" if on_slurm else values["device"]
         echo(f"  {config.train.device_env}={said} (in {workdir}) {shlex.join(argv)}")
+        echo(f"    trial directory: {display_path(Path(values['trial_dir']))}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
     if cluster is not None:
@@ -326,7 +335,12 @@ def _dry_run(config: SearchConfig) -> None:
         echo(f"  FAILS: {problem}")
     echo("nothing was launched (dry run)")
     if checked.errors:
-        _fail(f"{checked.errors[0]}; a search would stop with status {TRAINING_BROKEN} before any training")
+        # The problems are the FAILS lines above: the error line names their keys, it does not repeat them.
+        keys = ", ".join(dict.fromkeys(problem.split(": ")[1] for problem in checked.errors if ": " in problem))
+        _fail(
+            f"{config.source}: {keys}: the pre-flight check fails ({len(checked.errors)} problem(s), FAILS above); "
+            f"a search would stop with status {TRAINING_BROKEN} before any training"
+        )
 
 
 def _dry_run_localize(config: SearchConfig) -> None:
@@ -448,10 +462,12 @@ def _journaled_config(
 ) -> SearchConfig:
     """The config a search in ``state_dir`` was started with, and this session's command-line overrides."""
     directory = (state_dir or _default_state_dir(config)).resolve()
-    return _resume_config(directory, config).with_overrides(
+    loaded = _resume_config(directory, config).with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=directory, launcher=launcher,
         scheduler=scheduler,
     )
+    check_device_ids(loaded, "--devices" if devices is not None else f"{loaded.source}: train.devices")
+    return loaded
 
 
 def _default_state_dir(config_path: Path | None) -> Path:
@@ -517,7 +533,9 @@ def rules(
         False, "--closure", help="Train the all-off baseline of the config (-c) until no new rule fires; print the closed candidates."
     ),
     config: Optional[Path] = ConfigOption,
-    output_format: str = typer.Option("yaml", "--format", help="yaml (pastes into fusion-dd.yaml), txt or json."),
+    output_format: Optional[str] = typer.Option(
+        None, "--format", help="yaml (pastes into fusion-dd.yaml; the default), txt or json; not with --where."
+    ),
     where: Optional[str] = typer.Option(None, "--where", help="Show where this rule acted in the given graph dumps."),
     keep_unfired: bool = typer.Option(
         False, "--keep-unfired", help="Keep listed rules that the artifacts show never fired."
@@ -527,13 +545,18 @@ def rules(
     from ..ascend import collect_candidates, format_locations, format_rules, graph_paths, load_graphs
     from ..ascend import where as where_rule
 
+    if where is not None and output_format is not None:
+        raise UsageError(f"--format {output_format}: --where prints the fused ops as text; drop --format")
+    output_format = output_format or "yaml"
+    if output_format not in ("yaml", "txt", "json"):
+        raise UsageError(f"--format: {output_format!r} is not one of yaml, txt, json")
     if closure:
-        _rules_closure(config)
+        _rules_closure(config, output_format)
         return
     if not sources:
         raise UsageError("missing argument SOURCES: the artifacts to read the candidates from (or --closure with a config)")
     if compiler != "cann":
-        _compiler_rules(compiler, sources)
+        _compiler_rules(compiler, sources, output_format)
         return
 
     if where is not None:
@@ -544,8 +567,6 @@ def rules(
             return
         typer.echo(format_locations({fused[0].rule: fused}).rstrip())
         return
-    if output_format not in ("yaml", "txt", "json"):
-        raise UsageError(f"--format: {output_format!r} is not one of yaml, txt, json")
     candidates = collect_candidates(sources, keep_unfired=keep_unfired)
     _print_warnings(candidates.warnings)
     if candidates.dropped:
@@ -554,26 +575,53 @@ def rules(
     typer.echo(format_rules(candidates, output_format, autofuse=_autofuse_enabled()), nl=False)
 
 
-def _rules_closure(config_path: Path | None) -> None:
+def _rules_closure(config_path: Path | None, output_format: str = "yaml") -> None:
     """``fusion-dd rules --closure``: the config's candidates plus what fires in their all-off baseline."""
     from ..closure import run_closure
-    from ..rules import Section
 
     loaded = _load(config_path, budget=None, devices=None, jobs=None, state_dir=None)
     closure = run_closure(loaded, lambda line: typer.echo(f"fusion-dd: {line}", err=True))
-    names = [rule.name for rule in loaded.rules] + [rule.name for rule in closure.added]
-    typer.echo(f"# closed candidates ({len(closure.added)} added by {len(closure.rounds)} baseline training(s)):")
-    if loaded.compiler == "cann":
-        typer.echo("rules:")
-        for section in (Section.GRAPH, Section.UB, Section.AUTOFUSE):
-            listed = [rule.name for rule in [*loaded.rules, *closure.added] if rule.section is section]
-            if listed:
-                typer.echo(f"  {section.value}: [{', '.join(listed)}]")
+    rules = [*loaded.rules, *closure.added]
+    note = f"closed candidates ({len(closure.added)} added by {len(closure.rounds)} baseline training(s))"
+    typer.echo(_rule_listing(loaded.compiler, rules, output_format, note, added=closure.added), nl=False)
+
+
+def _rule_listing(compiler: str, rules: list, output_format: str, note: str, **extra: Any) -> str:
+    """Rules as ``--format`` asks: yaml that pastes into fusion-dd.yaml, ``name group`` lines, or JSON.
+
+    ``rules`` are Rule objects (CANN, grouped by section) or plain names (the other compilers);
+    ``extra`` lists of either go into the JSON document beside the rules.
+    """
+    import json
+
+    from ..rules import Section
+
+    def names_of(items: list) -> list[str]:
+        return [getattr(item, "name", item) for item in items]
+
+    if compiler == "cann":
+        grouped = {
+            section.value: [rule.name for rule in rules if rule.section is section]
+            for section in (Section.GRAPH, Section.UB, Section.AUTOFUSE)
+        }
+        grouped = {key: names for key, names in grouped.items() if names or key != Section.AUTOFUSE.value}
+        document: dict[str, Any] = {"rules": grouped}
+        lines = [f"{rule.name} {rule.section.value}" for rule in rules]
+        yaml_lines = [f"  {key}: [{', '.join(names)}]" for key, names in grouped.items() if names]
     else:
-        typer.echo(f"rules:\n  compiler: {loaded.compiler}\n  names: [{', '.join(names)}]")
+        names = names_of(rules)
+        document = {"rules": {"compiler": compiler, "names": names}}
+        lines = list(names)
+        yaml_lines = [f"  compiler: {compiler}", f"  names: [{', '.join(names)}]"]
+    if output_format == "json":
+        document.update({key: names_of(value) for key, value in extra.items()})
+        return json.dumps(document, indent=2) + "\n"
+    if output_format == "txt":
+        return "".join(f"{line}\n" for line in [f"# {note}", *lines])
+    return "\n".join([f"# {note}:", "rules:", *yaml_lines]) + "\n"
 
 
-def _compiler_rules(compiler: str, sources: list[Path]) -> None:
+def _compiler_rules(compiler: str, sources: list[Path], output_format: str = "yaml") -> None:
     """``fusion-dd rules --compiler onnxruntime|xla``: the rules that fired in these logs or dumps, as config."""
     from ..backends import COMPILERS
     from ..compiler_rules import _from_artifacts
@@ -588,6 +636,7 @@ def _compiler_rules(compiler: str, sources: list[Path]) -> None:
             return UsageError(f"{problem}")
 
     fired, _ = _from_artifacts(_Reader(), [str(Path(source).resolve()) for source in sources], Path.cwd(), compiler)
+    stuck: list[str] = []
     if compiler == "onnxruntime":
         from ..backends.ort import UNSWITCHABLE
 
@@ -595,7 +644,9 @@ def _compiler_rules(compiler: str, sources: list[Path]) -> None:
         if stuck:
             typer.echo(f"fusion-dd: left out, ONNX Runtime runs them whatever the switches say: {', '.join(stuck)}", err=True)
         fired = [name for name in fired if name not in UNSWITCHABLE]
-    typer.echo(f"rules:\n  compiler: {compiler}\n  names: [{', '.join(fired)}]")
+    extra = {"left_out": stuck} if compiler == "onnxruntime" else {}
+    note = f"rules that fired in the {compiler} artifacts"
+    typer.echo(_rule_listing(compiler, fired, output_format, note, **extra), nl=False)
 
 
 def _autofuse_enabled() -> bool:
@@ -618,10 +669,19 @@ def compare(
     jobs: Optional[int] = typer.Option(None, "--jobs", help="Worker processes decoding tensors."),
     cosine: float = typer.Option(0.99, "--cosine", help="Bad below this cosine (with --max-abs exceeded)."),
     max_abs: float = typer.Option(0.001, "--max-abs", help="Bad above this max abs error (with --cosine)."),
+    cosine_floor: float = typer.Option(0.9, "--cosine-floor", help="Bad below this cosine whatever the abs error."),
+    abs_ceiling: float = typer.Option(1.0, "--abs-ceiling", help="Bad above this max abs error whatever the cosine."),
+    rel: float = typer.Option(0.05, "--rel", help="Bad above this mean relative error (a uniform scale error keeps cosine 1)."),
+    converters: Optional[Path] = typer.Option(None, "--converters", help="Folder of convert_<FROM>_to_<TO>.py format converters."),
 ) -> None:
     from ..compare.command import run_compare
 
-    raise typer.Exit(run_compare(on, off, graph_on, graph_off, out, output_format, step, model, jobs, cosine, max_abs))
+    raise typer.Exit(
+        run_compare(
+            on, off, graph_on, graph_off, out, output_format, step, model, jobs, cosine, max_abs,
+            cosine_floor=cosine_floor, abs_ceiling=abs_ceiling, rel=rel, converters=converters,
+        )  # fmt: skip
+    )
 
 
 @app.command()

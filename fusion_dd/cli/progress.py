@@ -1,12 +1,13 @@
 """What a person sees while a search runs.
 
 On a terminal: event lines scroll above a live panel drawn with rich (trainings
-used of the budget and finished, per device the running trial with its configuration
-size, elapsed time and last reported step and loss, the smallest failing set so
-far, and the estimate of trainings left and of the finishing time), refreshed
+used of the budget and finished, every device of the pool with the trial running
+on it, its configuration size, elapsed time and last reported step and loss, or
+"idle"; the smallest failing set so far, and the estimate of trainings left and of
+the finishing time), refreshed
 every second by a small ticker thread. Elsewhere (CI, nohup, a log file): one
 plain line per event, nothing redrawn; the estimate is a plain line too, printed
-when its number changes.
+when its range changes.
 
 The estimate (fusion_dd.estimate) replays the journal, so it is computed on its
 own thread, never on the engine's: once the session launched its first training
@@ -15,13 +16,17 @@ own thread, never on the engine's: once the session launched its first training
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from ..rules import Rule
+from ..runner.metrics import parse_number
 from ..search.oracle import Outcome
 from ..store.state import TrialState
 from ..store.snapshots import REST as SNAPSHOT_REST, SETTLE as SNAPSHOT_SETTLE
@@ -39,11 +44,76 @@ def _config_text(names: frozenset[str], total: int) -> str:
 
 ESTIMATE_INTERVAL = 3.0  # seconds between two estimates at most once per finished trial
 
+#: A step number on a printed line (``step 120``, ``step=120``, ``Step: 120``).
+STEP_ON_LINE = re.compile(r"\bstep[=:\s]\s*(\d+)", re.IGNORECASE)
+LOG_READ_BYTES = 1 << 20  # per poll and trial: a chatty training must not stall the panel
+
+
+class LogProgress:
+    """The last (step, loss) a training printed, from its output.log, read incrementally.
+
+    For trainings that write no metrics file: the loss is what ``metric.loss_pattern``
+    matches (the same pattern that scans the log for divergence), the step the
+    ``step N`` on the same line, if any. Only new bytes are read at each poll.
+    """
+
+    def __init__(self, path: Path, loss_pattern: re.Pattern[str]) -> None:
+        self.path = path
+        self.loss_pattern = loss_pattern
+        self._offset = 0
+        self._pending = b""
+
+    def read_new(self) -> tuple[int | None, float] | None:
+        """The last report among the lines completed since the previous call, or None."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read(LOG_READ_BYTES)
+        except OSError:
+            return None
+        self._offset += len(chunk)
+        lines = re.split(rb"\r\n|\r|\n", self._pending + chunk)
+        self._pending = lines.pop()
+        if len(self._pending) > LOG_READ_BYTES:
+            self._pending = b""  # one endless line: no report in it worth the memory
+        last: tuple[int | None, float] | None = None
+        for raw in lines:
+            line = raw.decode("utf-8", "replace")
+            match = self.loss_pattern.search(line)
+            if match is None:
+                continue
+            loss = parse_number(match.group(1) if match.groups() else match.group(0))
+            if loss is None:
+                continue
+            step = STEP_ON_LINE.search(line)
+            last = (int(step.group(1)) if step else None, loss)
+        return last
+
 
 class ConsoleEvents:
     """SearchEvents for the CLI; thread-safe."""
 
-    def __init__(self, *, total_rules: int, budget: int, stream: TextIO | None = None, live: bool | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        total_rules: int,
+        budget: int,
+        stream: TextIO | None = None,
+        live: bool | None = None,
+        devices: Sequence[Sequence[str]] = (),
+        loss_pattern: str | None = None,
+    ) -> None:
+        """``devices``: the pool, each listed in the panel even while idle; ``loss_pattern``:
+        ``metric.loss_pattern``, for the step and loss of a training without a metrics file."""
+        from ..runner.metrics import DEFAULT_LOSS_PATTERN
+
+        self.devices = [",".join(str(part) for part in device) for device in devices]
+        self.loss_pattern = (
+            None if loss_pattern is None
+            else re.compile(loss_pattern, re.IGNORECASE if loss_pattern == DEFAULT_LOSS_PATTERN.pattern else 0)
+        )
+        self._logs: dict[str, LogProgress] = {}
+        self._from_metrics: set[str] = set()  # trials whose metrics file reported: it wins over the log
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
         self.total_rules = total_rules
@@ -59,7 +129,7 @@ class ConsoleEvents:
         self._ticker: threading.Thread | None = None
         self._state_dir: Path | None = None
         self._estimate: Any = None  # fusion_dd.estimate.Estimate, once computed
-        self._estimate_said: tuple[int, str] | None = None
+        self._estimate_said: tuple[tuple[int, int], str] | None = None
         self._wanted = threading.Event()
         self._estimator: threading.Thread | None = None
         self._console: Any = None
@@ -122,10 +192,10 @@ class ConsoleEvents:
             return
         with self._lock:
             self._estimate = found
-            if (found.trainings_left, found.basis) != self._estimate_said or self.live:
+            if (found.range, found.basis) != self._estimate_said or self.live:
                 self.stream.write(f"       {found.text()}\n")
                 self.stream.flush()
-            self._estimate_said = (found.trainings_left, found.basis)
+            self._estimate_said = (found.range, found.basis)
 
     def _tick(self) -> None:
         while not self._stop.wait(1.0):
@@ -159,7 +229,7 @@ class ConsoleEvents:
                 continue
             with self._lock:
                 self._estimate = found
-                said = (found.trainings_left, found.basis)
+                said = (found.range, found.basis)
                 if not self.live and said != self._estimate_said:
                     self.stream.write(f"       {found.text()}\n")
                     self.stream.flush()
@@ -191,10 +261,23 @@ class ConsoleEvents:
             try:
                 reports = reader.read_new()
             except (OSError, ValueError):
-                continue
+                reports = []
             if reports:
                 with self._lock:
                     self._progress[trial.trial_id] = reports[-1]
+                    self._from_metrics.add(trial.trial_id)
+                continue
+            if self.loss_pattern is None or trial.trial_id in self._from_metrics:
+                continue
+            from ..runner.supervisor import LOG_FILE
+
+            log = self._logs.get(trial.trial_id)
+            if log is None:
+                log = self._logs[trial.trial_id] = LogProgress(self._state_dir / trial.trial_dir / LOG_FILE, self.loss_pattern)
+            printed = log.read_new()
+            if printed is not None:
+                with self._lock:
+                    self._progress[trial.trial_id] = printed
 
     def _panel(self) -> Any:
         from rich.table import Table
@@ -203,20 +286,30 @@ class ConsoleEvents:
         table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
         for column in ("device", "trial", "rules on", "role", "elapsed", "step", "loss"):
             table.add_column(column, justify="right" if column in ("rules on", "elapsed", "step", "loss") else "left")
+        busy: dict[str, list[TrialState]] = {}
         for trial in sorted(self._running.values(), key=lambda t: t.trial_id):
-            step, loss = self._progress.get(trial.trial_id, (None, float("nan")))
-            table.add_row(
-                ",".join(trial.device), f"#{trial.trial_id}", str(len(trial.config)), trial.role,
-                _elapsed(now - trial.started_at), "-" if step is None else str(step),
-                "-" if step is None and loss != loss else f"{loss:.4g}",
-            )
+            busy.setdefault(",".join(trial.device), []).append(trial)
+        # Every device of the pool in its order, idle ones too; then any other a trial runs on.
+        for device in [*self.devices, *(name for name in busy if name not in self.devices)]:
+            trials = busy.get(device)
+            if not trials:
+                table.add_row(device, "idle", "", "", "", "", "")
+                continue
+            for trial in trials:
+                known = self._progress.get(trial.trial_id)
+                step, loss = known if known is not None else (None, None)
+                table.add_row(
+                    device, f"#{trial.trial_id}", str(len(trial.config)), trial.role,
+                    _elapsed(now - trial.started_at), "-" if step is None else str(step),
+                    "-" if loss is None else f"{loss:.4g}" if math.isfinite(loss) else str(loss),
+                )
         smallest = f"{len(self._smallest)} rules" if self._smallest else "none yet"
         head = f"fusion-dd: {self._launched}/{self.budget} trainings, {self._finished} finished; smallest failing: {smallest}"
         estimate = self._estimate.text() if self._estimate is not None else "estimate: computing..."
         grid = Table.grid()
         grid.add_row(head)
         grid.add_row(estimate)
-        grid.add_row(table if self._running else "no training running")
+        grid.add_row(table if self._running or self.devices else "no training running")
         return grid
 
     def _refresh(self) -> None:
@@ -254,6 +347,8 @@ class ConsoleEvents:
             self._running.pop(trial.trial_id, None)
             self._progress.pop(trial.trial_id, None)
             self._readers.pop(trial.trial_id, None)
+            self._logs.pop(trial.trial_id, None)
+            self._from_metrics.discard(trial.trial_id)
             self._finished += trial.finished is not None
         self._wanted.set()
         if outcome is None and trial.finished is None:

@@ -79,6 +79,11 @@ def status_lines(state_dir: Path) -> list[str]:
             f"  running #{trial.trial_id} on {_where(trial)} for {int(now - trial.started_at)}s "
             f"({len(trial.config)} rules on, {trial.role})"
         )
+    pool = [",".join(str(part) for part in device) for device in (state.sessions[-1].get("devices") or [])] if state.sessions else []
+    busy = {",".join(trial.device) for trial, _, _ in running}
+    idle = [device for device in pool if device not in busy]
+    if idle and pid is not None:
+        lines.append(f"  idle: device {', '.join(idle)}")
     occupied = _occupancy([trial for trial, _, _ in running])
     if occupied:
         lines.append("  devices in use, per host:")

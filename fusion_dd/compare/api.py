@@ -30,7 +30,7 @@ from typing import Any
 from ..ascend.graph import GraphModel
 from ..ascend.layout import LayoutError
 from ..errors import UsageError
-from .metrics import Metrics, Thresholds, compare_arrays
+from .metrics import Metrics, Thresholds, compare_arrays, compare_statistics, tensor_statistics
 from .pairing import Pair, pair_tensors
 from .sources import DumpedTensor, DumpGroup, FileProblem, scan, select
 
@@ -57,12 +57,25 @@ class ComparedPair:
     bad: bool
     on_file: str
     off_file: str
+    kind: str = "output"  # "input": ``output`` is then the input index
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    order: tuple[int, str] | None = None
+
+    @property
+    def tensor(self) -> str:
+        """``output 0`` or ``input 1``."""
+        return f"{self.kind} {self.output}"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "position": self.position,
             "op": self.op,
             "op_type": self.op_type,
+            "tensor": self.kind,
+            "index": self.output,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
             "output": self.output,
             "off_op": self.off_op,
             "off_output": self.off_output,
@@ -75,9 +88,9 @@ class ComparedPair:
             "off_file": self.off_file,
         }
 
-    def describe(self) -> str:
+    def describe(self, graph_given: bool = True) -> str:
         """``op (Rule; layers a, b): cosine 0.71, max abs 3.2``."""
-        rules = " + ".join(self.rules) if self.rules else "no fusion rule"
+        rules = " + ".join(self.rules) if self.rules else ("no fusion rule" if graph_given else "no graph given")
         return f"{self.op} ({rules}; layers {', '.join(self.layers)}): {self.metrics.short()}"
 
 
@@ -101,13 +114,17 @@ class Divergence:
     metrics: Metrics
     seen_at: str
     through: tuple[str, ...] = ()
+    upstream: str | None = None  # why the cause lies before this op (its inputs already differ)
+    graph_given: bool = True
 
     def describe(self) -> str:
         """``op (Rule; layers a, b): cosine 0.71, max abs 3.2`` (plus where it was seen)."""
-        rules = " + ".join(self.rules) if self.rules else "no fusion rule"
+        rules = " + ".join(self.rules) if self.rules else ("no fusion rule" if self.graph_given else "no graph given")
         text = f"{self.op} ({rules}; layers {', '.join(self.layers)}): {self.metrics.short()}"
         if self.seen_at != self.op:
             text += f" (seen at {self.seen_at}; {self.op} has no fusion-off counterpart)"
+        if self.upstream:
+            text += f" ({self.upstream})"
         return text
 
     def to_json(self) -> dict[str, Any]:
@@ -119,6 +136,7 @@ class Divergence:
             "metrics": self.metrics.to_json(),
             "seen_at": self.seen_at,
             "through": list(self.through),
+            "upstream": self.upstream,
         }
 
 
@@ -137,6 +155,10 @@ class Comparison:
     unpaired_off: list[str] = field(default_factory=list)
     bytes_read: int = 0
     graph_on: GraphModel | None = None
+    notes: list[FileProblem] = field(default_factory=list)
+    overflows: list[FileProblem] = field(default_factory=list)
+    unpaired_inputs: int = 0
+    graph_source: str | None = None  # "given: ..." or "found in the dump: ..."
 
     @property
     def first_bad(self) -> ComparedPair | None:
@@ -145,11 +167,55 @@ class Comparison:
 
     @property
     def first_divergence(self) -> Divergence | None:
-        """The first bad pair, blamed on the fused op behind it (see ``Divergence``)."""
-        first = self.first_bad
-        if first is None:
-            return None
-        return blame(first, self.pairs, self.graph_on)
+        """The first op whose output goes bad while its compared inputs are still good.
+
+        An op whose input already differs did not start the divergence: the
+        op that produced that input did. When that producer is not in the
+        comparison (not dumped, or not paired), the op is reported with a note
+        that the cause lies upstream of it.
+        """
+        bad_inputs: dict[str, list[ComparedPair]] = {}
+        for pair in self.pairs:
+            if pair.kind == "input":
+                if pair.bad:
+                    bad_inputs.setdefault(pair.op, []).append(pair)
+                continue
+            if not pair.bad:
+                continue
+            upstream = None
+            if pair.op in bad_inputs:
+                inputs = ", ".join(str(p.output) for p in bad_inputs[pair.op])
+                upstream = (
+                    f"its input {inputs} already differs: the cause lies upstream, "
+                    "in an op that was not dumped or not paired"
+                )
+            found = blame(pair, self.pairs, self.graph_on)
+            if upstream:
+                found = Divergence(found.op, found.op_type, found.rules, found.layers, found.metrics, found.seen_at,
+                                   found.through, upstream, found.graph_given)  # fmt: skip
+            if self.graph_on is None:
+                found = Divergence(found.op, found.op_type, found.rules, found.layers, found.metrics, found.seen_at,
+                                   found.through, found.upstream, False)  # fmt: skip
+            return found
+        return None
+
+    def hidden_before(self) -> list[FileProblem]:
+        """Fusion-on files that could not be read or decoded and ran before the first
+        divergence (or anywhere, when none was found): the real first divergence may be
+        among them. Ops that merely have no fusion-off counterpart are not counted: the
+        blame of a divergence already looks through those."""
+        first = self.first_divergence
+        limit = None
+        if first is not None:
+            seen = next((pair for pair in self.pairs if pair.op == first.seen_at and pair.kind == "output"), None)
+            limit = seen.order if seen is not None else None
+        hidden = []
+        for problem in self.problems:
+            if problem.side != "fusion-on" or problem.order is None or problem.op is None:
+                continue
+            if limit is None or problem.order < limit:
+                hidden.append(problem)
+        return hidden
 
     @property
     def bad(self) -> list[ComparedPair]:
@@ -189,6 +255,11 @@ class Comparison:
             "problems": [problem.to_json() for problem in self.problems],
             "skipped_inner_ops": self.skipped_inner,
             "unpaired_off": self.unpaired_off,
+            "unpaired_inputs": self.unpaired_inputs,
+            "notes": [note.to_json() for note in self.notes],
+            "overflows": [record.to_json() for record in self.overflows],
+            "graph": self.graph_source,
+            "may_lie_earlier": sorted({problem.op for problem in self.hidden_before() if problem.op}),
         }
 
 
@@ -242,9 +313,15 @@ def compare_dumps(
     """
     thresholds = thresholds or Thresholds()
     on_scan, off_scan = scan(on_dir), scan(off_dir)
+    graph_source = f"given: {graph_on.source}" if graph_on is not None else None
+    if graph_on is None and on_scan.graph_files:
+        graph_on = load_graph_dumps(on_scan.graph_files)
+        graph_source = None if graph_on is None else f"found in the fusion-on dump: {graph_on.source}"
+    if graph_off is None and off_scan.graph_files and graph_on is not None:
+        graph_off = load_graph_dumps(off_scan.graph_files)
     on_group = select(on_scan, step, model)
     off_group = _select_off(off_scan, step, on_group.step, model)
-    problems = on_scan.problems + off_scan.problems
+    problems = [_sided(p, "fusion-on") for p in on_scan.problems] + [_sided(p, "fusion-off") for p in off_scan.problems]
     pairing = pair_tensors(on_group.tensors, off_group.tensors, graph_on, graph_off)
     problems += pairing.problems
     results = _evaluate(pairing.pairs, jobs, progress)
@@ -253,7 +330,7 @@ def compare_dumps(
     for pair, (outcome, nbytes) in zip(pairing.pairs, results):
         total_bytes += nbytes
         if isinstance(outcome, str):
-            problems.append(FileProblem(pair.on.source, outcome, op=pair.on.op))
+            problems.append(FileProblem(pair.on.source, outcome, op=pair.on.op, order=pair.on.order, side="fusion-on"))
             continue
         compared.append(
             ComparedPair(
@@ -270,6 +347,10 @@ def compare_dumps(
                 bad=thresholds.is_bad(outcome),
                 on_file=pair.on.source,
                 off_file=pair.off.source,
+                kind=pair.on.kind,
+                dtype=pair.on.dtype,
+                shape=pair.on.shape,
+                order=pair.on.order,
             )
         )
     return Comparison(
@@ -284,7 +365,15 @@ def compare_dumps(
         unpaired_off=pairing.unpaired_off,
         bytes_read=total_bytes,
         graph_on=graph_on,
+        notes=on_scan.notes + off_scan.notes,
+        overflows=on_scan.overflows + off_scan.overflows,
+        unpaired_inputs=pairing.unpaired_inputs,
+        graph_source=graph_source,
     )
+
+
+def _sided(problem: FileProblem, side: str) -> FileProblem:
+    return FileProblem(problem.file, problem.reason, problem.op, problem.order, side)
 
 
 def blame(first: ComparedPair, pairs: Sequence[ComparedPair], graph: GraphModel | None) -> Divergence:
@@ -349,6 +438,8 @@ def compare_pair(on: DumpedTensor, off: DumpedTensor) -> tuple[Metrics | str, in
     """
     nbytes = on.nbytes + off.nbytes
     try:
+        if on.stats or off.stats:
+            return compare_statistics(_statistics(on, "fusion-on"), _statistics(off, "fusion-off")), nbytes
         x = _load(on, "fusion-on")
         y = _load(off, "fusion-off")
         return compare_arrays(x, y), nbytes
@@ -356,12 +447,19 @@ def compare_pair(on: DumpedTensor, off: DumpedTensor) -> tuple[Metrics | str, in
         return str(exc), nbytes
 
 
+def _statistics(tensor: DumpedTensor, side: str) -> dict[str, float]:
+    """A statistics-only tensor's row, or the statistics of a full tensor compared with one."""
+    if tensor.stats:
+        return dict(tensor.stats)
+    return tensor_statistics(_load(tensor, side))
+
+
 def _load(tensor: DumpedTensor, side: str):
     try:
         return tensor.load()
     except (LayoutError, ValueError, OSError) as exc:
         where = f" ({tensor.source})" if side == "fusion-off" else ""
-        raise ValueError(f"{side} output {tensor.index}{where}: {exc}") from None
+        raise ValueError(f"{side} {tensor.kind} {tensor.index}{where}: {exc}") from None
 
 
 def _evaluate(pairs: Sequence[Pair], jobs: int | None, progress: Progress | None) -> list[tuple[Metrics | str, int]]:

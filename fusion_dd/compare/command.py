@@ -30,17 +30,32 @@ def run_compare(
     max_abs: float,
     stdout: TextIO = sys.stdout,
     stderr: TextIO = sys.stderr,
+    *,
+    cosine_floor: float = 0.9,
+    abs_ceiling: float = 1.0,
+    rel: float = 0.05,
+    converters: Path | None = None,
 ) -> int:
     """Run one comparison and print it; 0 when a comparison was made (even with problems)."""
     if output_format not in FORMATS:
         raise UsageError(f"--format: {output_format!r} is not one of {', '.join(FORMATS)}")
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs: must be at least 1")
+    for flag, value in (("--cosine", cosine), ("--cosine-floor", cosine_floor)):
+        if not -1.0 <= value <= 1.0:
+            raise UsageError(f"{flag}: {value} is not a cosine; give a number from -1 to 1")
+    for flag, value in (("--max-abs", max_abs), ("--abs-ceiling", abs_ceiling), ("--rel", rel)):
+        if not value >= 0.0:
+            raise UsageError(f"{flag}: {value} must be a number of at least 0")
+    if converters is not None:
+        _use_converters(converters)
     graphs = [load_graph_dumps([path]) if path is not None else None for path in (graph_on, graph_off)]
     progress = _Progress(stderr)
     comparison = compare_dumps(
         on, off, graphs[0], graphs[1], step=step, model=model,
-        thresholds=Thresholds(cosine=cosine, max_abs=max_abs), jobs=jobs, progress=progress,
+        thresholds=Thresholds(cosine=cosine, max_abs=max_abs, cosine_floor=cosine_floor, max_abs_ceiling=abs_ceiling,
+                              mean_rel=rel),
+        jobs=jobs, progress=progress,
     )  # fmt: skip
     progress.done()
     if output_format == "json":
@@ -54,6 +69,19 @@ def run_compare(
         for path in write_reports(comparison, out):
             print(f"wrote {path}", file=stderr)
     return 0 if comparison.pairs else _nothing_compared(comparison)
+
+
+def _use_converters(folder: Path) -> None:
+    """Make the converters in ``folder`` visible to this process and its workers."""
+    import os
+
+    from ..ascend.converters import ENV, check_folder
+
+    if not folder.is_dir():
+        raise UsageError(f"--converters {folder}: not a directory; give the folder holding convert_<FROM>_to_<TO>.py files")
+    if not check_folder(folder):
+        raise UsageError(f"--converters {folder}: no convert_<FROM>_to_<TO>.py file in it")
+    os.environ[ENV] = os.pathsep.join(filter(None, [str(folder.resolve()), os.environ.get(ENV, "")]))
 
 
 def _nothing_compared(comparison: Comparison) -> int:

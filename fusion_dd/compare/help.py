@@ -3,11 +3,17 @@
 COMPARE_HELP = """Compare a fusion-on and a fusion-off tensor dump op by op and name the first op that goes wrong.
 
 \b
-DIRs are dump roots or any folder below them (Ascend binary dumps,
-or .npy/.npz files named by op). With the GE graph dumps of both runs
-(ge_proto_*_Build.txt or atc --mode=5 JSON), tensors pair by original
-op names and the first divergence names its fusion rules and the
-network layers it replaced.
+DIRs are dump roots or any folder below them: Ascend binary dumps
+(classic and FFTS+ names, _lxslice slices joined, nano dumps),
+statistics-only dumps (statistic.csv), msaccucmp's .npy conversions,
+framework .npy dumps, or .npy/.npz files named by op. With the GE
+graph dumps of both runs (ge_proto_*_Build.txt, found in the DIRs or
+given; or atc --mode=5 JSON), tensors pair by original op names and
+the first divergence names its fusion rules and the layers it
+replaced. Inputs are compared beside outputs when dumped. A tensor is
+bad by cosine, absolute or relative error (--cosine, --max-abs,
+--cosine-floor, --abs-ceiling, --rel). Formats fusion-dd does not
+convert: --converters DIR of convert_<FROM>_to_<TO>.py files.
 
 \b
 Making a training dump (one step is enough; checked against the CANN,

@@ -13,13 +13,17 @@ stands for. Relations between fused and original ops:
   (their values never exist in the fusion-off run).
 
 Without graphs and without origins in the dump, tensors pair by op name.
+Inputs pair by op name and input index only: a fused op's inputs have no op of
+that name in the fusion-off run, and are counted, not compared. An op's inputs
+come before its outputs in the order, so that an input that already differs
+is seen before the output it feeds.
 This module is pure: it works on scanned tensors and loaded graph models.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..ascend.graph import GraphModel, GraphOp
 from .sources import DumpedTensor, FileProblem
@@ -46,6 +50,7 @@ class Pairing:
     problems: list[FileProblem] = field(default_factory=list)
     skipped_inner: int = 0
     unpaired_off: list[str] = field(default_factory=list)
+    unpaired_inputs: int = 0
 
 
 def pair_tensors(
@@ -56,19 +61,19 @@ def pair_tensors(
 ) -> Pairing:
     """Pair every comparable fusion-on tensor with its fusion-off counterpart."""
     result = Pairing()
-    on = _unique(on, result.problems, "fusion-on")
-    off = _unique(off, result.problems, "fusion-off")
     ops_on = _ops_by_name(graph_on)
     ops_off = _ops_by_name(graph_off)
+    on = _unique(_graph_names(on, ops_on), result.problems, "fusion-on")
+    off = _unique(_graph_names(off, ops_off), result.problems, "fusion-off")
     _check_graph(graph_on, on, ops_on, result.problems)
     _check_graph(graph_off, off, ops_off, result.problems)
 
     by_name = {tensor.key: tensor for tensor in off}
-    by_origin: dict[tuple[str, int], DumpedTensor] = {}
+    by_origin: dict[tuple[str, str, int], DumpedTensor] = {}
     for tensor in off:
         origin = _origin(tensor, ops_off)
         if origin is not None:
-            by_origin.setdefault(origin, tensor)
+            by_origin.setdefault((origin[0], "output", origin[1]), tensor)
 
     sharing: dict[str, set[str]] = {}
     for op in ops_on.values():
@@ -79,18 +84,32 @@ def pair_tensors(
     position = 0
     for tensor in _topological(on, graph_on, ops_on):
         graph_op = ops_on.get(tensor.op)
+        if tensor.kind == "input":
+            counterpart = by_name.get(tensor.key)
+            if counterpart is None:
+                result.unpaired_inputs += 1
+                continue
+            used.add(counterpart.key)
+            # no rules: an input holds what its producer computed, not what this op's fusion did
+            result.pairs.append(
+                Pair(position, tensor, counterpart, "input by name", (), _layers(tensor, graph_op, on),
+                     graph_op.type if graph_op is not None and graph_op.type else tensor.op_type)
+            )  # fmt: skip
+            position += 1
+            continue
         origin = _origin(tensor, ops_on)
         if origin is None and graph_op is not None and graph_op.fused and graph_op.original_names:
             result.skipped_inner += 1
             continue
-        key = origin or tensor.key
+        key = (origin[0], "output", origin[1]) if origin else tensor.key
         counterpart = by_name.get(key) or by_origin.get(key)
         if counterpart is None and origin is not None:
             counterpart = by_name.get(tensor.key)
         if counterpart is None:
-            wanted = f"{key[0]}:{key[1]}"
+            wanted = f"{key[0]}:{key[2]}"
             result.problems.append(
-                FileProblem(tensor.source, f"no counterpart in the fusion-off dump (looked for {wanted})", op=tensor.op)
+                FileProblem(tensor.source, f"no counterpart in the fusion-off dump (looked for {wanted})", op=tensor.op,
+                            order=tensor.order)  # fmt: skip
             )
             continue
         used.add(counterpart.key)
@@ -106,24 +125,44 @@ def pair_tensors(
             )
         )
         position += 1
-    result.unpaired_off = [f"{t.op}:{t.index}" for t in off if t.key not in used]
+    result.unpaired_off = [t.label for t in off if t.key not in used and t.kind == "output"]
     return result
 
 
 def _unique(tensors: Sequence[DumpedTensor], problems: list[FileProblem], side: str) -> list[DumpedTensor]:
-    seen: dict[tuple[str, int], DumpedTensor] = {}
+    seen: dict[tuple[str, str, int], DumpedTensor] = {}
     for tensor in sorted(tensors, key=lambda t: t.order):
         if tensor.key in seen:
             problems.append(
                 FileProblem(
                     tensor.source,
-                    f"{side} output {tensor.index} of this op dumped twice; the first ({seen[tensor.key].source}) is used",
+                    f"{side} {tensor.kind} {tensor.index} of this op dumped twice; the first ({seen[tensor.key].source}) is used",
                     op=tensor.op,
                 )
             )
             continue
         seen[tensor.key] = tensor
     return list(seen.values())
+
+
+def _graph_names(tensors: Sequence[DumpedTensor], ops: dict[str, GraphOp]) -> list[DumpedTensor]:
+    """Tensors named by the file name only (nano dumps carry no op name, and file names
+    turn ``/`` and ``.`` into ``_``) get the graph's real op name when exactly one op
+    of the graph has that file-name form."""
+    if not ops:
+        return list(tensors)
+    from ..ascend.dump import sanitize
+
+    forms: dict[str, list[str]] = {}
+    for name in ops:
+        forms.setdefault(sanitize(name), []).append(name)
+    renamed = []
+    for tensor in tensors:
+        real = forms.get(tensor.op, [])
+        if tensor.op not in ops and len(real) == 1:
+            tensor = replace(tensor, op=real[0])
+        renamed.append(tensor)
+    return renamed
 
 
 def _ops_by_name(graph: GraphModel | None) -> dict[str, GraphOp]:
@@ -164,11 +203,12 @@ def _origin(tensor: DumpedTensor, ops: dict[str, GraphOp]) -> tuple[str, int] | 
 
 def _topological(tensors: Sequence[DumpedTensor], graph: GraphModel | None, ops: dict[str, GraphOp]) -> list[DumpedTensor]:
     """Tensors in topological order of the graph (stable by graph position), then dump order."""
+    first = lambda t: t.kind != "input"  # noqa: E731 - an op's inputs before its outputs
     if graph is None:
-        return sorted(tensors, key=lambda t: (t.order, t.index))
+        return sorted(tensors, key=lambda t: (t.order, first(t), t.index))
     rank = _topological_rank(graph)
     unknown = len(rank)
-    return sorted(tensors, key=lambda t: (rank.get(t.op, unknown), t.order if t.op not in rank else (0, ""), t.index))
+    return sorted(tensors, key=lambda t: (rank.get(t.op, unknown), t.order if t.op not in rank else (0, ""), first(t), t.index))
 
 
 def _topological_rank(graph: GraphModel) -> dict[str, int]:

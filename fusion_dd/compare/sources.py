@@ -9,7 +9,18 @@ the dump number is the step (iteration) and a root may hold several models.
 ``select`` picks one model and one step; the default is the model with the most
 dumped ops and its first step, and the caller names both in its output.
 
-``.npy`` files are named by op: the path below the directory without ``.npy``
+FFTS+ dumps (Atlas A2/A3) write one file per slice of an op (``_lxslice<N>``
+in the name, or one thread id per file); the slices are joined back into the
+op's tensor along the cut axis their ``outputCutList`` attribute names, and
+where that cannot be done each slice is compared on its own, flagged. Files
+that are no tensor dump are listed with the reason (``notes``); graph dumps
+(``ge_proto_*.txt``) found in the folder are kept for pairing; ``Opdebug``
+files are overflow records, listed as such.
+
+``.npy`` files converted by msaccucmp (``Conv2D.conv1.5.1.<ts>.output.0.npy``,
+with an optional format suffix) and framework dumps (``{op}.{output}.{ts}.npy``)
+are read by op name and tensor index, task ids and timestamps left out, so that
+two runs pair. Other ``.npy`` files are named by op: the path below the directory without ``.npy``
 (``encoder/layer_3/ln.npy`` is the op ``encoder/layer_3/ln``). The members of an
 ``.npz`` are ops named by their keys. Their order is the order they were written
 (modification time), which is the execution order of a hook that dumps as it goes.
@@ -17,6 +28,8 @@ dumped ops and its first step, and the caller names both in its output.
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import os
 import re
 import zipfile
@@ -27,6 +40,9 @@ from pathlib import Path
 import numpy as np
 
 from ..ascend.dump import (
+    MAPPING_CSV,
+    NAME_GRAMMAR,
+    DumpFile,
     DumpFileError,
     DumpName,
     TensorInfo,
@@ -37,6 +53,7 @@ from ..ascend.dump import (
 )
 from ..ascend import discover
 from ..errors import UsageError
+from ..integrations.dump import ORDER_FILE
 from ..safe_read import MiB
 
 #: Largest ``.npy``/``.npz`` fusion-dd loads (they are read whole; memory-mapped for .npy).
@@ -61,13 +78,38 @@ class DumpedTensor:
     origin: tuple[str, int] | None = None
     info: TensorInfo | None = None  # Ascend binary dump
     npz_key: str | None = None  # member of an .npz
+    kind: str = "output"  # or "input"
+    slices: tuple[tuple[str, TensorInfo], ...] = ()  # FFTS+ slices joined along cut_axis
+    cut_axis: int | None = None
+    stats: tuple[tuple[str, float], ...] = ()  # a statistics-only dump's row (statistic.csv)
+    stat_dtype: str = ""
+    stat_shape: tuple[int, ...] = ()
 
     @property
-    def key(self) -> tuple[str, int]:
-        return (self.op, self.index)
+    def key(self) -> tuple[str, str, int]:
+        return (self.op, self.kind, self.index)
+
+    @property
+    def label(self) -> str:
+        """``op:0`` for an output, ``op:input0`` for an input."""
+        return f"{self.op}:{self.index}" if self.kind == "output" else f"{self.op}:input{self.index}"
+
+    @property
+    def dtype(self) -> str:
+        return self.info.dtype_text if self.info is not None else self.stat_dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        if self.info is None:
+            return self.stat_shape
+        return self.info.original_shape or self.info.shape
 
     @property
     def nbytes(self) -> int:
+        if self.stats:
+            return 0
+        if self.slices:
+            return sum(info.size for _, info in self.slices)
         if self.info is not None:
             return self.info.size
         try:
@@ -77,9 +119,23 @@ class DumpedTensor:
 
     def load(self) -> np.ndarray:
         """The tensor in framework layout (memory mapped where possible)."""
+        if self.slices:
+            return load_slices(self.slices, self.cut_axis)
         if self.info is not None:
             return load_tensor(self.source, self.info)
         return load_npy(Path(self.source), self.npz_key)
+
+
+def load_slices(slices: tuple[tuple[str, TensorInfo], ...], axis: int | None) -> np.ndarray:
+    """FFTS+ slices joined in device layout along ``axis``, then converted as one tensor
+    with the first slice's format and original shape (msaccucmp's reassembly)."""
+    from ..ascend.dump import load_device_values
+    from ..ascend.layout import complex_as_pairs, to_framework
+
+    parts = [load_device_values(path, info) for path, info in slices]
+    first = slices[0][1]
+    joined = np.concatenate(parts, axis=axis or 0)
+    return complex_as_pairs(to_framework(joined, first.format, first.original_shape, first.original_format, first.sub_format))
 
 
 @dataclass(frozen=True)
@@ -89,6 +145,8 @@ class FileProblem:
     file: str
     reason: str
     op: str | None = None
+    order: tuple[int, str] | None = None  # where the op ran (dump order), to tell what lies before a divergence
+    side: str | None = None  # "fusion-on" or "fusion-off" when known
 
     def to_json(self) -> dict[str, object]:
         return {"file": self.file, "op": self.op, "reason": self.reason}
@@ -120,13 +178,17 @@ class ScannedDump:
     groups: dict[tuple[str | None, str | None, int | None], DumpGroup]
     problems: list[FileProblem]
     kind: str  # "ascend" or "npy"
+    notes: list[FileProblem] = field(default_factory=list)  # files read with a remark, or not tensor dumps
+    overflows: list[FileProblem] = field(default_factory=list)  # Opdebug overflow records
+    graph_files: list[Path] = field(default_factory=list)  # GE graph dumps found in the folder
 
 
 def scan(directory: str | Path) -> ScannedDump:
     """Read the headers of every dump file under ``directory``.
 
     A directory holding no dump file at all is a UsageError (exit 2): the
-    argument is wrong. Bad files among good ones are listed as problems.
+    argument is wrong. Bad files among good ones are listed as problems; files
+    that are no tensor dump, with the reason, as notes.
     """
     root = Path(directory)
     if not root.exists():
@@ -135,26 +197,53 @@ def scan(directory: str | Path) -> ScannedDump:
         raise UsageError(f"{root}: not a directory; give the folder a dump was written to")
     ascend: list[tuple[Path, str]] = []
     arrays: list[Path] = []
+    graphs: list[Path] = []
+    statistics: list[Path] = []
+    notes: list[FileProblem] = []
     for path in walk_files(root):
         if path.name.endswith((".npy", ".npz")):
             arrays.append(path)
+        elif fnmatch.fnmatchcase(path.name, discover.GRAPH_DUMP_GLOB):
+            graphs.append(path)
+        elif path.name in (MAPPING_CSV, ORDER_FILE):
+            continue  # read with the files they name
+        elif path.name == STATISTIC_CSV:
+            statistics.append(path)
         else:
             ascend.append((path, path.name))
+    build = [path for path in graphs if path.name.endswith(discover.BUILD_SUFFIX)]
+    for path in graphs:
+        if build and path not in build:
+            notes.append(FileProblem(str(path), "GE graph dump of a compile stage before Build: not used (the Build graph is)"))
     mapped = _apply_mappings(ascend)
     dump_files: list[tuple[Path, DumpName]] = []
     for path, name in mapped:
         parsed = parse_file_name(name)
         if parsed is not None:
             dump_files.append((path, parsed))
+        else:
+            notes.append(FileProblem(str(path), f"not a tensor dump: the name does not match {NAME_GRAMMAR}"))
     if dump_files:
-        return _scan_ascend(root, dump_files)
-    if arrays:
-        return _scan_arrays(root, arrays)
-    raise UsageError(
-        f"{root}: no tensor dump found (no Ascend dump files named "
-        "{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}, no .npy/.npz); "
-        "give the directory the training dumped into"
-    )
+        scanned = _scan_ascend(root, dump_files)
+        for path in arrays:
+            notes.append(FileProblem(str(path), "array file beside an Ascend binary dump: not compared (give its folder on its own)"))
+        for path in statistics:
+            notes.append(FileProblem(str(path), "statistics beside full tensor dumps: not used (the tensors are compared)"))
+    elif statistics:
+        scanned = _scan_statistics(root, statistics)
+        for path in arrays:
+            notes.append(FileProblem(str(path), "array file beside a statistics dump: not compared (give its folder on its own)"))
+    elif arrays:
+        scanned = _scan_arrays(root, arrays)
+    else:
+        raise UsageError(
+            f"{root}: no tensor dump found (no Ascend dump files named "
+            "{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp} or the FFTS+ variants, no .npy/.npz); "
+            "give the directory the training dumped into"
+        )
+    scanned.notes[:0] = notes
+    scanned.graph_files = build or graphs
+    return scanned
 
 
 def walk_files(root: Path) -> list[Path]:
@@ -173,34 +262,226 @@ def _apply_mappings(files: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
     return result
 
 
+OVERFLOW_OP_TYPE = "Opdebug"
+
+
 def _scan_ascend(root: Path, files: list[tuple[Path, DumpName]]) -> ScannedDump:
     groups: dict[tuple[str | None, str | None, int | None], DumpGroup] = {}
     problems: list[FileProblem] = []
+    notes: list[FileProblem] = []
+    overflows: list[FileProblem] = []
+    sliced: dict[tuple[tuple[str | None, str | None, int | None], str, str], list[tuple[Path, DumpName, DumpFile]]] = {}
     for path, parsed in files:
-        model, model_id, step = _location(path, parsed.dump_number)
-        group = groups.setdefault((model, model_id, step), DumpGroup(model, model_id, step))
+        location = _location(path, parsed.dump_number)
+        group = groups.setdefault(location, DumpGroup(*location))
+        order = (parsed.timestamp, path.name)
+        if parsed.op_type == OVERFLOW_OP_TYPE:
+            overflows.append(
+                FileProblem(str(path), f"overflow record: the device reported a floating-point overflow "
+                            f"(task {parsed.task_id}, stream {parsed.stream_id}, timestamp {parsed.timestamp})",
+                            op=parsed.op_name, order=order)
+            )  # fmt: skip
+            continue
         try:
             header = read_dump_header(path)
         except DumpFileError as exc:
-            problems.append(FileProblem(str(path), str(exc), op=parsed.op_name))
+            problems.append(FileProblem(str(path), str(exc), op=parsed.base_name, order=order))
+            continue
+        for note in header.notes:
+            notes.append(FileProblem(str(path), note, op=parsed.base_name, order=order))
+        if not header.inputs and not header.outputs:
+            notes.append(FileProblem(str(path), "the header declares no input and no output: nothing to compare",
+                                     op=parsed.base_name, order=order))  # fmt: skip
+            continue
+        if parsed.ffts:
+            sliced.setdefault((location, parsed.op_type, parsed.base_name), []).append((path, parsed, header))
             continue
         op = header.op_name or parsed.op_name
-        order = (parsed.timestamp, path.name)
-        if not header.outputs:
-            continue  # ops without outputs (e.g. NetOutput) have nothing to compare
-        for info in header.outputs:
-            group.tensors.append(
-                DumpedTensor(
-                    op=op,
-                    op_type=parsed.op_type,
-                    index=info.index,
-                    source=str(path),
-                    order=order,
-                    origin=info.origin,
-                    info=info,
-                )
-            )
-    return ScannedDump(root, groups, problems, "ascend")
+        group.tensors.extend(_tensors_of(op, parsed.op_type, str(path), order, header))
+    for (location, op_type, base), members in sliced.items():
+        if all(m[1].slice_index is None for m in members) and len({m[1].thread_id for m in members}) == 1:
+            # one thread, no slices: separate executions of the op, each file on its own
+            for path, parsed, header in members:
+                op = _LXSLICE.sub("", header.op_name) if header.op_name else parsed.base_name
+                groups[location].tensors.extend(_tensors_of(op, op_type, str(path), (parsed.timestamp, path.name), header))
+            continue
+        tensors, problem = _join_slices(base, op_type, members)
+        groups[location].tensors.extend(tensors)
+        if problem is not None:
+            notes.append(problem)
+    return ScannedDump(root, groups, problems, "ascend", notes=notes, overflows=overflows)
+
+
+STATISTIC_CSV = "statistic.csv"
+#: statistic.csv columns (CANN's and MindSpore's spellings), lower-cased, to the statistic they hold.
+_STAT_COLUMNS = {"max value": "max", "min value": "min", "avg value": "mean", "l2norm value": "norm",
+                 "count": "count", "nan count": "nan"}  # fmt: skip
+_INF_COLUMNS = ("negative inf count", "positive inf count")
+
+
+def _scan_statistics(root: Path, paths: list[Path]) -> ScannedDump:
+    """Tensors of a statistics-only dump: one row of ``statistic.csv`` per input or output.
+
+    The header row names the columns (``Op Type, Op Name, Task ID, Stream ID,
+    Timestamp, Input/Output`` or ``IO``, ``Slot, Data Size, Data Type[, Format],
+    Shape`` and the statistics chosen: ``Max Value, Min Value, Avg Value,
+    L2Norm Value, Count, NaN Count, ...``); rows that cannot be read are problems.
+    """
+    import csv
+
+    groups: dict[tuple[str | None, str | None, int | None], DumpGroup] = {}
+    problems: list[FileProblem] = []
+    for path in paths:
+        location = _location(path, None)
+        group = groups.setdefault(location, DumpGroup(*location))
+        try:
+            text = _read_text(path)
+        except (OSError, ValueError) as exc:
+            problems.append(FileProblem(str(path), f"cannot read ({exc})"))
+            continue
+        rows = list(csv.reader(text.splitlines()))
+        if not rows:
+            problems.append(FileProblem(str(path), "empty statistic.csv"))
+            continue
+        columns = {name.strip().lower(): index for index, name in enumerate(rows[0])}
+        needed = ("op name", "slot")
+        kind_column = columns.get("input/output", columns.get("io"))
+        if any(name not in columns for name in needed) or kind_column is None or not any(c in columns for c in _STAT_COLUMNS):
+            problems.append(FileProblem(str(path), "statistic.csv without the columns Op Name, Input/Output (or IO), Slot and a statistic"))
+            continue
+        for number, row in enumerate(rows[1:], start=2):
+            where = f"{path}:{number}"
+            try:
+                tensor = _statistic_row(row, columns, kind_column, where)
+            except (ValueError, IndexError) as exc:
+                problems.append(FileProblem(where, f"unreadable row ({exc})"))
+                continue
+            group.tensors.append(tensor)
+    return ScannedDump(root, groups, problems, "statistics")
+
+
+def _statistic_row(row: list[str], columns: dict[str, int], kind_column: int, where: str) -> DumpedTensor:
+    cell = lambda name: row[columns[name]].strip() if name in columns and columns[name] < len(row) else ""  # noqa: E731
+    kind = row[kind_column].strip().lower()
+    if kind not in ("input", "output"):
+        raise ValueError(f"Input/Output is {kind!r}")
+    stats = {}
+    for column, name in _STAT_COLUMNS.items():
+        if cell(column):
+            stats[name] = float(cell(column))
+    if any(cell(column) for column in _INF_COLUMNS):
+        stats["inf"] = sum(float(cell(column) or 0) for column in _INF_COLUMNS)
+    timestamp = int(cell("timestamp")) if cell("timestamp").isdigit() else 0
+    shape_text = cell("shape").strip('"()[] ')
+    shape = tuple(int(d) for d in shape_text.replace("x", ",").split(",") if d.strip()) if shape_text else ()
+    return DumpedTensor(
+        op=cell("op name"), op_type=cell("op type"), index=int(cell("slot")), source=where,
+        order=(timestamp, where), kind=kind, stats=tuple(stats.items()), stat_dtype=cell("data type"), stat_shape=shape,
+    )  # fmt: skip
+
+
+#: A statistic.csv has one short row per tensor: even a huge network stays far below.
+MAX_STATISTIC_BYTES = 1024 * MiB
+
+
+def _read_text(path: Path) -> str:
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_STATISTIC_BYTES + 1)
+    if len(data) > MAX_STATISTIC_BYTES:
+        raise ValueError(f"larger than {MAX_STATISTIC_BYTES // MiB} MiB")
+    return data.decode("utf-8", errors="replace")
+
+
+def _tensors_of(op: str, op_type: str, source: str, order: tuple[int, str], header: DumpFile) -> list[DumpedTensor]:
+    """Inputs and outputs of one dump file (ops without outputs, e.g. NetOutput, give only inputs)."""
+    tensors = []
+    for info in (*header.inputs, *header.outputs):
+        tensors.append(
+            DumpedTensor(op=op, op_type=op_type, index=info.index, source=source, order=order,
+                         origin=info.origin, info=info, kind=info.kind)
+        )  # fmt: skip
+    return tensors
+
+
+def _join_slices(
+    base: str, op_type: str, members: list[tuple[Path, DumpName, DumpFile]]
+) -> tuple[list[DumpedTensor], FileProblem | None]:
+    """The tensors of one FFTS+ op: its slices joined, or each slice on its own when that cannot be done.
+
+    Slices are ordered by ``_lxslice<N>`` (manual mode) or by thread id (auto
+    mode). The cut axis of each output is the first dimension its
+    ``outputCutList`` entry (in the JSON attribute of the dump) cuts into more
+    than one piece; shapes must agree on every other dimension.
+    """
+    members = sorted(members, key=lambda m: (m[1].slice_index if m[1].slice_index is not None else -1, m[1].thread_id or 0, m[1].timestamp))
+    first_path, first_name, first = members[0]
+    order = (min(m[1].timestamp for m in members), first_path.name)
+    base = _LXSLICE.sub("", first.op_name) if first.op_name else base
+    if len(members) == 1:
+        return _tensors_of(base, op_type, str(first_path), order, first), None
+    attrs = _ffts_attrs(first)
+    expected = attrs.get("slice_instance_num")
+    cuts = attrs.get("outputCutList") or []
+    reason = None
+    if isinstance(expected, int) and expected != len(members):
+        reason = f"{len(members)} of {expected} slices dumped"
+    elif not cuts:
+        reason = "no outputCutList attribute says along which axis the slices were cut"
+    elif any(len(m[2].outputs) != len(first.outputs) for m in members):
+        reason = "slices have different numbers of outputs"
+    tensors: list[DumpedTensor] = []
+    if reason is None:
+        for info in first.outputs:
+            cut = cuts[info.index] if info.index < len(cuts) else []
+            axis = next((dim for dim, count in enumerate(cut) if count != 1), None)
+            slices = tuple((str(m[0]), m[2].outputs[info.index]) for m in members)
+            if axis is not None and not _joinable(slices, axis):
+                reason = f"output {info.index}: slice shapes do not agree outside axis {axis}"
+                break
+            if axis is None:  # not cut: every slice holds the whole tensor; the first is compared
+                slices = slices[:1]
+            tensors.append(
+                DumpedTensor(op=base, op_type=op_type, index=info.index, source=str(first_path), order=order,
+                             origin=info.origin, info=info, slices=slices, cut_axis=axis)
+            )  # fmt: skip
+    if reason is None:
+        for info in first.inputs:
+            tensors.append(DumpedTensor(base, op_type, info.index, str(first_path), order, None, info, kind="input"))
+        return tensors, None
+    tensors = []
+    for path, parsed, header in members:
+        label = f"{base}_lxslice{parsed.slice_index}" if parsed.slice_index is not None else f"{base}#thread{parsed.thread_id}"
+        tensors.extend(_tensors_of(label, op_type, str(path), (parsed.timestamp, path.name), header))
+    note = FileProblem(
+        str(first_path),
+        f"FFTS+ op sliced into {len(members)} files could not be joined ({reason}): each slice compared on its own, "
+        f"named {base}_lxslice<N> or {base}#thread<N>",
+        op=base,
+        order=order,
+    )
+    return tensors, note
+
+
+_LXSLICE = re.compile(r"_lxslice\d+")
+
+
+def _ffts_attrs(header: DumpFile) -> dict:
+    """The FFTS+ slicing attributes: the first attr value that is a JSON object."""
+    for value in header.attrs.values():
+        try:
+            data = json.loads(value)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def _joinable(slices: tuple[tuple[str, TensorInfo], ...], axis: int) -> bool:
+    shapes = [info.shape for _, info in slices]
+    if any(len(shape) != len(shapes[0]) or axis >= len(shape) for shape in shapes):
+        return False
+    return all(shape[:axis] + shape[axis + 1 :] == shapes[0][:axis] + shapes[0][axis + 1 :] for shape in shapes)
 
 
 def _location(path: Path, dump_number: int | None) -> tuple[str | None, str | None, int | None]:
@@ -230,6 +511,11 @@ def _scan_arrays(root: Path, paths: Iterable[Path]) -> ScannedDump:
             problems.append(FileProblem(str(path), f"cannot read ({exc.strerror or exc})"))
             continue
         if path.name.endswith(".npy"):
+            named = npy_name(path.name)
+            if named is not None:
+                op, op_type, kind, index, timestamp = named
+                group.tensors.append(DumpedTensor(op, op_type, index, str(path), (timestamp, relative), kind=kind))
+                continue
             stem = relative[: -len(".npy")]
             op, index = _op_and_index(stem)
             group.tensors.append(DumpedTensor(op, "", index, str(path), (written.get(stem, mtime), relative)))
@@ -246,10 +532,32 @@ def _scan_arrays(root: Path, paths: Iterable[Path]) -> ScannedDump:
     return ScannedDump(root, {(None, None, None): group}, problems, "npy")
 
 
+_CONVERTED = re.compile(r"^(?P<dump>.+)\.(?P<kind>input|output)\.(?P<index>\d+)(?:\.(?P<format>[A-Z][A-Z0-9_]*))?\.npy$")
+_FRAMEWORK = re.compile(r"^(?P<op>[^.].*)\.(?P<index>\d+)\.(?P<timestamp>\d+)\.npy$")
+
+
+def npy_name(name: str) -> tuple[str, str, str, int, int] | None:
+    """``(op, op_type, kind, index, timestamp)`` of a named ``.npy``, or None for a plain one.
+
+    msaccucmp's conversion of a dump file keeps the dump's name and adds
+    ``.{input|output}.{index}[.{format}]``: ``Conv2D.conv1.5.1.<ts>.output.0.npy``.
+    A framework dump (the ground truth msaccucmp compares against) is
+    ``{op}.{output_index}.{timestamp}.npy``. Task ids and timestamps differ
+    between runs, so the op is named without them.
+    """
+    match = _CONVERTED.match(name)
+    if match:
+        parsed = parse_file_name(match.group("dump"))
+        if parsed is not None:
+            return parsed.base_name, parsed.op_type, match.group("kind"), int(match.group("index")), parsed.timestamp
+    match = _FRAMEWORK.match(name)
+    if match and parse_file_name(name[: -len(".npy")]) is None:
+        return match.group("op"), "", "output", int(match.group("index")), int(match.group("timestamp"))
+    return None
+
+
 def _write_order(root: Path) -> dict[str, int]:
     """Call order from ``dump_tensors``' order file (last call wins), else empty."""
-    from ..integrations.dump import ORDER_FILE
-
     try:
         with open(root / ORDER_FILE, encoding="utf-8", errors="replace") as handle:
             names = handle.read(64 * MiB).splitlines()

@@ -29,10 +29,13 @@ from .trial import TrialRun
 DEFAULT_LOSS_PATTERN = re.compile(r"loss[=:\s]\s*(\S+)", re.IGNORECASE)
 
 Goal = Literal["max", "min"]
-Kind = Literal["metric", "nonfinite", "diverged", "crash", "timeout", "cancelled", "no_metric"]
+Kind = Literal["metric", "nonfinite", "diverged", "crash", "timeout", "cancelled", "no_metric", "unevaluable"]
 KINDS: tuple[str, ...] = (
-    "metric", "nonfinite", "diverged", "crash", "timeout", "cancelled", "no_metric",
+    "metric", "nonfinite", "diverged", "crash", "timeout", "cancelled", "no_metric", "unevaluable",
 )
+#: A training exits with this code to say "this configuration cannot be evaluated" (it does not
+#: build or compile with these rules off, say): git bisect's "skip" code. Not a crash.
+UNEVALUABLE_EXIT = 125
 
 _STRAY = ",;:()[]{}<>'\"%|"
 _BLOCK_BYTES = 1 << 20
@@ -146,6 +149,8 @@ def classify(run: TrialRun, reading: MetricReading) -> tuple[Kind, str]:
         return "crash", f"killed by signal {run.signal}{_signal_name(run.signal)}"
     if run.exit_code is None:
         return "crash", "no exit status recorded"
+    if run.exit_code == UNEVALUABLE_EXIT:
+        return "unevaluable", f"exit code {UNEVALUABLE_EXIT}: the training cannot evaluate this configuration"
     if run.exit_code != 0:
         return "crash", f"exit code {run.exit_code}"
     if reading.value is None:
@@ -355,6 +360,7 @@ def _compile(text: str, where: str, flags: int = 0) -> re.Pattern[str]:
 __all__ = [
     "DEFAULT_LOSS_PATTERN",
     "KINDS",
+    "UNEVALUABLE_EXIT",
     "MetricReading",
     "MetricSpec",
     "classify",

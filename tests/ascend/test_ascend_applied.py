@@ -51,5 +51,23 @@ def test_trial_results_are_found_under_the_work_path(tmp_path, dumps):
     fe = tmp_path / "FE" / "4242"
     fe.mkdir(parents=True)
     (fe / "fusion_result.json").write_text(dumps.fusion_result_text({"g": {"graph_fusion": {A.name: 1}}}))
-    results = read_trial_results(tmp_path)
-    assert [r.fired() for r in results] == [[A]]
+    read = read_trial_results(tmp_path)
+    assert [r.fired() for r in read.results] == [[A]]
+    assert read.unreadable == ()
+
+
+def test_an_unreadable_result_is_named_with_its_reason_not_taken_for_no_file(tmp_path, dumps):
+    (tmp_path / "fusion_result.json").write_text('{"session_and_graph_id_0_0": {"graph_fusion": ')
+    read = read_trial_results(tmp_path)
+    assert read.results == ()
+    ((path, reason),) = read.unreadable
+    assert path == str(tmp_path / "fusion_result.json") and "not valid JSON" in reason
+    check = check_switch_applied(read.results, [A], [A], read.unreadable)
+    assert check.status == "unverified"
+    assert f"unreadable fusion_result.json {path}" in check.message and "not valid JSON" in check.message
+    assert "left no fusion_result.json" not in check.message
+    # A readable file that proves the switch was ignored still says so.
+    (tmp_path / "FE").mkdir()
+    (tmp_path / "FE" / "fusion_result.json").write_text(dumps.fusion_result_text({"g": {"graph_fusion": {A.name: 1}}}))
+    read = read_trial_results(tmp_path)
+    assert check_switch_applied(read.results, [A], [], read.unreadable).status == "ignored"

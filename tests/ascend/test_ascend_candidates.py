@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
-from fusion_dd.ascend import collect_candidates, format_rules
+from fusion_dd.ascend import collect_candidates, format_rules, load_graph, read_fusion_result
+from fusion_dd.backends.cann.switch import parse_switch_text
 from fusion_dd.errors import UsageError
 from fusion_dd.rules import Rule, Section
 
@@ -115,18 +117,49 @@ def test_lists_and_switch_files_resolve_sections_from_the_catalog(tmp_path):
     assert candidates.warnings == []
 
 
-def test_a_rule_with_unknown_section_is_refused_not_guessed(tmp_path):
+def test_a_misspelled_name_without_section_is_refused_with_suggestions(tmp_path):
     plain = tmp_path / "rules.txt"
     plain.write_text("SoftmaxFusionPass\nTbeEltwiseFusionPas\n")
     with pytest.raises(UsageError) as info:
         collect_candidates([plain])
     message = str(info.value)
-    assert message.startswith(f"{plain}:2: rule 'TbeEltwiseFusionPas' has no known section")
-    assert "did you mean TbeEltwiseFusionPass" in message
+    assert message.startswith(f"{plain}:2: rule 'TbeEltwiseFusionPas' is not a known pass name and looks like a misspelling")
+    assert "did you mean TbeEltwiseFusionPass" in message and "\n" not in message
     line_switch = tmp_path / "fusion_switch.cfg"
-    line_switch.write_text("BrandNewFusionPass:off\n")
-    with pytest.raises(UsageError, match="BrandNewFusionPass"):
+    line_switch.write_text("LayerNormGradV3FusionPas:off\n")
+    with pytest.raises(UsageError, match="did you mean LayerNormGradV3FusionPass"):
         collect_candidates([line_switch])
+
+
+def test_a_new_name_far_from_every_known_one_goes_into_both_sections_with_one_line(tmp_path):
+    plain = tmp_path / "rules.txt"
+    plain.write_text("SoftmaxFusionPass\nQuuxAttentionRewritePass\nBrandNewKernelFusion\n")
+    candidates = collect_candidates([plain])
+    assert candidates.rules == [
+        Rule("BrandNewKernelFusion", Section.GRAPH),
+        Rule("QuuxAttentionRewritePass", Section.GRAPH),
+        Rule("SoftmaxFusionPass", Section.GRAPH),
+        Rule("BrandNewKernelFusion", Section.UB),
+        Rule("QuuxAttentionRewritePass", Section.UB),
+    ]
+    assert candidates.both_sections == ["QuuxAttentionRewritePass", "BrandNewKernelFusion"]
+    (line,) = candidates.warnings
+    assert line.startswith("2 name(s) in neither the catalog nor any given artifact, so written into both sections")
+    assert line.endswith("QuuxAttentionRewritePass, BrandNewKernelFusion")
+    # The old line format gives no section either: the same.
+    line_switch = tmp_path / "old.cfg"
+    line_switch.write_text("QuuxAttentionRewritePass:off\n")
+    assert collect_candidates([line_switch]).both_sections == ["QuuxAttentionRewritePass"]
+
+
+def test_a_section_declared_elsewhere_in_the_same_run_places_a_plain_name(tmp_path):
+    plain = tmp_path / "rules.txt"
+    plain.write_text("QuuxAttentionRewritePass\n")
+    switch = tmp_path / "fusion_switch.cfg"
+    switch.write_text('{"Switch": {"UBFusion": {"QuuxAttentionRewritePass": "off"}}}')
+    candidates = collect_candidates([plain, switch])
+    assert candidates.rules == [Rule("QuuxAttentionRewritePass", Section.UB)]
+    assert candidates.both_sections == []
 
 
 def test_artifact_sections_resolve_names_missing_from_the_catalog(tmp_path, dumps):
@@ -220,3 +253,50 @@ def test_fusion_result_section_beats_a_bare_pass_name_entry(tmp_path, dumps):
     assert alone.rules == [Rule("TbeEltwiseFusionPass", Section.GRAPH)]
     # Taken as GraphFusion by the dump rule, but the catalog knows better: warned.
     assert [w.kind for w in alone.name_warnings] == ["section-mismatch"]
+
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "ascend-real"
+
+
+def real_pass_names() -> dict[str, Section]:
+    """Every pass name in the real artifacts of tests/fixtures/ascend-real, with its section."""
+    found: dict[str, Section] = {}
+    for path in sorted(REAL.glob("fusion_result.*.json")):
+        for rule in read_fusion_result(path).rules():
+            found[rule.name] = rule.section
+    for rule in load_graph(REAL / "atc_om_model.msprobe.json").rules():
+        found.setdefault(rule.name, rule.section)
+    for path in sorted(REAL.glob("*.cfg")):
+        for name, section in parse_switch_text(path.read_text(), str(path)).names():
+            found[name] = section
+    return found
+
+
+def test_every_real_pass_name_is_accepted_in_a_plain_list_and_the_line_format(tmp_path):
+    real = real_pass_names()
+    assert len(real) == 34 and real["TbeCommonRules0FusionPass"] is Section.UB
+    assert real["ConstToAttrStridedSliceV2Fusion"] is Section.GRAPH  # the atc graph's only pass_name
+    expected = sorted(Rule(name, section) for name, section in real.items())
+    plain = tmp_path / "names.txt"
+    plain.write_text("\n".join(real) + "\n")
+    old = tmp_path / "old_switch.cfg"
+    old.write_text("".join(f"{name}:off\n" for name in real))
+    for source in (plain, old):
+        candidates = collect_candidates([source])
+        assert sorted(candidates.rules) == expected, source.name
+        assert candidates.both_sections == [] and candidates.warnings == []
+
+
+def test_rules_from_every_real_shape_are_exactly_the_fired_ones():
+    for name, fired in [
+        ("fusion_result.array.open-sora-plan.json", {"LayerNormGradV3FusionPass", "RefreshInt64ToInt32FusionPass"}),
+        ("fusion_result.keyed.verl.json", set()),
+    ]:
+        candidates = collect_candidates([REAL / name])
+        assert {rule.name for rule in candidates.rules} == fired
+        assert [source.kind for source in candidates.sources] == ["fusion_result"]
+        said = [warning for warning in candidates.warnings if "none has effect_times > 0" in warning]
+        assert len(said) == (0 if fired else 1)
+    flat = collect_candidates([REAL / "fusion_result.flat.atc-ctpn.json"])
+    assert flat.by_section()[Section.UB] == ["TbeCommonRules0FusionPass"]
+    assert len(flat.rules) == 8

@@ -19,7 +19,25 @@ from fusion_dd.ascend.dump import (
 )
 from fusion_dd.ascend.layout import LayoutError
 from fusion_dd.compare.sources import scan
-from tests.ascend.dump_writer import BF16, FRACTAL_NZ, FRACTAL_Z, NC1HWC0, NDC1HWC0, device, op_file, write
+from tests.ascend.dump_writer import (
+    BF16,
+    DHWCN,
+    FLOAT8_E4M3FN,
+    FLOAT8_E5M2,
+    FRACTAL_NZ,
+    FRACTAL_Z,
+    HIFLOAT8,
+    NC,
+    NC1HWC0,
+    NDC1HWC0,
+    NDHWC,
+    RESERVED,
+    UINT1,
+    device,
+    op_file,
+    write,
+    write_nano,
+)
 
 
 def _roundtrip(tmp_path: Path, tensor: dict) -> np.ndarray:
@@ -129,10 +147,12 @@ def test_truncated_file_is_refused_with_the_reason(tmp_path: Path) -> None:
         read_dump_header(path)
 
 
-def test_trailing_bytes_are_a_size_mismatch(tmp_path: Path) -> None:
-    path = write(tmp_path / "A.a.1.0.1", "a", [{"data": np.ones(8, np.float32)}], extra=b"x")
-    with pytest.raises(DumpFileError, match="trailing"):
-        read_dump_header(path)
+def test_trailing_bytes_are_tolerated_with_a_note(tmp_path: Path) -> None:
+    values = np.arange(8, dtype=np.float32)
+    path = write(tmp_path / "A.a.1.0.1", "a", [{"data": values}], extra=b"xyz")
+    header = read_dump_header(path)
+    assert header.notes == ("3 trailing bytes after the declared tensors (ignored)",)
+    assert np.array_equal(load_tensor(path, header.outputs[0]), values)
 
 
 @pytest.mark.parametrize("content", [b"", b"\x01\x02", b"\xff" * 8 + b"abc", b"\x04\0\0\0\0\0\0\0\xff\xff\xff\xff"])
@@ -186,3 +206,148 @@ def test_inputs_outputs_and_buffers_are_located_in_order(tmp_path: Path) -> None
     assert header.outputs[0].origin == ("orig", 2)
     assert np.array_equal(load_tensor(path, header.inputs[1]), b)
     assert np.array_equal(load_tensor(path, header.outputs[0]), out)
+
+
+# --- msaccucmp's coverage: names, dtypes, formats, nano dumps ------------------------
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("Conv2D.conv1_lxslice0.2.9.1670205069987341.4.330.0.0", ("conv1_lxslice0", 9, 2, 1670205069987341, 4, 330, 0, 0)),
+        ("Conv2D.conv1.9.1670205069987341.4.330.1.0", ("conv1", 9, None, 1670205069987341, 4, 330, 1, 0)),
+        ("Add.add_1.3.1.1670205069987341", ("add_1", 3, 1, 1670205069987341, None, None, None, None)),
+        ("Add.add_1.3.1670205069987341", ("add_1", 3, None, 1670205069987341, None, None, None, None)),
+    ],
+)
+def test_file_name_grammar_of_4_to_9_fields(name: str, expected: tuple) -> None:
+    parsed = parse_file_name(name)
+    assert parsed is not None
+    got = (parsed.op_name, parsed.task_id, parsed.stream_id, parsed.timestamp, parsed.task_type,
+           parsed.context_id, parsed.thread_id, parsed.device_id)  # fmt: skip
+    assert got == expected
+
+
+def test_lxslice_names_their_op_and_slice() -> None:
+    parsed = parse_file_name("Conv2D.sgt_graph_0_conv2d_39_Conv2D_lxslice1.2.9.1670205069987340.4.487.0.0")
+    assert parsed is not None and parsed.slice_index == 1 and parsed.base_name == "sgt_graph_0_conv2d_39_Conv2D"
+
+
+@pytest.mark.parametrize("name", ["Conv2D.conv1.a.1.1", "only.two", "A.b.1.2.3.4.5.6.7.8", "ge_proto_00001_Build.txt"])
+def test_other_names_are_not_dump_files(name: str) -> None:
+    assert parse_file_name(name) is None
+
+
+def test_complex_values_come_back_as_real_imaginary_pairs(tmp_path: Path) -> None:
+    values = np.array([[1 + 2j, -3.5 - 0.25j], [0j, 4 - 1j]], dtype=np.complex64)
+    back = _roundtrip(tmp_path, {"data": values})
+    assert back.shape == (2, 2, 2)
+    assert np.array_equal(back[..., 0], values.real) and np.array_equal(back[..., 1], values.imag)
+    back128 = _roundtrip(tmp_path, {"data": values.astype(np.complex128)})
+    assert back128.dtype == np.float64 and np.array_equal(back128[..., 1], values.imag.astype(np.float64))
+
+
+def test_uint1_is_unpacked_high_bit_first(tmp_path: Path) -> None:
+    bits = np.array([1, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0], dtype=np.uint8)
+    back = _roundtrip(tmp_path, {"data": bits, "dtype": UINT1})
+    assert back.tolist() == bits.tolist()
+
+
+# Reference values straight from the formats' definitions (OCP FP8; Ascend HiFloat8), bit pattern -> value.
+E4M3FN_CASES = {0x00: 0.0, 0x80: -0.0, 0x01: 2.0**-9, 0x08: 2.0**-6, 0x38: 1.0, 0x3C: 1.5, 0x7E: 448.0, 0xFE: -448.0}
+E5M2_CASES = {0x01: 2.0**-16, 0x04: 2.0**-14, 0x3C: 1.0, 0x3E: 1.5, 0x7B: 57344.0, 0x7C: np.inf, 0xFC: -np.inf}
+HIFLOAT8_CASES = {
+    0x00: 0.0, 0x01: 2.0**-22, 0x07: 2.0**-16,  # denormals 2**(m-23)
+    0x08: 1.0, 0x0C: 1.5, 0x8C: -1.5,  # D=0: 0001 + 3 mantissa bits
+    0x10: 2.0, 0x18: 0.5, 0x14: 3.0,  # D=1: 001, exponent sign-magnitude +-1, 3 mantissa bits
+    0x20: 4.0, 0x28: 8.0, 0x30: 0.25,  # D=2: 01, exponent +-(2 + m)
+    0x40: 16.0, 0x50: 2.0**-4,  # D=3: 10, exponent +-(4 + m)
+    0x60: 2.0**8, 0x6E: 2.0**15, 0x7E: 2.0**-15,  # D=4: 11, exponent +-(8 + m), 1 mantissa bit
+    0x6F: np.inf, 0xEF: -np.inf,
+}
+
+
+@pytest.mark.parametrize("code, cases", [(FLOAT8_E4M3FN, E4M3FN_CASES), (FLOAT8_E5M2, E5M2_CASES), (HIFLOAT8, HIFLOAT8_CASES)],
+                         ids=["float8_e4m3fn", "float8_e5m2", "hifloat8"])  # fmt: skip
+def test_eight_bit_floats_decode_exactly(tmp_path: Path, code: int, cases: dict[int, float]) -> None:
+    raw = np.array(list(cases), dtype=np.uint8)
+    back = _roundtrip(tmp_path, {"data": raw, "dtype": code, "raw": raw.tobytes()})
+    assert back.dtype == np.float32
+    assert back.tolist() == [np.float32(value) for value in cases.values()]
+    assert np.signbit(back).tolist() == [bool(bits & 0x80) for bits in cases]
+
+
+def test_eight_bit_float_nans(tmp_path: Path) -> None:
+    for code, nan in ((FLOAT8_E4M3FN, 0x7F), (FLOAT8_E5M2, 0x7D), (HIFLOAT8, 0x80)):
+        raw = np.array([nan], dtype=np.uint8)
+        assert np.isnan(_roundtrip(tmp_path, {"data": raw, "dtype": code, "raw": raw.tobytes()})[0])
+
+
+@pytest.mark.parametrize("fmt", [NDHWC, DHWCN, NC, RESERVED])
+def test_plain_formats_pass_through(tmp_path: Path, fmt: int) -> None:
+    values = np.arange(24, dtype=np.float16).reshape(2, 3, 4)
+    back = _roundtrip(tmp_path, {"data": values, "format": fmt, "original_shape": values.shape})
+    assert np.array_equal(back, values)
+
+
+@pytest.mark.parametrize("shape", [(37,), (2, 3, 20, 17)], ids=["1-D", "batched"])
+def test_fractal_nz_of_1d_and_batched_shapes(tmp_path: Path, shape: tuple[int, ...]) -> None:
+    original = np.random.default_rng(2).normal(size=shape).astype(np.float16)
+    stored = device(original, FRACTAL_NZ)
+    back = _roundtrip(tmp_path, {"data": stored, "format": FRACTAL_NZ, "original_shape": shape})
+    assert back.shape == shape and np.array_equal(back, original)
+
+
+def test_group_conv_sub_format_is_refused_without_a_converter_and_read_with_one(tmp_path: Path, monkeypatch) -> None:
+    weights = np.arange(2 * 16 * 1 * 1, dtype=np.float16).reshape(2, 16, 1, 1)
+    stored = device(weights, FRACTAL_Z)
+    path = write(tmp_path / "Conv2D.w.1.0.1", "w", [{"data": stored, "format": FRACTAL_Z, "original_shape": weights.shape, "sub_format": 2}])
+    info = read_dump_header(path).outputs[0]
+    assert info.sub_format == 2
+    with pytest.raises(LayoutError, match="sub_format 2"):
+        load_tensor(path, info)
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "convert_FRACTAL_Z_G2_to_NCHW.py").write_text(
+        "import numpy as np\n"
+        "def convert(data, original_shape, sub_format):\n"
+        "    return np.full(original_shape, float(sub_format), np.float32)\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("FUSION_DD_CONVERTERS", str(plugins))
+    assert np.array_equal(load_tensor(path, info), np.full((2, 16, 1, 1), 2.0, np.float32))
+
+
+def test_a_converter_reads_a_format_fusion_dd_does_not(tmp_path: Path, monkeypatch) -> None:
+    fractal_z_3d = 33
+    values = np.arange(6, dtype=np.float32)
+    path = write(tmp_path / "Conv3D.w.1.0.1", "w", [{"data": values, "format": fractal_z_3d}])
+    info = read_dump_header(path).outputs[0]
+    with pytest.raises(LayoutError, match="convert_FRACTAL_Z_3D_to_ND.py"):
+        load_tensor(path, info)
+    (tmp_path / "convert_FRACTAL_Z_3D_to_NCDHW.py").write_text(
+        "def convert(data, original_shape, sub_format):\n    return data[::-1]\n", encoding="utf-8"
+    )
+    monkeypatch.setenv("FUSION_DD_CONVERTERS", str(tmp_path))
+    assert load_tensor(path, info).tolist() == values[::-1].tolist()
+
+
+def test_nano_dump_is_read_with_its_own_dtype_enum(tmp_path: Path) -> None:
+    x = np.arange(6, dtype=np.float16).reshape(2, 3)
+    y = (np.arange(4, dtype=np.int32) - 2).reshape(4)
+    path = write_nano(tmp_path / "Add.add1.3.0.1670205069987341", [{"data": y}], [{"data": x}], origin_names=["add1"])
+    header = read_dump_header(path)
+    assert header.nano
+    assert [(t.kind, t.data_type, t.shape) for t in (*header.inputs, *header.outputs)] == [
+        ("input", 2, (2, 3)), ("output", 7, (4,)),
+    ]  # fmt: skip
+    assert header.outputs[0].origin == ("add1", 0)
+    assert np.array_equal(load_tensor(path, header.inputs[0]), x)
+    assert np.array_equal(load_tensor(path, header.outputs[0]), y)
+
+
+def test_truncated_nano_dump_is_refused(tmp_path: Path) -> None:
+    path = write_nano(tmp_path / "Add.add1.3.0.1670205069987341", [{"data": np.ones(8, np.float32)}])
+    path.write_bytes(path.read_bytes()[:-4])
+    with pytest.raises(DumpFileError, match="truncated"):
+        read_dump_header(path)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fusion_dd.ascend import closest_names, collect_candidates, validate_names
+from fusion_dd.ascend.validate import _within_edits, likely_typos
 from fusion_dd.rules import Rule, Section
 
 
@@ -67,3 +71,35 @@ def test_collect_reports_misspelled_list_entries_with_a_section(tmp_path):
 
 def test_closest_names_ignores_unrelated_names():
     assert closest_names("ZzzTotallyDifferent", ["SoftmaxFusionPass"]) == ()
+
+
+def _osa_distance(a: str, b: str) -> int:
+    """Optimal string alignment distance, the plain full table (the reference for the banded one)."""
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) + 1):
+        table[i][0] = i
+    for j in range(len(b) + 1):
+        table[0][j] = j
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            table[i][j] = min(table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                table[i][j] = min(table[i][j], table[i - 2][j - 2] + 1)
+    return table[len(a)][len(b)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text("abc", max_size=9), st.text("abc", max_size=9), st.integers(0, 3))
+def test_the_banded_edit_check_agrees_with_the_full_table(a, b, limit):
+    assert _within_edits(a, b, limit) == (_osa_distance(a, b) <= limit)
+
+
+def test_likely_typos_are_near_known_names_and_new_names_are_not():
+    vocabulary = ["TbeEltwiseFusionPass", "LayerNormGradV3FusionPass", "SoftmaxFusionPass", "ASoftmaxFusionPass"]
+    assert likely_typos("TbeEltwiseFusionPas", vocabulary) == ("TbeEltwiseFusionPass",)
+    assert likely_typos("tbeeltwisefusionpass", vocabulary) == ("TbeEltwiseFusionPass",)  # case only
+    assert likely_typos("LayerNormGradV3FusoinPass", vocabulary) == ("LayerNormGradV3FusionPass",)  # a swap
+    assert likely_typos("SoftmaxFusionPas", vocabulary) == ("ASoftmaxFusionPass", "SoftmaxFusionPass")
+    assert likely_typos("QuuxAttentionRewritePass", vocabulary) == ()
+    assert likely_typos("TbeEltwiseFusionPass", vocabulary) == ()  # a known name is no typo of itself

@@ -51,3 +51,82 @@ def test_rules_prints_what_fired_in_an_onnxruntime_log_and_an_xla_dump(tmp_path:
     assert result.returncode == 0 and "algsimp" in result.stdout and "pipeline-start" not in result.stdout
     bad = call_fusion_dd("rules", "--compiler", "xla", str(log), cwd=tmp_path)
     assert bad.returncode == 2 and "not a directory" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_rules_format_is_honoured_on_every_compiler_path_and_a_bogus_one_refused(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    log = tmp_path / "run.log"
+    shutil.copy(COMPILERS / "ort_block_all_on.log", log)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    for name in (COMPILERS / "xla_dump_all_on.names").read_text().split():
+        (dump / name).write_text("")
+    for compiler, source in (("onnxruntime", log), ("xla", dump)):
+        as_yaml = call_fusion_dd("rules", "--compiler", compiler, str(source), cwd=tmp_path)
+        names = yaml.safe_load(as_yaml.stdout)["rules"]["names"]
+        assert names and yaml.safe_load(as_yaml.stdout)["rules"]["compiler"] == compiler
+        as_txt = call_fusion_dd("rules", "--compiler", compiler, str(source), "--format", "txt", cwd=tmp_path)
+        assert as_txt.returncode == 0
+        assert [line for line in as_txt.stdout.splitlines() if not line.startswith("#")] == names
+        as_json = call_fusion_dd("rules", "--compiler", compiler, str(source), "--format", "json", cwd=tmp_path)
+        document = json.loads(as_json.stdout)
+        assert document["rules"] == {"compiler": compiler, "names": names}
+        bogus = call_fusion_dd("rules", "--compiler", compiler, str(source), "--format", "bogus", cwd=tmp_path)
+        assert bogus.returncode == 2 and bogus.stdout == ""
+        assert bogus.stderr.strip().splitlines() == ["fusion-dd: error: --format: 'bogus' is not one of yaml, txt, json"]
+    assert "CastFloat16Transformer" in json.loads(
+        call_fusion_dd("rules", "--compiler", "onnxruntime", str(log), "--format", "json", cwd=tmp_path).stdout
+    )["left_out"]
+    for argv in (("rules", "x.json", "--format", "bogus"), ("rules", "--closure", "--format", "bogus")):
+        refused = call_fusion_dd(*argv, cwd=tmp_path)
+        assert refused.returncode == 2 and "--format: 'bogus'" in refused.stderr
+    where = call_fusion_dd("rules", "--where", "X", str(dump), "--format", "json", cwd=tmp_path)
+    assert where.returncode == 2 and "--where prints the fused ops as text" in where.stderr
+
+
+# A training that reads what each compiler's user hands to it: ONNX Runtime's disabled
+# optimizers (through FUSION_DD_DISABLED_OPTIMIZERS), XLA's --xla_disable_hlo_passes in XLA_FLAGS.
+# BiasGeluFusion (ONNX Runtime) and algsimp (XLA) break its accuracy while they run.
+LIST_TRAINING = """\
+import os, re
+disabled = set(filter(None, os.environ.get("FUSION_DD_DISABLED_OPTIMIZERS", "").split(";")))
+match = re.search(r"--xla_disable_hlo_passes=(\\S+)", os.environ.get("XLA_FLAGS", ""))
+disabled |= set(match.group(1).split(",")) if match else set()
+broken = {"BiasGeluFusion", "algsimp"} - disabled
+print("accuracy:", 0.5 if broken & set(os.environ["CANDIDATES"].split(",")) else 0.9)
+"""
+
+
+@pytest.mark.parametrize(
+    "compiler, names, fix_name, culprit",
+    [
+        ("onnxruntime", ["AttentionFusion", "BiasGeluFusion", "BiasDropoutFusion", "BiasSoftmaxFusion"],
+         "ort_disabled_optimizers.txt", "BiasGeluFusion"),
+        ("xla", ["algsimp", "after_layout_assignment", "apply-xla-transforms", "async-collective-replacer"],
+         "xla_disabled_passes.txt", "algsimp"),
+    ],
+)
+def test_the_fix_file_is_named_by_the_compiler_and_the_summary_says_so(
+    tmp_path: Path, compiler: str, names: list[str], fix_name: str, culprit: str
+) -> None:
+    import sys
+
+    import yaml
+
+    (tmp_path / "train.py").write_text(LIST_TRAINING)
+    document = {
+        "rules": {"compiler": compiler, "names": names},
+        "train": {"command": [sys.executable, "train.py"], "devices": [0], "env": {"CANDIDATES": ",".join(names)}},
+        "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
+        "search": {"budget": 30},
+    }
+    (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
+    result = call_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    state = tmp_path / ".fusion-dd"
+    assert (state / fix_name).read_text().splitlines()[-1] == culprit
+    assert not (state / "fusion_switch.cfg").exists(), "CANN's name for another compiler's list"
+    assert f"fix config (verified: trained and passes, 1 of 1 training(s) passed): .fusion-dd/{fix_name}" in result.stdout

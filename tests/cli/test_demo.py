@@ -149,6 +149,31 @@ def test_the_demo_writes_its_html_report_and_says_where(report, demo) -> None:
     assert len(page.tables["culprits"]) == 1 + len(report["culprits"])
 
 
+def test_the_demo_html_report_says_where_each_culprit_broke_in_the_summarys_words(report, demo) -> None:
+    from fusion_dd.localize import culprit_sentence
+
+    result, state = demo
+    page = check_html_report(state / "report.html", state)
+    text = (state / "report.html").read_text()
+    visible = text[: text.index('<script type="application/json"')]
+    cells = [row[-1] for row in page.tables["culprits"][1:]]
+    for culprit, cell in zip(report["culprits"], cells):
+        op = culprit["localization"]["op"]
+        assert op in cell  # the op by name, e.g. ln_a/add_beta
+        sentence = culprit_sentence(culprit)
+        assert sentence in cell and sentence in result.stdout  # one text, the terminal's
+    assert "ln_a/add_beta" in visible
+    assert "{&quot;" not in visible and '{"' not in visible  # no raw JSON anywhere on the page
+    # The guide's ranking as a table, the culprits marked.
+    ranked = page.tables["guide"][1:]
+    assert [row[1] for row in ranked][:1] == report["guide"]["ranking"][:1]
+    assert any(row[-1] == "culprit" for row in ranked)
+    # The fix said once.
+    fix = visible[visible.index('<p id="fix">') :]
+    fix = fix[: fix.index("</p>")]
+    assert fix.count("trained and passes") == 1 and fix.count("every other fusion stays on") == 1
+
+
 def test_list_scenarios_and_bad_scenario(tmp_path):
     listed = run_fusion_dd("demo", "--list-scenarios", cwd=tmp_path)
     assert listed.returncode == 0

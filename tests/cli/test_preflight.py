@@ -43,11 +43,15 @@ def test_a_missing_command_stops_before_any_training(tmp_path):
     dry = call_fusion_dd("search", "--dry-run", cwd=tmp_path)  # the search below runs in a real process
     assert dry.returncode == 2, dry.stdout + dry.stderr
     assert "command not found: pythn3" in dry.stdout and "training_broken" in dry.stderr
+    assert "command not found" not in dry.stderr and "train.command[0]" in dry.stderr  # each problem once
     assert not (tmp_path / ".fusion-dd").exists()
 
     result = run_fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "command not found: pythn3" in result.stderr
+    both = result.stdout + result.stderr
+    assert both.count("command not found: pythn3") == 1  # the refusal told once, not as "stopped:" and "error:"
+    assert "stopped: the training does not run" in result.stdout
     assert f"pythn3 {FAKE_TRAIN} --fusion-switch " in result.stderr  # the command line, placeholders resolved
     assert "Traceback" not in result.stderr
     found = report(tmp_path)
@@ -134,7 +138,8 @@ def test_a_relative_script_arg_is_checked_by_the_preflight(tmp_path):
     set_command(config, [sys.executable, "missing_train.py"], workdir="{trial_dir}")
     dry = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 2
-    assert "train.command[1]: script missing_train.py not found beside the config" in dry.stderr
+    assert "train.command[1]: script missing_train.py not found beside the config" in dry.stdout
+    assert "train.command[1]" in dry.stderr and "missing_train.py" not in dry.stderr  # named once, not repeated
 
 
 def readme_example() -> str:
@@ -215,6 +220,62 @@ def test_command_line_budget_and_devices_are_validated(tmp_path):
     devices = call_fusion_dd("search", "--devices", "0,,1", cwd=tmp_path)
     assert devices.returncode == 2 and "--devices: empty device id" in devices.stderr
     assert not (tmp_path / ".fusion-dd").exists() and not launches(tmp_path)
+
+
+def test_device_ids_are_checked_against_the_compilers_device_variable(tmp_path):
+    """CANN's ASCEND_DEVICE_ID takes chip numbers: gpu0 is one line and exit 2, from the command
+    line and from the config alike; ONNX Runtime's CUDA_VISIBLE_DEVICES takes GPU UUIDs too."""
+    write_config(tmp_path, "--culprits", CULPRIT)
+    given = call_fusion_dd("search", "--devices", "gpu0,gpu1", cwd=tmp_path)
+    assert given.returncode == 2
+    assert given.stderr.strip().splitlines() == [
+        "fusion-dd: error: --devices: invalid device id 'gpu0' for ASCEND_DEVICE_ID (CANN): give a chip number as "
+        "npu-smi info lists it, e.g. 0,1"
+    ]
+    write_config(tmp_path, "--culprits", CULPRIT, train={"devices": ["npu0"]})
+    written = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert written.returncode == 2 and "fusion-dd.yaml: train.devices: invalid device id 'npu0'" in written.stderr
+    assert "Traceback" not in written.stderr and not (tmp_path / ".fusion-dd").exists() and not launches(tmp_path)
+    ort = tmp_path / "ort"
+    ort.mkdir()
+    (ort / "fusion-dd.yaml").write_text(yaml.safe_dump({
+        "rules": {"compiler": "onnxruntime", "names": ["AttentionFusion"]},
+        "train": {"command": [sys.executable, "train.py"], "devices": ["GPU-8f2a6c1e-0b3d-4e5f-9a7b-1c2d3e4f5a6b", 1]},
+    }))
+    (ort / "train.py").write_text("print('accuracy 1')\n")
+    uuid = call_fusion_dd("search", "--dry-run", cwd=ort)
+    assert uuid.returncode == 0, uuid.stderr
+    named = call_fusion_dd("search", "--dry-run", "--devices", "cuda:0", cwd=ort)
+    assert named.returncode == 2 and "invalid device id 'cuda:0' for CUDA_VISIBLE_DEVICES" in named.stderr
+
+
+def test_dry_run_shows_the_trial_directory_each_device_gets(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT)
+    dry = call_fusion_dd("search", "--dry-run", "--devices", "0,1,2", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    for number, device in enumerate("012", start=1):
+        at = next(index for index, line in enumerate(lines) if line.startswith(f"  ASCEND_DEVICE_ID={device} (in "))
+        assert lines[at + 1] == f"    trial directory: .fusion-dd/trials/{number:04d}"
+
+
+def test_a_metric_named_like_an_accuracy_with_goal_min_is_a_warning_naming_metric_goal(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, metric={"goal": "min"})
+    dry = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "warning:" in dry.stderr and "metric.goal: min" in dry.stderr and "set metric.goal: max" in dry.stderr
+    # The search itself: all candidates on (0.5) is "better" than the baseline (0.9) for goal min,
+    # so it refuses, and the summary says why in terms of metric.goal (not "within the tolerance").
+    searched = run_fusion_dd("search", cwd=tmp_path)
+    assert searched.returncode == 0, searched.stderr
+    assert "within the tolerance" not in searched.stdout
+    assert "warning: metric.goal: min (lower is better)" in searched.stdout
+    assert "disagree" not in searched.stdout + searched.stderr  # the baseline runs agreed
+    loss = tmp_path / "loss"
+    loss.mkdir()
+    write_config(loss, "--culprits", CULPRIT, metric={"pattern": r"loss\s+(\S+)", "goal": "min"})
+    fine = call_fusion_dd("search", "--dry-run", cwd=loss)
+    assert fine.returncode == 0 and "metric.goal" not in fine.stderr
 
 
 def test_unknown_rule_names_are_an_error_unless_rules_unknown_says_otherwise(tmp_path):

@@ -180,3 +180,37 @@ def test_live_view_keeps_event_lines_and_the_smallest_failing_set_in_its_panel()
     events.close()
     shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
     assert "[1/5] start  #0001" in shown and "hello" in shown, "event lines stay above the panel"
+
+
+def test_live_view_lists_every_device_and_reads_step_and_loss_from_stdout_without_a_metrics_file(
+    tmp_path: Path,
+) -> None:
+    """A training that prints ``step N loss X`` (the default metric.loss_pattern) and writes no
+    metrics file shows its step and loss; the devices with nothing running are listed as idle."""
+    import time
+
+    trial_dir = tmp_path / "trials" / "0001"
+    trial_dir.mkdir(parents=True)
+    (trial_dir / "output.log").write_text("loading data\nstep 1 loss 2.5\nstep 2 loss 1.25\nstep 3 loss 0.625\n")
+    stream = io.StringIO()
+    events = ConsoleEvents(total_rules=3, budget=5, stream=stream, live=True, devices=[("0",), ("1",), ("2",)],
+                           loss_pattern=r"loss[=:\s]\s*(\S+)")
+    events.start(state_dir=tmp_path)
+    events.trial_started(trial_state([started("0001", ["A"], device="1", time=time.time())], "0001"))
+    deadline = time.monotonic() + 60
+    pattern = re.compile(r"1\s+#0001\s+1\s+search\s+\S+\s+3\s+0\.625")
+    while not pattern.search(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())):
+        assert time.monotonic() < deadline, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+        time.sleep(0.05)
+    panel = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+    events.close(final_estimate=False)
+    assert re.search(r"^\s*0\s+idle", panel, re.M) and re.search(r"^\s*2\s+idle", panel, re.M), panel
+
+
+def test_status_of_a_running_search_lists_its_idle_devices(tmp_path: Path) -> None:
+    records = [search_started(), session_started(budget=12, devices=("0", "1", "2")), started("0001", ["A"], device="1")]
+    with Journal.open(tmp_path) as journal:
+        for record in records:
+            journal.append(record)
+        lines = status_lines(tmp_path)
+    assert "  idle: device 0, 2" in lines, lines

@@ -73,3 +73,36 @@ def test_a_device_where_trainings_fail_to_start_is_set_aside(tmp_path):
     assert len(on_device_1) <= 3
     retried = [trial for trial in report["trials"] if trial["attempt"] == 2]
     assert retried and all(trial["device"] == "0" and trial["outcome"] != "unresolved" for trial in retried)
+
+
+def test_a_training_that_exits_125_is_recorded_as_unevaluable_not_as_a_crash(tmp_path):
+    """Exit 125 (git bisect's "skip"): the training cannot evaluate this configuration. Here any
+    configuration with GRAPH[7] on but GRAPH[8] off, as if GRAPH[7] needed GRAPH[8] to build.
+    Such a training is not retried, never counts as a failure, and the summary and the page list it."""
+    prelude = (
+        "import json\n"
+        "switch = json.load(open(os.environ['FUSION_DD_SWITCH_FILE']))['Switch']\n"
+        "on = {name for section in switch.values() for name, state in section.items() if state == 'on'}\n"
+        f"if {GRAPH[7]!r} in on and {GRAPH[8]!r} not in on:\n"
+        "    sys.exit(125)\n"
+    )
+    wrap_fake_train(tmp_path, "needs_a_pass.py", prelude, "--culprits", CULPRIT)
+    result = run_fusion_dd("search", cwd=tmp_path, env={"FUSION_DD_HTML": "1"})
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found"
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    skipped = [trial for trial in report["trials"] if trial.get("kind") == "unevaluable"]
+    assert skipped, "the search never asked a configuration the training cannot evaluate"
+    for trial in skipped:
+        assert trial["outcome"] == "unresolved" and trial["attempt"] == 1 and "exit code 125" in trial["reason"]
+        on = set(trial["configuration"])
+        assert GRAPH[7] in on and GRAPH[8] not in on
+        retried = [other for other in report["trials"] if other["configuration"] == trial["configuration"]
+                   and other["repeat"] == trial["repeat"] and other["attempt"] > 1]
+        assert not retried, "a training that cannot evaluate its configuration is not trained again"
+    assert not any(trial.get("kind") == "crash" for trial in report["trials"])
+    assert [entry["trial_id"] for entry in report["unevaluable"]] == [trial["trial_id"] for trial in skipped]
+    assert f"cannot evaluate: {len(skipped)} training(s) exited 125" in result.stdout
+    page = (tmp_path / ".fusion-dd" / "report.html").read_text()
+    assert "cannot evaluate (the training exited 125)" in page

@@ -9,7 +9,7 @@ import numpy as np
 from google.protobuf import text_format
 
 from fusion_dd.ascend.ge_schema import message_class
-from tests.ascend.dump_writer import op_file, write
+from tests.ascend.dump_writer import ffts_attrs, op_file, write, write_nano
 
 
 @dataclass
@@ -27,6 +27,9 @@ class Op:
     fmt: int = 2
     stored: np.ndarray | None = None  # device-layout data when fmt is not plain
     extra: dict = field(default_factory=dict)
+    slices: int = 0  # FFTS+ manual slicing: this many _lxslice<N> files, cut along axis 0
+    cut_list: bool = True  # whether the sliced files say along which axis they were cut
+    thread_mode: bool = False  # FFTS+ auto mode: one file per thread id instead of _lxslice<N> names
 
 
 def graph_text(ops: list[Op], name: str = "net") -> str:
@@ -51,15 +54,50 @@ def graph_text(ops: list[Op], name: str = "net") -> str:
     return text_format.MessageToString(model)
 
 
-def write_run(root: Path, ops: list[Op], step: int = 0, model: str = "net", model_id: int = 1) -> Path:
-    """Dump files for every op with a value, plus ``ge_proto_..._Build.txt``; returns the graph path."""
+def write_run(
+    root: Path,
+    ops: list[Op],
+    step: int = 0,
+    model: str = "net",
+    model_id: int = 1,
+    variant: str = "stream",
+    nano: bool = False,
+    inputs: bool = False,
+    task_base: int = 0,
+    with_graph: bool = True,
+) -> Path:
+    """Dump files for every op with a value, plus ``ge_proto_..._Build.txt``; returns the graph path.
+
+    ``variant`` picks the file-name form (``op_file``); FFTS+ variants get 16-digit
+    timestamps as the runtime writes. ``inputs`` dumps each op's inputs (the values
+    of the ops it reads) beside its outputs; ``nano`` writes nano dumps.
+    """
     folder = root / "20260101000000" / "0" / model / str(model_id) / str(step)
+    values = {spec.name: spec.value for spec in ops}
+    base_time = 1767225600000000 if variant.startswith("ffts") else 1000
     for task, spec in enumerate(ops):
         if spec.value is None:
             continue
         data = spec.stored if spec.stored is not None else spec.value
         tensor = {"data": data, "format": spec.fmt, "original_shape": spec.value.shape, "origin": spec.origin}
-        write(op_file(folder, spec.type, spec.name, task, 1000 + task), spec.name, [tensor])
-    graph = root / f"ge_proto_00000001_graph_{model_id}_Build.txt"
-    graph.write_text(graph_text(ops, model), encoding="utf-8")
-    return graph
+        feeds = [{"data": values[name]} for name in spec.inputs if values.get(name) is not None] if inputs else []
+        timestamp = base_time + 10 * task
+        if nano:
+            write_nano(op_file(folder, spec.type, spec.name, task_base + task, timestamp, variant), [tensor], feeds,
+                       origin_names=[spec.origin[0] if spec.origin else ""])  # fmt: skip
+        elif spec.slices:
+            pieces = np.array_split(data, spec.slices, axis=0)
+            cuts = [[spec.slices] + [1] * (data.ndim - 1)]
+            attrs = ffts_attrs(spec.slices, cuts, spec.thread_mode) if spec.cut_list else None
+            for number, piece in enumerate(pieces):
+                name = spec.name if spec.thread_mode else f"{spec.name}_lxslice{number}"
+                thread = number if spec.thread_mode else 0
+                piece_tensor = {**tensor, "data": piece, "original_shape": spec.value.shape}
+                write(op_file(folder, spec.type, name, task_base + task, timestamp + number, variant, thread), name,
+                      [piece_tensor], feeds, attrs=attrs)  # fmt: skip
+        else:
+            write(op_file(folder, spec.type, spec.name, task_base + task, timestamp, variant), spec.name, [tensor], feeds)
+    graph_path = root / f"ge_proto_00000001_graph_{model_id}_Build.txt"
+    if with_graph:
+        graph_path.write_text(graph_text(ops, model), encoding="utf-8")
+    return graph_path

@@ -107,3 +107,45 @@ def test_default_bad_rule(cosine_target: float, max_abs: float, bad: bool) -> No
     m = Metrics(cosine_target, max_abs, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 10)
     assert Thresholds().is_bad(m) is bad
     assert Thresholds(noise_abs=0).is_bad(m) is (bad or (cosine_target < 0.9))
+
+
+def test_msaccucmp_metric_set_by_hand() -> None:
+    x = np.array([1.0, 2.0, 4.0, 1.0])
+    y = np.array([1.0, 1.0, 2.0, 4.0])
+    m = compare_arrays(x, y)
+    assert m.mean_abs == pytest.approx((0 + 1 + 2 + 3) / 4)
+    assert m.accumulated_rel == pytest.approx(0 + 1 + 1 + 0.75)
+    assert m.std_on == pytest.approx(np.std(x)) and m.std_off == pytest.approx(np.std(y))
+    p, q = y / y.sum(), x / x.sum()
+    assert m.kl_divergence == pytest.approx(float(np.sum(p * np.log(p / q))))
+
+
+def test_kl_is_undefined_for_non_positive_values() -> None:
+    assert math.isnan(compare_arrays(np.array([1.0, -1.0]), np.array([1.0, 2.0])).kl_divergence)
+
+
+def test_chunked_new_metrics_equal_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(5)
+    x, y = rng.uniform(0.1, 2, 10_000), rng.uniform(0.1, 2, 10_000)
+    whole = compare_arrays(x, y)
+    import fusion_dd.compare.metrics as metrics
+
+    monkeypatch.setattr(metrics, "CHUNK", 333)
+    chunked = compare_arrays(x.reshape(100, 100), y.reshape(100, 100))
+    for name in ("mean_abs", "accumulated_rel", "kl_divergence", "std_on", "std_off"):
+        assert getattr(chunked, name) == pytest.approx(getattr(whole, name), rel=1e-9)
+
+
+def test_uniform_scale_error_is_bad_by_relative_error() -> None:
+    y = np.random.default_rng(3).normal(size=1000)
+    m = compare_arrays(y * 1.3, y)
+    assert m.cosine == pytest.approx(1.0) and m.mean_rel == pytest.approx(0.3)
+    assert Thresholds().is_bad(m)
+    assert "mean relative error" in " ".join(Thresholds().reasons(m))
+    assert not Thresholds(mean_rel=0.5).is_bad(m)
+
+
+def test_nan_and_inf_are_counted_per_side() -> None:
+    m = compare_arrays(np.array([np.nan, np.inf, 1.0, -np.inf]), np.array([1.0, 1.0, 1.0, 1.0]))
+    assert (m.nan_on, m.inf_on, m.nan_off, m.inf_off) == (1, 2, 0, 0)
+    assert "1 NaN fusion-on, 2 Inf fusion-on" in m.short()

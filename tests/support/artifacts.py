@@ -41,8 +41,19 @@ OBEDIENT_TRAINING = READ_SWITCH + textwrap.dedent(
     graph = {n: {"match_times": "1", "effect_times": "1"} for n, s in on.items() if s == "GraphFusion"}
     ub = {n: {"match_times": "5", "effect_times": "5", "repository_hit_times": "0"}
           for n, s in on.items() if s == "UBFusion"}
-    with open(os.path.join(os.environ["FUSION_DD_TRIAL_DIR"], "fusion_result.json"), "w") as f:
-        json.dump({"session_and_graph_id_0_0": {"graph_fusion": graph, "ub_fusion": ub}}, f)
+    # --shape=list|flat: the other two shapes CANN writes (a training's many graphs, atc's one graph);
+    # --result-name=NAME: the file under another name, to be found by its content.
+    options = dict(arg[2:].split("=", 1) for arg in sys.argv if arg.startswith(("--shape=", "--result-name=")))
+    shape = options.get("shape", "keyed")
+    if shape == "list":
+        document = [{"graph_fusion": graph, "session_and_graph_id": "10_10"},
+                    {"graph_fusion": {}, "ub_fusion": ub, "session_and_graph_id": "11_11"}]
+    elif shape == "flat":
+        document = {"graph_fusion": graph, "session_and_graph_id": "0_0", "ub_fusion": ub}
+    else:
+        document = {"session_and_graph_id_0_0": {"graph_fusion": graph, "ub_fusion": ub}}
+    with open(os.path.join(os.environ["FUSION_DD_TRIAL_DIR"], options.get("result-name", "fusion_result.json")), "w") as f:
+        json.dump(document, f)
     pair = "ConvToFullyConnectionFusionPass" in on and "TbeEltwiseFusionPass" in on
     print("accuracy: %s" % (0.5 if "FixPipeAbilityProcessPass" in on or pair else 0.9))
     """

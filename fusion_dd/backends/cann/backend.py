@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ...ascend import check_switch_applied, read_trial_results
-from ...errors import UsageError
 from ...hooks import TrialFiles
 from ...rules import Rule, Section
 from ...search.culprits import Chooser, choose_off_by_effect, preferring
@@ -77,20 +76,26 @@ class FusionResultHook:
         self.report_fired = report_fired
 
     def collect(self, files: TrialFiles) -> dict[str, Any]:
-        try:
-            results = read_trial_results(files.trial_dir)
-        except UsageError as exc:
-            message = f"unreadable fusion_result.json: {exc}"
-            return {"error": message, "switch_check": {"status": "unverified", "message": message}}
-        enabled = [self._by_name[name] for name in sorted(files.enabled) if name in self._by_name]
-        check = check_switch_applied(results, self.candidates, enabled)
+        read = read_trial_results(files.trial_dir)
+        results = read.results
+        # ``enabled`` holds names: a name searched in both sections counts as on in both (a
+        # rule in the section it does not belong to never fires, so this can hide no proof).
+        enabled = [rule for rule in self.candidates if rule.name in files.enabled]
+        check = check_switch_applied(results, self.candidates, enabled, read.unreadable)
+        facts: dict[str, Any] = {"switch_check": {"status": check.status, "message": check.message}}
+        if read.unreadable:
+            # Counts from part of the files would mislead the switch-off choice: none are journaled.
+            if check.status != "ignored":  # an ignored switch stops the search with its own message
+                path, reason = read.unreadable[0]
+                facts["error"] = f"unreadable fusion_result.json {path}: {reason}"
+            facts["unreadable"] = [{"path": path, "reason": reason} for path, reason in read.unreadable]
+            return facts
         effects: dict[str, int] = {}
         for result in results:
             for stats in result.graphs.values():
                 for rule, pass_stats in stats.items():
                     if rule.name in self._by_name and pass_stats.effect_times:
                         effects[rule.name] = effects.get(rule.name, 0) + pass_stats.effect_times
-        facts: dict[str, Any] = {"switch_check": {"status": check.status, "message": check.message}}
         if results:
             facts["files"] = len(results)
             facts["effects"] = dict(sorted(effects.items()))

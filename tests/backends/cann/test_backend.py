@@ -96,3 +96,37 @@ def test_a_hook_that_crashes_does_not_lose_the_trial(tmp_path: Path) -> None:
     facts = collect_artifacts([Broken()], TrialFiles(tmp_path, frozenset()))
     assert facts == {"broken": {"error": "RuntimeError: boom"}}
     assert switch_check_of(facts) == ("unverified", "RuntimeError: boom")
+
+
+REAL = Path(__file__).resolve().parents[2] / "fixtures" / "ascend-real"
+
+
+def test_every_real_shape_proves_the_switch_and_journals_the_counts(tmp_path: Path) -> None:
+    """List and flat files (as real trainings and atc leave them) are read like the keyed one."""
+    gru, ub = Rule("GRUFusionPass", Section.GRAPH), Rule("TbeCommonRules0FusionPass", Section.UB)
+    layer_norm = Rule("LayerNormGradV3FusionPass", Section.GRAPH)
+    cases = [("fusion_result.flat.atc-ctpn.json", [gru, ub], {gru.name: 20, ub.name: 150}),
+             ("fusion_result.array.open-sora-plan.json", [layer_norm], {layer_norm.name: 1})]
+    for name, candidates, effects in cases:
+        trial_dir = tmp_path / name
+        trial_dir.mkdir()
+        (trial_dir / "fusion_result.json").write_text((REAL / name).read_text())
+        facts = collect_artifacts(
+            CannBackend().hooks(candidates), TrialFiles(trial_dir, frozenset(r.name for r in candidates), "all_on")
+        )
+        assert switch_check_of(facts)[0] == "applied", name
+        assert facts["fusion_result"]["effects"] == effects
+        # Switched off, the same file shows the compiler ignored the switch.
+        off = collect_artifacts(CannBackend().hooks(candidates), TrialFiles(trial_dir, frozenset()))
+        assert switch_check_of(off)[0] == "ignored"
+
+
+def test_an_unreadable_file_beside_a_readable_one_is_named_and_no_partial_counts_are_journaled(tmp_path: Path) -> None:
+    write_fusion_result(tmp_path, {CAST.name: 3}, {})
+    (tmp_path / "fusion_result.json").write_text('[{"graph_fusion": {"A": {"effect_times": "x"}}}]')
+    facts = collect_artifacts(CannBackend().hooks(RULES), TrialFiles(tmp_path, frozenset(r.name for r in RULES)))
+    status, message = switch_check_of(facts)
+    assert status == "unverified"
+    assert str(tmp_path / "fusion_result.json") in message and "'x'" in message
+    assert "effects" not in facts["fusion_result"]
+    assert facts["fusion_result"]["unreadable"][0]["path"] == str(tmp_path / "fusion_result.json")
