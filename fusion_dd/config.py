@@ -37,7 +37,7 @@ UNKNOWN_SHOWN = 10
 # GPU/MIG UUIDs ("MIG-GPU-.../1/0"); never white space, separators or NUL.
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_.:/-]+")
 _STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json", "from_all_on.json",
-                "ort_disabled_optimizers.txt", "xla_disabled_passes.txt"}
+                "ort_disabled_optimizers.txt", "xla_disabled_passes.txt", "search_id.json"}
 
 # The schema: every allowed key, so that a typo is reported with a suggestion.
 _SCHEMA: dict[str, Any] = {
@@ -62,6 +62,7 @@ _SCHEMA: dict[str, Any] = {
         "devices": None,
         "device_env": None,
         "kill_grace": None,
+        "log_limit": None,
         "retries": None,
         "launcher": None,
         "scheduler": None,
@@ -78,7 +79,7 @@ _SCHEMA: dict[str, Any] = {
             "max_jobs": None,
         },
     },
-    "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None},
+    "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None, "speed_pattern": None},
     "score": {
         "tolerance": None,
         "crash_is_failure": None,
@@ -99,9 +100,33 @@ _SCHEMA: dict[str, Any] = {
         "suspects": None,
     },
     "early_stop": None,  # validated by EarlyStopRule.from_config
+    "fix": {"prefer": None, "max_alternatives": None},
     "localize": {"env": None, "args": None, "command": None, "step": None, "graphs": None},
     "state_dir": None,
 }
+
+
+DEFAULT_LOG_LIMIT = 100 * 2**20
+_LOG_LIMIT_MIN = 64 * 2**10
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 2**10, "kib": 2**10, "mb": 2**20, "mib": 2**20, "gb": 2**30, "gib": 2**30}
+
+
+def _read_size(reader: Any, value: Any, key: str) -> int | None:
+    """A size in bytes: a whole number, or a string such as ``"100MB"`` (KB/MB/GB are powers of 1024); null: none."""
+    if value is None:
+        return None
+    number: float | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
+        if match and match.group(2).lower() in _SIZE_UNITS:
+            number = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    if number is None:
+        raise reader.error(key, f"must be a size such as 100MB or a number of bytes, or null for no limit; got {value!r}")
+    if number < _LOG_LIMIT_MIN:
+        raise reader.error(key, f"must be at least 64KB, got {value!r}")
+    return int(number)
 
 
 @dataclass(frozen=True)
@@ -114,6 +139,8 @@ class TrainConfig:
     device_env: str = "ASCEND_DEVICE_ID"
     kill_grace: float = 10.0
     retries: int = 1
+    # The most output.log may hold per training (bytes; None: no cap): head and tail kept, the cut marked.
+    log_limit: int | None = DEFAULT_LOG_LIMIT
     # Where trainings run: "local" (supervised processes here) or "dask" (one task per
     # trial on a dask.distributed cluster, fusion_dd.runner.dask_launcher). Not part of the
     # search's definition: a search may move between them on resume.
@@ -176,6 +203,23 @@ class MetricConfig:
     key: str = "accuracy"
     goal: str = "max"
     loss_pattern: str | None = DEFAULT_LOSS_PATTERN.pattern
+    # The training's own throughput (samples/s ...) in its output; only reported, never part of a
+    # verdict, so not part of the search's definition and free to change on resume.
+    speed_pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class FixConfig:
+    """Which fix to hand over when several switch off equally few rules.
+
+    ``prefer: cheapest`` (the default) takes the search's own choice, which costs
+    no training more; ``speed`` trains up to ``max_alternatives`` other
+    minimum fixes in full and hands over the fastest that passes. Not part of
+    the definition: it decides nothing the search asks.
+    """
+
+    prefer: str = "cheapest"
+    max_alternatives: int = 3
 
 
 @dataclass(frozen=True)
@@ -224,6 +268,7 @@ class SearchConfig:
     # How trainings dump tensors for localization after a search; None: no localization.
     # Not part of the definition: changing it never invalidates finished trainings.
     localize: LocalizeConfig | None = None
+    fix: FixConfig = FixConfig()
     compiler: str = "cann"  # rules.compiler: which compiler backend renders and checks the switches
     closure: bool = False  # rules.closure: add what fires in the all-off baseline before searching
     from_all_on: bool = False  # rules.from: all_on: the candidates are what fires in one all-on training
@@ -454,6 +499,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
     except UsageError as exc:
         raise UsageError(f"{reader.source}: {exc}") from None
     localize = _read_localize(reader, document.get("localize"))
+    fix = _read_fix(reader, reader.mapping(document.get("fix"), "fix"))
     search = _read_guide(reader, reader.mapping(document.get("search"), "search"), search, rules, localize)
     state_dir_raw = document.get("state_dir", ".fusion-dd")
     state_dir = (base_dir / reader.string(state_dir_raw, "state_dir")).resolve()
@@ -474,10 +520,21 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         graphs=graphs,
         early_stop=early_stop,
         localize=localize,
+        fix=fix,
         compiler=compiler,
         closure=reader.boolean(rules_section.get("closure", False), "rules.closure"),
         from_all_on=rules_section.get("from") == "all_on",
     )
+
+
+def _read_fix(reader: _Reader, section: Mapping[str, Any]) -> FixConfig:
+    prefer = section.get("prefer", "cheapest")
+    if prefer not in ("cheapest", "speed"):
+        raise reader.error(
+            "fix.prefer", f"{prefer!r} is not valid; use cheapest (no extra training) or speed (train the alternatives)"
+        )
+    count = reader.integer(section.get("max_alternatives", 3), "fix.max_alternatives", minimum=1)
+    return FixConfig(prefer=prefer, max_alternatives=count)
 
 
 def _read_compiler(reader: _Reader, section: Mapping[str, Any]) -> str:
@@ -851,6 +908,7 @@ def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env:
         raise reader.error("train.device_env", f"invalid environment variable name {device_env!r}")
     grace = reader.number(section.get("kill_grace", 10), "train.kill_grace", positive=True)
     retries = reader.integer(section.get("retries", 1), "train.retries", minimum=0)
+    log_limit = _read_size(reader, section.get("log_limit", DEFAULT_LOG_LIMIT), "train.log_limit")
     launcher = reader.string(section.get("launcher", "local"), "train.launcher")
     if launcher not in _known_launchers():
         raise reader.error("train.launcher", f"must be one of {', '.join(_known_launchers())}, got {launcher!r}")
@@ -872,6 +930,7 @@ def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env:
         device_env=device_env,
         kill_grace=grace,
         retries=retries,
+        log_limit=log_limit,
         launcher=launcher,
         scheduler=scheduler,
         devices_given="devices" in section,
@@ -985,7 +1044,10 @@ def _read_metric(reader: _Reader, section: Mapping[str, Any]) -> MetricConfig:
     if "loss_pattern" in section:
         raw = section["loss_pattern"]
         loss_pattern = None if raw is None or raw == "" else _check_regex(reader, raw, "metric.loss_pattern")
-    return MetricConfig(pattern=pattern, key=key, goal=goal, loss_pattern=loss_pattern)
+    speed_pattern = None
+    if section.get("speed_pattern") is not None:
+        speed_pattern = _check_regex(reader, section["speed_pattern"], "metric.speed_pattern")
+    return MetricConfig(pattern=pattern, key=key, goal=goal, loss_pattern=loss_pattern, speed_pattern=speed_pattern)
 
 
 def parse_tolerance(raw: Any, key: str = "score.tolerance") -> Tolerance:

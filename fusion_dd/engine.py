@@ -13,6 +13,8 @@ decides between a live terminal display and plain lines.
 
 from __future__ import annotations
 
+import re
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +30,7 @@ from .runner.executor import Device, DevicePool, Pools, run_batch
 from .runner.wakeup import CancelEvent
 from .store.journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from .runner.metrics import MetricSpec
-from .report import REPORT_NAME, build_report, display_path, write_outputs
+from .report import FIX_NAME, REPORT_NAME, build_report, display_path, finished_report, journaled_answer, write_outputs
 from .store.snapshots import Snapshots
 from .rules import Rule
 from .scoring import UNEVALUABLE, Measurement, Preconditions, check_preconditions
@@ -38,7 +40,8 @@ from .search.lanes import LanePlan
 from .search.noise import NoisePolicy
 from .search.oracle import Outcome
 from .store.state import ConfigKey, SearchState, TrialState, definition_changes, replay
-from .runner.trial import TrialSpec
+from .runner.trial import ForeignTrial, TrialSpec, trial_binding
+from .store.identity import SEARCH_ID_KEY, check_journal_belongs, journaled_id, new_search_id, record_state_dir_id
 from .runner.launcher import Launcher, TrialRequest, TrialResult, launcher_for
 from .backends import CompilerBackend, backend_for, fix_env_of
 from .hooks import effects_of, fired_although_off_of, known_to_compiler_of, switch_check_of, unknown_to_compiler_of
@@ -46,10 +49,17 @@ from .runner.broken import STATUS as TRAINING_BROKEN
 from .runner.broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
 from .runner.broken import report_details
 from .preflight import preflight
+from .session_context import context_of
 from .training_oracle import TrainingOracle
 from . import guide as guidance
 from . import localize as localization
 from .store.state import LOCALIZE_ROLE
+from .store.state import EARLY_PASS, PROOF_ROLE
+from .runner.horizon import departure, horizon
+from .runner.speed import SpeedHook
+from .report import trial_speed
+from .search.alternatives import fastest, minimum_hitting_sets
+from .store.state import ALTERNATIVE_ROLE
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -129,12 +139,21 @@ class Engine:
         self._hooks: list[Any] = list(self.backend.hooks(self.rules))
         if config.early_stop is not None and config.early_stop.active and config.score.baseline_metric is None:
             self._hooks.append(LossCurveHook(config.early_stop.step_pattern))
+        if config.metric.speed_pattern is not None:
+            self._hooks.append(SpeedHook(re.compile(config.metric.speed_pattern)))
         self.rule_by_name = {rule.name: rule for rule in self.rules}
         self.metric_spec = MetricSpec.from_text(
             config.metric.pattern, config.metric.key, config.metric.goal, config.metric.loss_pattern
         )
         self.state = SearchState()
         self._baseline_curve: list[tuple[int, float]] = []  # for the divergence rule of early stopping
+        # Early passes (fusion_dd.runner.horizon): the step at which a search training still inside the
+        # baseline's band counts as a pass, and the round of the search (a full training that
+        # contradicts an early pass starts the next round, in which no early pass counts).
+        self._horizon: int | None = None
+        self._horizon_said = False
+        self._alternatives: list[dict[str, Any]] = []  # fix.prefer: speed: the fixes compared, for the report
+        self._round = 0
         self._start_failures: dict[Device, int] = {}
         self._retired: list[Device] = []
         self._in_service: list[Device] = []  # the devices (or a cluster's slots) of the last batch
@@ -155,6 +174,9 @@ class Engine:
         self._fix_candidates: set[frozenset[str]] = set()
         # joblib's thread pools, open from the first batch to the end of the run (not one per question).
         self._pools = Pools()
+        # What of where this session trains came from the journal (fusion_dd.session_context), said once
+        # the session starts: after every refusal, so that a refused session says only why.
+        self.context_note: str | None = None
 
     # -- journal ----------------------------------------------------------------
 
@@ -165,7 +187,7 @@ class Engine:
     def _append(self, record: dict[str, Any], durable: bool = True) -> None:
         """Journal a record (durably unless told: see ``Journal.append``) and apply it to the live state, atomically."""
         assert self._journal is not None
-        record.setdefault("time", time.time())
+        record.setdefault("time", _now())
         with self._journal_lock:
             self._journal.append(record, durable)
             self.state.apply(record)
@@ -175,6 +197,8 @@ class Engine:
             self._refuse_trials_without_journal()  # before creating anything there
         self._journal = Journal.open(self.state_dir)
         self.state = replay(self._journal.records())
+        if self.state.start_record is not None:
+            check_journal_belongs(self.state_dir, self._journal.path, journaled_id(self.state.start_record))
         self.config = self.config.with_started_defaults(self.state.definition)
         definition = self.config.definition()
         if self.state.definition is None:
@@ -188,15 +212,18 @@ class Engine:
             )
         if self.state.definition is None:
             self._preflight()  # before the search is journaled: a fixed config then starts afresh
+            search_id = new_search_id()
             self._append(
                 {
                     "type": "search_started",
+                    SEARCH_ID_KEY: search_id,
                     "definition": definition,
                     "version": __version__,
                     "config_path": str(self.config.source),
                     "config_document": self.config.document,
                 }
             )
+            record_state_dir_id(self.state_dir, search_id)
             if self._adopt and self._references_dump():
                 self.events.message("the all-on training of rules.from: all_on dumped no tensors: all-on trains again")
             elif self._adopt:
@@ -278,11 +305,28 @@ class Engine:
         trial = self.state.cache().get(key)
         if trial is None:
             return None
+        if self._early_distrusted(trial):
+            full = self.state.full_trial(key)  # the early pass counts no more: a full training decides
+            if full is None:
+                return None
+            if full.resolved or self.state.full_attempts(key) > self.config.train.retries:
+                return full
+            return None
         if trial.resolved or self.state.attempts(key) > self.config.train.retries:
             return trial
         if trial.finished is not None and trial.finished.get("kind") == UNEVALUABLE:
             return trial  # the training said it cannot evaluate this configuration: a retry says the same
         return None
+
+    def _early_distrusted(self, trial: TrialState) -> bool:
+        """Whether this trial's early pass no longer counts: a full training contradicted one in an earlier round."""
+        revised = self.state.early_revised_round
+        return (
+            revised is not None
+            and self._round > revised
+            and trial.finished is not None
+            and trial.finished.get("kind") == EARLY_PASS
+        )
 
     def remaining_budget(self) -> int:
         return max(0, self.config.search.budget - self.state.launched)
@@ -298,16 +342,18 @@ class Engine:
             record = {
                 "type": "trial_started",
                 "trial_id": trial_id,
-                "config": sorted(names),
+                "on": self.state.rule_index.encode(names),  # a bit mask of the journaled rule list
                 "repeat": repeat,
-                "attempt": self.state.attempts(key) + 1,
                 "device": list(device),
                 "trial_dir": f"{TRIALS_DIR}/{trial_id}",
                 "role": role,
-                "time": time.time(),
+                "time": _now(),
             }
+            attempt = self.state.attempts(key) + 1
+            if attempt > 1:  # the first is replay's default: a key per record saved
+                record["attempt"] = attempt
             if repeat == 0 and self._references_dump() and (
-                role in ("baseline", "all_on") or (role == "search" and names in self._fix_candidates)
+                role in ("baseline", "all_on") or (role in ("search", PROOF_ROLE) and names in self._fix_candidates)
             ):
                 # Also a dumped training of its configuration (fusion_dd.guide): the references for
                 # the guide's ranking, a fix candidate for localization (the same training, dumped).
@@ -371,18 +417,49 @@ class Engine:
             switch_text=rendered.switch_text,
             env_defaults=rendered.env_defaults,
             grace=self.config.train.kill_grace,
+            log_limit=self.config.train.log_limit,
         )
         if dumps or guide_dumps:
             spec = localization.dumping_spec(spec, self.config.localize)
+        spec = replace(
+            spec,
+            binding=trial_binding(
+                journaled_id(self.state.start_record), trial.trial_id, trial.config, trial.repeat, trial.role
+            ),
+        )
         return TrialRequest(
             spec=spec,
             metric=self.metric_spec,
             hooks=tuple(self._hooks),
             enabled=trial.config,
             role=trial.role,
-            early_stop=None if dumps else self.config.early_stop,
+            early_stop=None if dumps else self._early_stop_for(trial),
             baseline_curve=tuple(self._baseline_curve),
         )
+
+    def _early_stop_for(self, trial: TrialState) -> Any:
+        """The early-stop rule for this training: with the horizon for the search's own trainings.
+
+        The references, a fix's proof and (when the references dump for the
+        guide) the fix candidates always run to their end; after a full training
+        contradicted an early pass, no training stops early as a pass.
+        """
+        rule = self.config.early_stop
+        if (
+            rule is None
+            or self._horizon is None
+            or trial.role not in ("search", "repeat")
+            or self.state.early_revised_round is not None
+            # A fix candidate that dumps for localization (search.guide: dumps) is trained in full: its
+            # dump and its verdict serve localization and the answer at once, with no proof after.
+            or (trial.config in self._fix_candidates and self._references_dump())
+        ):
+            return rule
+        step = self._horizon
+        localize = self.config.localize
+        if self.state.dumped(trial.trial_id) and localize is not None and localize.step is not None:
+            step = max(step, localize.step + 1)  # its dump of the localized step serves localization
+        return replace(rule, pass_step=step)
 
     def _devices(self) -> DevicePool:
         """A pool of the devices still in service; the engine retires broken ones from it."""
@@ -442,7 +519,7 @@ class Engine:
 
     def _record_end(self, trial: TrialState, result: TrialResult) -> TrialState | None:
         if result.cancelled:
-            self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": "cancelled"})
+            self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": result.reason or "cancelled"})
             self.events.trial_finished(trial, None)
             return None
         switch_check, switch_reason = switch_check_of(result.artifacts)
@@ -454,8 +531,8 @@ class Engine:
                 "trial_id": trial.trial_id,
                 **result.record_fields(),
                 "log": str(Path(trial.trial_dir) / result.log),
+                # Why it is not "applied" is its artifacts' own message (switch_check_of): journaled once, there.
                 "switch_check": switch_check,
-                "switch_check_reason": switch_reason if switch_check != "applied" else None,
             }
         )
         ready = self._oracle is not None and self._oracle.threshold is not None and trial.role != LOCALIZE_ROLE
@@ -476,14 +553,14 @@ class Engine:
         the snapshot, never the search.
         """
         from .rebuild import rebuild
-        from .runner.supervisor import write_json_atomic
+        from .report import write_report
 
         try:
             assert self._journal is not None
             with self._journal_lock:
                 records = list(self._journal.records())
             snapshot = rebuild(records, self.state_dir, running=True)
-            write_json_atomic(self.state_dir / REPORT_NAME, snapshot.report)
+            write_report(self.state_dir / REPORT_NAME, snapshot.report)
         except Exception as exc:  # noqa: BLE001 - a report snapshot must never stop a search
             if not self._snapshot_failed:
                 self._snapshot_failed = True
@@ -556,6 +633,41 @@ class Engine:
         keys = [(frozenset(), repeat) for repeat in range(self.config.score.baseline_repeats)]
         if all(key in cache for key in keys):
             self._baseline_curve = envelope(self._curve_of(cache[key], rule.step_pattern) for key in keys)
+            self._load_horizon(rule)
+
+    def _load_horizon(self, rule: Any) -> None:
+        """The horizon of early passes, from the baseline's curve and the all-on trainings' departure from its band.
+
+        With several all-on trainings the latest departure counts (the safe
+        side); an all-on training stopped early counts as departed at its stop.
+        """
+        score = self.config.score
+        cache = self.state.cache()
+        everything = frozenset(rule_.name for rule_ in self.rules)
+        keys = [(everything, repeat) for repeat in range(score.all_on_repeats)] if score.all_on_metric is None else []
+        departures: list[int | None] = []
+        for key in keys:
+            trial = cache.get(key)
+            if trial is None:
+                return
+            departed = departure(
+                self._baseline_curve, self._curve_of(trial, rule.step_pattern), divergence=rule.divergence,
+                relative=rule.relative, patience=rule.patience, start_step=rule.start_step,
+            )  # fmt: skip
+            stop = (trial.finished or {}).get("early_stop") or {}
+            if departed is None and isinstance(stop.get("step"), int):
+                departed = stop["step"]
+            departures.append(departed)
+        departed_at = None if not departures or None in departures else max(d for d in departures if d is not None)
+        length = self._baseline_curve[-1][0] if self._baseline_curve else None
+        self._horizon = horizon(rule.pass_at, length, departed_at)
+        if self._horizon is not None and not self._horizon_said and self.state.early_revised_round is None:
+            self._horizon_said = True
+            self.events.message(
+                f"early passes: a search training whose loss stays inside the baseline's band up to step "
+                f"{self._horizon} of {length} is stopped there and counts as a pass for the search's decisions; "
+                "the fix is proven by a full training (early_stop.pass_at: off trains every configuration to its end)"
+            )
 
     def _curve_of(self, trial: TrialState, step_pattern: Any) -> list[tuple[int, float]]:
         """A baseline's loss curve as its hook journaled it; read from its files only for a journal
@@ -601,7 +713,21 @@ class Engine:
         """The handle of an earlier session's training, or None (journaled) when it is gone."""
         request = self._request(trial, trial.device or ())
         placement = trial.launch.get("placement") if trial.launch is not None else None
-        handle = self.launcher.adopt(request, placement)
+        try:
+            handle = self.launcher.adopt(request, placement)
+        except ForeignTrial as foreign:
+            # Another search's or another configuration's training: its result is not this trial's.
+            self.events.message(f"warning: {foreign}")
+            self._append(
+                {
+                    "type": "trial_cancelled",
+                    "trial_id": trial.trial_id,
+                    "reason": f"lost: {foreign.problem}",
+                    "launched": trial.launch is not None,
+                    "set_aside": foreign.moved_to.name if foreign.moved_to is not None else None,
+                }
+            )
+            return None
         if handle is None:
             launched = trial.launch is not None or self.launcher.ever_started(request)
             self._append(
@@ -783,10 +909,12 @@ class Engine:
                     "type": "session_started",
                     "budget": self.config.search.budget,
                     "devices": self._session_devices(),
+                    "context": context_of(self.config.train),
                     "timeout": self.config.train.timeout,
                     "version": __version__,
                 }
             )
+            self._say_context()
             self._adopt_orphans()
             return self._search()
         except TrainingBroken as exc:
@@ -807,6 +935,10 @@ class Engine:
             self._snapshots.close()
             if self._journal is not None:
                 self._journal.close()
+
+    def _say_context(self) -> None:
+        if self.context_note:
+            self.events.message(self.context_note)
 
     def _launcher_hook(self, name: str) -> None:
         """``run_started``/``run_ended`` of the launcher, where it has them (optional in the protocol)."""
@@ -874,28 +1006,33 @@ class Engine:
             on_new=lambda index, width: self._append({"type": "question", "index": index, "width": width}, durable=False),
         )
         assert self._oracle is not None
-        self._oracle.threshold = pre.threshold
-        self._oracle.margin = self._margin(pre)
-        self._oracle.lanes = lanes
-        score = self.config.score
-        if score.baseline_metric is None:
-            self._oracle.note_asked(frozenset(), score.baseline_repeats + extra["baseline"])
-        if score.all_on_metric is None:
-            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats + extra["all_on"])
         prior = self._guide()
-        strategy = guided(
-            prior, STRATEGIES[self.config.search.strategy], partners=self._partners(),
-            refine=self._refine if self._refines() else None,
-        )  # fmt: skip
-        result = find_culprits(
-            self.rules,
-            self._oracle,
-            strategy,
-            parallelism=lanes,
-            noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
-            choose_off=self._switch_off_chooser(),
-            on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
-        )
+        while True:
+            self._prepare_oracle(pre, lanes, extra)
+            strategy = guided(
+                prior, STRATEGIES[self.config.search.strategy], partners=self._partners(),
+                refine=self._refine if self._refines() else None,
+            )  # fmt: skip
+            result = find_culprits(
+                self.rules,
+                self._oracle,
+                strategy,
+                parallelism=lanes,
+                noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
+                choose_off=self._switch_off_chooser(),
+                on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
+            )
+            if result.exhausted or result.no_failure:
+                break
+            proof = self._prove_fix(result)
+            if proof is None:  # the budget leaves no room for the fix's full training
+                result = replace(result, exhausted=True, smallest_failing=self._oracle.smallest_failing)
+                break
+            if proof:
+                break
+            self._round += 1  # a full training contradicted an early pass: search again, trusting none
+        if not result.exhausted and not result.no_failure and self.config.fix.prefer == "speed":
+            result = self._prefer_speed(result)
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
             return self._stop("budget_exhausted", EXIT_BUDGET, pre, result)
@@ -906,6 +1043,149 @@ class Engine:
             culprits = [[rule.name for rule in culprit.rules] for culprit in result.culprit_sets]
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
         return self._finish("found", pre, result)
+
+    def _prepare_oracle(self, pre: Preconditions, lanes: LanePlan, extra: dict[str, int]) -> None:
+        """The oracle for one round of the search: the journal's answers, repeats counted afresh.
+
+        A later round asks its questions from the start again (every answer
+        still cached, except the early passes it no longer trusts), so its
+        repeats are counted from zero like a resumed session's.
+        """
+        if self._round > 0:
+            self._oracle = TrainingOracle(
+                threshold=None,
+                crash_is_failure=self.config.score.crash_is_failure,
+                cached=self._settled,
+                launch=self._launch_batch,
+                remaining_budget=self.remaining_budget,
+                repeats=self.config.search.confirm != "off",
+                realize=lambda config: self.backend.realize(self.rules, config),
+            )
+        assert self._oracle is not None and pre.threshold is not None
+        self._oracle.threshold = pre.threshold
+        self._oracle.margin = self._margin(pre)
+        self._oracle.lanes = lanes
+        score = self.config.score
+        if score.baseline_metric is None:
+            self._oracle.note_asked(frozenset(), score.baseline_repeats + extra["baseline"])
+        if score.all_on_metric is None:
+            self._oracle.note_asked(frozenset(self.rules), score.all_on_repeats + extra["all_on"])
+
+    def _prove_fix(self, result: CulpritSearch) -> bool | None:
+        """Back the fix by a full training when only early passes vouch for it.
+
+        True: the fix needs no proof (no early pass among its trainings, or a
+        full one passed already) or its full training passed. False: the full
+        training contradicts the early passes; journaled once as
+        ``early_passes_revised``, after which no early pass counts (the noise
+        layer's answer to an inconsistency, one level up: the verdicts are
+        revised and the search asks again). None: the budget is spent first.
+        """
+        if not result.fix_verified:
+            return True
+        assert self._oracle is not None
+        names = self._oracle.key_names(result.fix)
+        trials: list[TrialState] = []
+        while (trial := self._settled((names, len(trials)))) is not None:  # repeats are numbered from 0 on
+            trials.append(trial)
+        full = [trial for trial in trials if (trial.finished or {}).get("kind") != EARLY_PASS]
+        if not any((trial.finished or {}).get("kind") == EARLY_PASS for trial in trials):
+            return True
+        if any(self._oracle.verdict_of(trial) is Outcome.PASS for trial in full):
+            return True
+        self.events.message("early passes: training the fix to its end, to prove it")
+        proof = self._full_training((names, 0), PROOF_ROLE)
+        if proof is None:
+            return None
+        verdict = self._oracle.verdict_of(proof)
+        if verdict is Outcome.PASS:
+            self.events.message(f"early passes: the fix passed its full training (#{proof.trial_id})")
+            return True
+        if self.state.early_revised_round is None:
+            self._append(
+                {
+                    "type": "early_passes_revised",
+                    "round": self._round,
+                    "config": sorted(names),
+                    "trial_id": proof.trial_id,
+                    "reason": f"the fix's full training #{proof.trial_id} gave {verdict.value} "
+                    f"({proof.finished.get('reason', '') if proof.finished else ''}) after early passes",
+                }
+            )
+        self.events.message(
+            f"warning: the fix's full training #{proof.trial_id} did not pass although early passes vouched for it: "
+            "the damage appears after the horizon; searching again with full trainings only"
+        )
+        return False
+
+    def _full_training(self, key: ConfigKey, role: str) -> TrialState | None:
+        """The full-length training that decides this key, trained (as ``role``) if there is none; None: no budget."""
+        while True:
+            trial = self.state.full_trial(key)
+            if trial is not None and (trial.resolved or self.state.full_attempts(key) > self.config.train.retries):
+                return trial
+            if self.remaining_budget() == 0:
+                return None
+            self._launch_batch([key], None, role)
+
+    def _speed_of(self, names: frozenset[str]) -> float | None:
+        """The median speed of this configuration's full-length trainings (``fusion_dd.runner.speed``)."""
+        from_output = self.config.metric.speed_pattern is not None
+        trials = [
+            trial for trial in self.state.trials.values()
+            if trial.config == names and trial.finished is not None and trial.role != LOCALIZE_ROLE
+            and trial.finished.get("kind") != EARLY_PASS
+        ]  # fmt: skip
+        speeds = [speed for trial in trials if (speed := trial_speed(trial, from_output)) is not None]
+        return statistics.median(speeds) if speeds else None
+
+    def _prefer_speed(self, result: CulpritSearch) -> CulpritSearch:
+        """``fix.prefer: speed``: train the other minimum fixes in full, hand over the fastest that passes.
+
+        Deterministic given the journal (the alternatives in name order, their
+        trainings cached), so a resume hands over the same fix.
+        """
+        assert self._oracle is not None
+        chosen = frozenset(rule for culprit in result.culprit_sets for rule in culprit.switched_off)
+        others = minimum_hitting_sets(
+            [culprit.rules for culprit in result.culprit_sets], chosen, self.config.fix.max_alternatives,
+            key=lambda rule: rule.name,
+        )  # fmt: skip
+        self._alternatives = []
+        if not others:
+            return result
+        self.events.message(f"fix.prefer: speed: training {len(others)} other fix(es) that switch off as few rules")
+        universe = result.fix | chosen
+        measured: list[tuple[frozenset[Rule], bool, float | None]] = []
+        for switched_off in others:
+            names = self._oracle.key_names(universe - switched_off)
+            trial = self._full_training((names, 0), ALTERNATIVE_ROLE)
+            if trial is None:
+                self.events.message("fix.prefer: speed: the budget is spent; the alternatives not trained are not compared")
+                break
+            passed = self._oracle.verdict_of(trial) is Outcome.PASS
+            measured.append((switched_off, passed, self._speed_of(names)))
+        chosen_speed = self._speed_of(self._oracle.key_names(result.fix))
+        best = fastest(chosen, chosen_speed, measured)
+        self._alternatives = [
+            {"switched_off": sorted(rule.name for rule in chosen), "passed": True, "per_second": chosen_speed,
+             "picked": best == chosen, "searched": True},
+            *({"switched_off": sorted(rule.name for rule in off), "passed": passed, "per_second": speed,
+               "picked": best == off, "searched": False} for off, passed, speed in measured),
+        ]  # fmt: skip
+        if best == chosen:
+            return result
+        sets = [
+            replace(culprit, switched_off=culprit.rules & best, reason=(
+                f"{{{', '.join(sorted(rule.name for rule in culprit.rules))}}} ({culprit.kind}): of the fixes that "
+                f"switch off as few rules, switching off {', '.join(sorted(rule.name for rule in culprit.rules & best))} "
+                "passed its full training and trained fastest (fix.prefer: speed)"))
+            for culprit in result.culprit_sets
+        ]  # fmt: skip
+        singles = {rule for culprit in result.culprit_sets if len(culprit.rules) == 1 for rule in culprit.rules}
+        # Switched off without failing alone: a culprit set containing it could hide behind the fix.
+        hiding = frozenset(rule for rule in best if rule not in singles)
+        return replace(result, fix=universe - best, culprit_sets=sets, may_hide=hiding)
 
     # -- the guide (fusion_dd.guide) ----------------------------------------------------------
 
@@ -1081,7 +1361,7 @@ class Engine:
                     f"{self.state_dir}: the search has not finished; finish it with 'fusion-dd resume' "
                     "(with a localize: section in its config it localizes by itself)"
                 )
-            report = self.state.finished["report"]
+            report = finished_report(self.state)
             culprits, switched_off = localization.culprits_of(report)
             if report.get("status") != "found" or not culprits:
                 raise UsageError(f"{self.state_dir}: the search found no culprit to localize")
@@ -1103,7 +1383,7 @@ class Engine:
         """A finished search with culprits that a configured localization has not journaled yet."""
         if self.config.localize is None or self.state.finished is None:
             return False
-        report = self.state.finished["report"]
+        report = finished_report(self.state)
         culprits, _ = localization.culprits_of(report)
         return report.get("status") == "found" and any(key not in self.state.localized for key in culprits)
 
@@ -1113,7 +1393,7 @@ class Engine:
         Interrupted, it still writes the finished search's report (with what was
         localized so far) and exits 130: the search's answer is not "interrupted".
         """
-        report = self.state.finished["report"] if self.state.finished is not None else {}
+        report = finished_report(self.state) if self.state.finished is not None else {}
         culprits, switched_off = localization.culprits_of(report)
         self._append(
             {
@@ -1121,10 +1401,12 @@ class Engine:
                 "purpose": "localize",
                 "budget": self.config.search.budget,
                 "devices": self._session_devices(),
+                "context": context_of(self.config.train),
                 "timeout": self.config.train.timeout,
                 "version": __version__,
             }
         )
+        self._say_context()
         try:
             self._adopt_orphans()
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
@@ -1148,6 +1430,8 @@ class Engine:
             message=message,
         )
         report = localization.attach(report, self.state, self.config.localize is not None, display_path(self.state_dir))
+        if self._alternatives:
+            report["fix_alternatives"] = list(self._alternatives)
         if self.state.guide is not None:
             report["guide"] = guidance.report_entry(
                 self.state.guide, list(self.state.refined.values()), [rule.name for rule in self.rules]
@@ -1161,7 +1445,7 @@ class Engine:
             fix_env = fix_env_of(self.backend, self.rules, sorted(result.fix))
             if fix_env:
                 report["fix_env"] = dict(fix_env)
-        self._append({"type": "search_finished", "status": status, "report": report})
+        self._append({"type": "search_finished", "status": status, "report": journaled_answer(report)})
         return self._write(status, EXIT_OK, report)
 
     def _stop(
@@ -1189,8 +1473,14 @@ class Engine:
         assert self.state.finished is not None
         # Localizations journaled after the search finished (fusion-dd localize) join its answer.
         report = localization.attach(
-            dict(self.state.finished["report"]), self.state, self.config.localize is not None, display_path(self.state_dir)
+            finished_report(self.state), self.state, self.config.localize is not None, display_path(self.state_dir)
         )
+        journal, fix = self.state_dir / JOURNAL_NAME, self.state_dir / (report.get("fix_config") or FIX_NAME)
+        if _newer_than(self.state_dir / REPORT_NAME, journal) and (report["status"] != "found" or _newer_than(fix, journal)):
+            # Written after the journal last changed: this very answer (a finished search shown again).
+            self._snapshots.close()
+            return SearchResult(report["status"], EXIT_OK, report, self.state_dir / REPORT_NAME,
+                                fix if report["status"] == "found" else None)
         return self._write(report["status"], EXIT_OK, report)
 
 
@@ -1209,3 +1499,17 @@ def _start(launcher: Launcher, request: TrialRequest, cancel: threading.Event) -
 def _pid_of(job_id: str | None) -> int | None:
     """The supervisor pid older readers of ``trial_launched`` look for (local launches only)."""
     return int(job_id) if job_id is not None and job_id.isdigit() else None
+
+
+def _newer_than(output: Path, source: Path) -> bool:
+    """``output`` exists, is not empty, and was written after ``source`` last changed."""
+    try:
+        written = output.stat()
+        return written.st_size > 0 and written.st_mtime_ns >= source.stat().st_mtime_ns
+    except OSError:
+        return False
+
+
+def _now() -> float:
+    """A journal record's time: to the millisecond, which every reader needs (four bytes a record saved)."""
+    return round(time.time(), 3)

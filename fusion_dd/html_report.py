@@ -521,6 +521,32 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _cost_facts(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The search's cost in accelerator time and its early passes, for the facts table."""
+    cost = report.get("cost") or {}
+    facts: list[tuple[str, str]] = []
+    if cost.get("training_steps") is not None:
+        text = f"{cost['training_steps']:,} training-steps"
+        if cost.get("full_training_equivalents") is not None:
+            text += f" (= {cost['full_training_equivalents']:g} full trainings)"
+        facts.append(("cost", f"{text}, {cost.get('device_seconds', 0.0):,.0f} device-seconds"))
+    early = report.get("early_passes") or {}
+    if early.get("trainings"):
+        text = f"{early['trainings']} training(s) stopped inside the baseline's band and counted as passes"
+        if early.get("fix_proven_by"):
+            text += f"; fix proven by full training #{', #'.join(early['fix_proven_by'])}"
+        if early.get("revised"):
+            text += "; revised after a full training contradicted them"
+        facts.append(("early passes", text))
+    speed = report.get("speed") or {}
+    if report.get("status") == "found" and speed.get("fix_vs_all_on") is not None:
+        text = f"{speed['fix_vs_all_on']:.2f}x the speed of all fusion on ({speed['fix']['trainings']} training(s))"
+        if speed.get("baseline_vs_all_on") is not None:
+            text += f"; all off {speed['baseline_vs_all_on']:.2f}x ({speed['baseline']['trainings']} training(s))"
+        facts.append((f"the fix's speed ({speed.get('unit')})", text))
+    return facts
+
+
 def _answer(report: dict[str, Any]) -> list[str]:
     parts: list[str] = []
     good = report.get("status") == "found"
@@ -528,6 +554,7 @@ def _answer(report: dict[str, Any]) -> list[str]:
     facts = [
         ("status", report.get("status")),
         ("trainings launched", f"{report.get('trainings')} of budget {report.get('budget')}"),
+        *_cost_facts(report),
         ("strategy", report.get("strategy")),
         ("baseline (all candidates off)", report.get("baseline")),
         ("all candidates on", report.get("all_on")),

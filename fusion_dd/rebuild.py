@@ -26,7 +26,7 @@ from .engine import EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_OK, Engine, SearchResult
 from .errors import UsageError
 from .store.journal import JOURNAL_NAME, read_records
 from .runner.launcher import LocalLauncher
-from .report import REPORT_NAME
+from .report import REPORT_NAME, finished_report
 from .scoring import Preconditions
 from .search.culprits import CulpritSearch
 from .store.state import ConfigKey, SearchState, TrialState, replay
@@ -134,7 +134,7 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
     """
     state = replay(records)
     if state.finished is not None:
-        report = state.finished["report"]
+        report = finished_report(state)
         return Rebuilt(report, report["status"], EXIT_OK)
     config = config_of(state, state_dir)
     stopped = _stopped_as(state)  # before the replay adds its own (in-memory) stop

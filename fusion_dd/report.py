@@ -6,7 +6,9 @@ report can always be rebuilt from the journal alone.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -14,15 +16,16 @@ from typing import Any
 
 from . import __version__
 from .config import SearchConfig
+from .session_context import flags_text, resume_flags
 from .rules import Rule
 from .scoring import Preconditions, Threshold, combine_runs
 from .search.culprits import CulpritSearch
 from .search.oracle import Outcome
 from .store.state import LOCALIZE_ROLE, SearchState, TrialState
-from .store.atomic import write_json_atomic, write_text_atomic
+from .store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
 from .backends import fix_name_of
 from .backends.cann.switch import SwitchFile, render_switch
-from .hooks import fired_although_off_of, known_to_compiler_of, unknown_to_compiler_of
+from .hooks import fired_although_off_of, switch_check_of, known_to_compiler_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
 FIX_NAME = "fusion_switch.cfg"  # CANN's; other compilers' fixes are named by fusion_dd.backends.FIX_NAMES
@@ -47,11 +50,23 @@ def _number(value: float | None) -> float | str | None:
     return str(value)
 
 
+def _sorted_names(config: frozenset[str], memo: dict[frozenset[str], list[str]] = {}) -> list[str]:  # noqa: B006
+    """A configuration's rule names, sorted; memoized, since trials share configurations (repeats,
+    retries; replay decodes equal masks to one frozenset) and sorting a thousand names is not free.
+    The list is shared: callers serialize it, never change it."""
+    found = memo.get(config)
+    if found is None:
+        if len(memo) >= 1 << 14:
+            memo.clear()
+        found = memo[config] = sorted(config)
+    return found
+
+
 def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failure: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "trial_id": trial.trial_id,
         "role": trial.role,
-        "configuration": sorted(trial.config),
+        "configuration": _sorted_names(trial.config),
         "repeat": trial.repeat,
         "attempt": trial.attempt,
         "device": ",".join(trial.device),
@@ -246,14 +261,24 @@ def build_report(
             report["smallest_failing"] = sorted(rule.name for rule in result.smallest_failing)
         report["flaky"] = bool(result.flaky)
         report["confirmed"] = bool(result.confirmed)
+        early = sum(1 for trial in state.trials.values() if (trial.finished or {}).get("kind") == "early_pass")
+        if report["confirmed"] and early:
+            # Two agreeing trainings means two full ones: an early pass is a speculation until proven.
+            report["confirmed"] = False
+            report["confirmed_reason"] = (
+                f"{early} verdict(s) are early passes (early_stop.pass_at), not full trainings; "
+                "the fix itself passed a full training"
+            )
         report["inconsistencies"] = [_inconsistency_json(item) for item in result.inconsistencies]
+    # Where this session trains (fusion_dd.session_context): the hint, run as printed, goes on there.
+    where = flags_text(resume_flags(config.train, config.document))
     if status == "budget_exhausted":
         report["continue_with"] = (
             f"fusion-dd resume --state-dir {display_path(config.state_dir)} "
-            f"--budget {config.search.budget + max(10, config.search.budget // 2)}"
+            f"--budget {config.search.budget + max(10, config.search.budget // 2)}{where}"
         )
     elif status == "interrupted":
-        report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}"
+        report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}{where}"
     report["switch_check"], report["warnings"] = _switch_evidence(state, report)
     if status == "training_broken":
         report["warnings"] = []  # trainings that do not run prove nothing about the switch files either
@@ -274,7 +299,170 @@ def build_report(
         if entry.get("kind") == "unevaluable"
     ]
     _add_early_stop_savings(report, config, state)
+    _add_cost(report, state)
+    _add_speed(report, config, state, result)
+    if result is not None and result.culprit_sets and config.fix.prefer == "cheapest":
+        from .search.alternatives import minimum_hitting_sets
+
+        chosen = frozenset(rule for culprit in result.culprit_sets for rule in culprit.switched_off)
+        others = minimum_hitting_sets(
+            [culprit.rules for culprit in result.culprit_sets], chosen, config.fix.max_alternatives,
+            key=lambda rule: getattr(rule, "name", str(rule)),
+        )  # fmt: skip
+        report["other_fixes"] = [sorted(getattr(rule, "name", str(rule)) for rule in other) for other in others]
     return report
+
+
+def trial_speed(trial: TrialState, from_output: bool) -> float | None:
+    """The trial's speed: its ``metric.speed_pattern`` reading, else its steps per second of wall time."""
+    from .runner.speed import steps_per_second
+
+    finished = trial.finished or {}
+    if from_output:
+        value = ((finished.get("artifacts") or {}).get("speed") or {}).get("per_second")
+        return float(value) if isinstance(value, (int, float)) else None
+    return steps_per_second(_trial_steps(trial), finished.get("duration"))
+
+
+def _add_speed(report: dict[str, Any], config: SearchConfig, state: SearchState, result: CulpritSearch | None) -> None:
+    """The fix's measured speed against all-on and the baseline, each with the trainings behind it."""
+    from .runner.speed import compare_speeds
+
+    from_output = config.metric.speed_pattern is not None
+    everything = frozenset(rule.name for rule in config.rules)
+    fix = frozenset(getattr(rule, "name", rule) for rule in result.fix) if result is not None and result.fix else None
+
+    def speeds(names: frozenset[str] | None) -> list[float]:
+        if names is None:
+            return []
+        found = [
+            trial_speed(trial, from_output)
+            for trial in state.trials.values()
+            if trial.config == names and trial.finished is not None and trial.role != LOCALIZE_ROLE
+            and trial.finished.get("kind") != "early_pass"  # full trainings only, as fix.prefer: speed compares
+        ]
+        return [value for value in found if value is not None]
+
+    unit = "metric.speed_pattern" if from_output else "steps/s of wall time"
+    report["speed"] = compare_speeds(speeds(fix), speeds(everything), speeds(frozenset()), unit)
+
+
+def _trial_steps(trial: TrialState) -> int | None:
+    """How many steps a finished training ran: its early stop's step, else the last step it reported."""
+    finished = trial.finished or {}
+    stop = finished.get("early_stop") or {}
+    if isinstance(stop.get("step"), int):
+        return int(stop["step"])
+    facts = (finished.get("artifacts") or {}).get("loss_curve") or {}
+    if isinstance(facts.get("last_step"), int):
+        return int(facts["last_step"])
+    curve = facts.get("curve")
+    if isinstance(curve, list) and curve and isinstance(curve[-1], list) and isinstance(curve[-1][0], int):
+        return int(curve[-1][0])
+    return None
+
+
+def _add_cost(report: dict[str, Any], state: SearchState) -> None:
+    """What the search cost in accelerator time, beside the count of trainings.
+
+    Training-steps: the steps each finished training ran (an early stop's step,
+    else the last step it reported), summed. Device-seconds: each training's
+    wall time times the devices it held. Full-training equivalents: the steps
+    over the baseline's length. Trainings whose steps are unknown (no loss
+    reports) are counted in ``steps_unknown``, never guessed.
+    """
+    finished = [trial for trial in state.trials.values() if trial.finished is not None]
+    steps = [_trial_steps(trial) for trial in finished]
+    baseline = state.cache().get((frozenset(), 0))
+    length = _trial_steps(baseline) if baseline is not None and baseline.finished is not None else None
+    known = [value for value in steps if value is not None]
+    device_seconds = sum(
+        float(trial.finished.get("duration") or 0.0) * max(len(trial.device), 1)
+        for trial in finished
+        if trial.finished is not None
+    )
+    early_passes = [trial for trial in finished if (trial.finished or {}).get("kind") == "early_pass"]
+    report["cost"] = {
+        "trainings": len(finished),
+        "training_steps": sum(known) if known else None,
+        "steps_unknown": len(steps) - len(known),
+        "steps_per_full_training": length,
+        "full_training_equivalents": round(sum(known) / length, 2) if known and length else None,
+        "device_seconds": round(device_seconds, 1),
+    }
+    outcomes = {entry["trial_id"]: entry.get("outcome") for entry in report["trials"]}
+    proofs = [trial for trial in finished if trial.role == "proof"]
+    report["early_passes"] = {
+        "trainings": len(early_passes),
+        "steps": sorted({step for trial in early_passes if (step := _trial_steps(trial)) is not None}),
+        # Full trainings of the fix that passed where early passes had vouched for it.
+        "fix_proven_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) == "pass"],
+        "contradicted_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) != "pass"],
+        "revised": [record.get("reason") for record in state.early_revisions],
+    }
+    for entry in report["trials"]:
+        trial = state.trials.get(entry["trial_id"])
+        if trial is not None and trial.finished is not None:
+            entry["steps"] = _trial_steps(trial)
+
+
+def journaled_answer(report: dict[str, Any]) -> dict[str, Any]:
+    """What ``search_finished`` keeps of the final report: all but its list of trials.
+
+    That list is most of a large report (every trial's configuration by rule
+    name: megabytes at a thousand candidates) and the journal's trial records
+    hold it already; only what the verdicts added is kept, per trial in report
+    order: its outcome and, if it was stopped early, the savings. See
+    :func:`finished_report`, which puts the list back.
+    """
+    answer = {key: value for key, value in report.items() if key != "trials"}
+    trials = report.get("trials") or []
+    answer["trial_outcomes"] = {entry["trial_id"]: entry.get("outcome") for entry in trials}
+    stops = {entry["trial_id"]: entry["early_stop"] for entry in trials if "early_stop" in entry}
+    if stops:
+        answer["trial_early_stops"] = stops
+    return answer
+
+
+def finished_report(state: SearchState) -> dict[str, Any]:
+    """The report a finished search journaled, whole: its trials rebuilt from the journal's trial records.
+
+    A journal of an older version embeds the whole report; it is returned as it is.
+    """
+    assert state.finished is not None
+    answer = state.finished["report"]
+    if "trial_outcomes" not in answer:
+        return answer
+    outcomes = answer["trial_outcomes"]
+    stops = answer.get("trial_early_stops") or {}
+    report = {key: value for key, value in answer.items() if key not in ("trial_outcomes", "trial_early_stops")}
+    trials = []
+    for trial_id, outcome in outcomes.items():
+        trial = state.trials.get(trial_id)
+        if trial is None:
+            continue  # a journal missing a record the report had: show what the journal holds
+        entry = _trial_entry(trial, None, False)
+        if "kind" in entry:
+            entry["outcome"] = outcome
+        if trial_id in stops:
+            entry["early_stop"] = stops[trial_id]
+        if trial.finished is not None:
+            entry["steps"] = _trial_steps(trial)
+        trials.append(entry)
+    report["trials"] = trials
+    return report
+
+
+def _switch_reason(trial: TrialState) -> str | None:
+    """Why a trial's switch file is not known applied: journaled, or (when the engine left it out as
+    the same text) the message of its artifacts' switch check."""
+    finished = trial.finished
+    if finished is None or finished.get("switch_check") in (None, "applied"):
+        return None
+    reason = finished.get("switch_check_reason")
+    if reason is None and "switch_check_reason" not in finished:
+        reason = switch_check_of(finished.get("artifacts"))[1]
+    return str(reason) if reason else None
 
 
 def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state: SearchState) -> None:
@@ -285,6 +473,7 @@ def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state:
         trial.trial_id: trial.finished["early_stop"]
         for trial in state.trials.values()
         if trial.finished is not None and trial.finished.get("early_stop")
+        and trial.finished.get("kind") != "early_pass"  # a pass, not a failure: report["early_passes"]
     }
     report["early_stops"] = {"trainings": len(stopped), "seconds_saved": 0.0}
     if not stopped:
@@ -302,6 +491,38 @@ def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state:
             savings = estimate_savings(stop, last_step, duration)
             entry["early_stop"] = {"step": stop.get("step"), "reason": stop.get("reason"), **savings}
             report["early_stops"]["seconds_saved"] += savings["seconds_saved"] or 0.0
+
+
+def cost_lines(report: Mapping[str, Any]) -> list[str]:
+    """The summary's lines on what the search cost in accelerator time and what early passes did."""
+    cost = report.get("cost") or {}
+    lines: list[str] = []
+    if cost.get("trainings"):
+        steps = cost.get("training_steps")
+        text = f"  cost: {cost['trainings']} training(s)"
+        if steps is not None:
+            text += f", {steps:,} training-steps"
+            if cost.get("full_training_equivalents") is not None:
+                text += f" (= {cost['full_training_equivalents']:g} full trainings of {cost['steps_per_full_training']:,} steps)"
+        text += f", {cost.get('device_seconds', 0.0):,.0f} device-seconds"
+        if cost.get("steps_unknown"):
+            text += f"; {cost['steps_unknown']} training(s) reported no steps"
+        lines.append(text)
+    early = report.get("early_passes") or {}
+    if early.get("trainings"):
+        at = ", ".join(str(step) for step in early.get("steps") or [])
+        text = (
+            f"  early passes: {early['trainings']} training(s) stopped inside the baseline's band at step {at} "
+            "and counted as passes for the search's decisions"
+        )
+        if early.get("fix_proven_by"):
+            text += f"; the fix was proven by full training #{', #'.join(early['fix_proven_by'])}"
+        lines.append(text)
+        for reason in early.get("revised") or []:
+            lines.append(
+                f"  early passes revised: {reason}; the search asked again and no early pass counted any more"
+            )
+    return lines
 
 
 def _names_in_artifacts(state: SearchState, read: Callable[[Any], Iterable[str]]) -> list[str]:
@@ -338,11 +559,7 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
             f"{', '.join(unknown)}: switched on but absent from the compiler's own log, so unknown to this compiler "
             "(it ignores unknown names silently): the search says nothing about them"
         )
-    reasons = [
-        str(trial.finished.get("switch_check_reason"))
-        for trial in state.trials.values()
-        if trial.finished is not None and trial.finished.get("switch_check_reason")
-    ]
+    reasons = [reason for reason in (_switch_reason(trial) for trial in state.trials.values()) if reason]
     # "No training left a fusion_result.json" only when that is what every trial's reason says: an
     # unreadable file, or a compiler without fusion_result.json, is named with its own reason.
     from .ascend.applied import NO_RESULT
@@ -386,6 +603,30 @@ def _add_layers(report: dict[str, Any], graphs: Sequence[str]) -> None:
             }
 
 
+#: A report of more trials than this is written compactly (one line): indented, a search of a
+#: thousand trials at a thousand candidates is tens of MB and seconds to write.
+COMPACT_TRIALS = 500
+
+
+def report_text(report: dict[str, Any]) -> str:
+    """report.json's text: indented with sorted keys, or compact (still sorted) when the report is large."""
+    if len(report.get("trials") or ()) > COMPACT_TRIALS:
+        return json.dumps(report, sort_keys=True, separators=(",", ":")) + "\n"
+    return dumps_indented(report) + "\n"
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write report.json atomically, unless it already holds this text (a finished search shown again)."""
+    data = report_text(report).encode("utf-8")
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            os.utime(path)  # current as of now: a later run sees it newer than the journal and reads nothing
+            return
+    except OSError:
+        pass
+    write_bytes_atomic(path, data)
+
+
 def write_outputs(
     state_dir: Path,
     report: dict[str, Any],
@@ -399,7 +640,7 @@ def write_outputs(
     CANN's switch file by default.
     """
     report_path = state_dir / REPORT_NAME
-    write_json_atomic(report_path, report)
+    write_report(report_path, report)
     fix_path = None
     if report["status"] == "found":
         off = set(report["switched_off"])
@@ -476,8 +717,9 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"(tolerance {_tolerance_text(threshold)})"
         )
     rounds = report.get("rounds")
+    # The trainings count every session of the search, the rounds only this one's: each says its scope.
     lines.append(
-        f"  trainings launched: {report['trainings']} of budget {report['budget']}"
+        f"  trainings launched{' in all' if rounds else ''}: {report['trainings']} of budget {report['budget']}"
         + (f", {rounds} rounds this session" if rounds else "")
     )
     culprits = report.get("culprits") or []
@@ -543,6 +785,27 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"  early stops: {early['trainings']} training(s) stopped once they had failed, "
             f"about {early['seconds_saved'] / 60:.1f} training-minutes saved"
         )
+    lines.extend(cost_lines(report))
+    for alternative in report.get("fix_alternatives") or []:
+        speed = alternative.get("per_second")
+        lines.append(
+            f"  fix.prefer: speed: switching off {', '.join(alternative['switched_off'])}: "
+            f"{'passes' if alternative['passed'] else 'does NOT pass'} its full training, "
+            f"{'speed unknown' if speed is None else f'{speed:.4g}/s'}"
+            f"{' (the search chose it)' if alternative.get('searched') else ''}{' <- handed over' if alternative['picked'] else ''}"
+        )
+    if report.get("other_fixes"):
+        shown = "; ".join(", ".join(names) for names in report["other_fixes"])
+        lines.append(
+            f"  a faster fix may exist: switching off {shown} instead also defeats every culprit set; "
+            "fix.prefer: speed trains such alternatives and hands over the fastest that passes"
+        )
+    if report.get("status") == "found" and report.get("speed"):
+        from .runner.speed import speed_line
+
+        said = speed_line(report["speed"])
+        if said:
+            lines.append(said)
     for warning in report.get("warnings") or []:
         lines.append(f"  warning: {warning}")
     if state_dir is not None:

@@ -45,6 +45,7 @@ class Tolerance:
 METRIC = "metric"
 NONFINITE = "nonfinite"
 DIVERGED = "diverged"  # stopped early: loss above the baseline's curve
+EARLY_PASS = "early_pass"  # stopped at the horizon, loss inside the baseline's band all along
 UNEVALUABLE = "unevaluable"  # the training exited 125: it cannot evaluate this configuration
 UNRESOLVED_KINDS = ("crash", "timeout", "no_metric", UNEVALUABLE)
 
@@ -94,6 +95,8 @@ class Threshold:
     def verdict(self, measurement: Measurement, crash_is_failure: bool = False) -> Outcome:
         if measurement.kind in (NONFINITE, DIVERGED):
             return Outcome.FAIL
+        if measurement.kind == EARLY_PASS:
+            return Outcome.PASS  # speculative: the engine proves the fix by a full training
         if measurement.has_value:
             assert measurement.value is not None
             return Outcome.FAIL if self.is_worse(measurement.value) else Outcome.PASS

@@ -16,6 +16,7 @@ repeat) pairs the interrupted session asked.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from .rules import Rule
 from .scoring import Threshold
@@ -53,11 +54,7 @@ class TrainingOracle:
         self._launch = launch
         self._remaining_budget = remaining_budget
         self._asked: dict[frozenset[str], int] = {}
-        # config -> its names: strategies pass the same configurations again and again (often as
-        # new frozensets: ``realize`` builds one per question), and naming thousands of rules
-        # at every lookup made a replay quadratic. Keyed by value: hashing and comparing a
-        # frozenset runs in C, naming its rules in Python.
-        self._names_memo: dict[frozenset[Rule], frozenset[str]] = {}
+        self._names_by_id: dict[int, tuple[frozenset[Rule], frozenset[str]]] = {}
         self.smallest_failing: frozenset[Rule] | None = None
         self.rounds = 0
         # The parallelism each question was asked with (journaled by the engine): the
@@ -97,14 +94,26 @@ class TrainingOracle:
                 keys.append(key)
         return keys
 
+    def key_names(self, config: frozenset[Rule]) -> frozenset[str]:
+        """The names a configuration's trainings are keyed by (after the backend's ``realize``)."""
+        return self._names(self._realize(frozenset(config)))
+
     def _names(self, config: frozenset[Rule]) -> frozenset[str]:
-        names = self._names_memo.get(config)
-        if names is not None:
-            return names
+        """The journal's key of a configuration, named once per configuration object.
+
+        A question's configurations are looked up again and again (its verdicts, its
+        repeats, ``trials``) as the same objects; keyed by identity, a lookup costs
+        neither naming the rules again nor hashing them (``Rule.__hash__`` runs in
+        Python, once per rule per new frozenset). The entry holds the configuration,
+        so its id cannot be reused while it is cached.
+        """
+        found = self._names_by_id.get(id(config))
+        if found is not None and found[0] is config:
+            return found[1]
         names = _names(config)
-        if len(self._names_memo) >= 1 << 16:  # a search of more distinct configurations: start over
-            self._names_memo.clear()
-        self._names_memo[config] = names
+        if len(self._names_by_id) >= 1 << 10:  # more than a question uses; each entry keeps two sets alive
+            self._names_by_id.clear()
+        self._names_by_id[id(config)] = (config, names)
         return names
 
     # -- verdicts -------------------------------------------------------------
@@ -260,5 +269,14 @@ class TrainingOracle:
 
 
 def _names(config: frozenset[Rule]) -> frozenset[str]:
-    return frozenset(rule.name for rule in config)
+    """A configuration's rule names, the journal's key for it.
+
+    Named in C (``attrgetter`` over the set): strategies pass new frozensets at
+    every question (``realize`` builds one), and a memo keyed by their value would
+    pay a ``Rule.__hash__`` in Python per rule per question, more than naming them.
+    """
+    return frozenset(map(_NAME, config))
+
+
+_NAME = attrgetter("name")
 

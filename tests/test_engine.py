@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fusion_dd.report import finished_report
 from fusion_dd.config import load_config
 from fusion_dd.engine import Engine
 from fusion_dd.rules import Rule, Section, catalog
@@ -97,6 +98,38 @@ def test_a_search_tells_its_events_and_its_report_is_the_journal(config_path: Pa
     state = replay(read_records(config.state_dir / JOURNAL_NAME))
     assert state.finished is not None and state.finished["report"]["culprits"] == result.report["culprits"]
     assert sorted(state.trials) == sorted(started) and state.launched == result.report["trainings"]
+    # search_finished keeps the answer, not the trial list the trial records hold: put back, the same report.
+    assert "trials" not in state.finished["report"]
+    assert finished_report(state) == result.report
+
+
+def test_a_journal_of_this_version_replays_to_the_questions_and_answer_of_the_run_that_wrote_it(
+    config_path: Path, tmp_path: Path
+) -> None:
+    """Configurations as masks, the answer without its trial list: cut before search_finished, the
+    journal alone replays every question from its cache (nothing trained) to the same answer."""
+    from fusion_dd.rebuild import rebuild
+
+    config = load_config(config_path)
+    result = Engine(config).run()
+    records = read_records(config.state_dir / JOURNAL_NAME)
+    assert records[-1]["type"] == "search_finished"
+    started = [record for record in records if record["type"] == "trial_started"]
+    assert started and all("on" in record and "config" not in record for record in started)
+    rebuilt = rebuild(records[:-1], config.state_dir, running=False)
+    for key in ("status", "culprits", "switched_off", "fix_verified", "trainings", "smallest_failing"):
+        assert rebuilt.report[key] == result.report[key], key
+    assert [entry["configuration"] for entry in rebuilt.report["trials"]] == [
+        entry["configuration"] for entry in result.report["trials"]
+    ]
+    # And as a session: the questions replay from the journal's cache, none is trained again.
+    (config.state_dir / JOURNAL_NAME).write_text(
+        "".join(line for line in (config.state_dir / JOURNAL_NAME).read_text().splitlines(keepends=True)[:-1])
+    )
+    launched = read_launches(tmp_path / "launch.log")
+    again = Engine(load_config(config_path)).run()
+    assert read_launches(tmp_path / "launch.log") == launched
+    assert again.report["culprits"] == result.report["culprits"] and again.status == "found"
 
 
 def test_running_a_finished_search_again_launches_nothing_and_answers_the_same(config_path: Path, tmp_path: Path) -> None:

@@ -166,7 +166,7 @@ def test_the_summary_tells_what_the_report_says(tmp_path: Path) -> None:
     text = "\n".join(lines)
     assert lines[0] == "fusion-dd: culprits found"
     assert "a configuration fails when its metric < 0.8 (tolerance 0.1, auto)" in text
-    assert "trainings launched: 4 of budget 20, 3 rounds this session" in text
+    assert "trainings launched in all: 4 of budget 20, 3 rounds this session" in text
     assert "switched off: C; every other fusion stays on" in text
     assert "fix config (verified: trained and passes, 1 of 1 training(s) passed)" in text
     assert "  warning: all-on is close" in lines

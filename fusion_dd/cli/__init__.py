@@ -102,10 +102,43 @@ def _load(
     return loaded
 
 
-def _install_sigterm() -> None:
-    """SIGTERM stops a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130.
+def _given(devices: str | None, jobs: int | None, launcher: str | None, scheduler: str | None) -> Any:
+    """Which parts of where the search trains this command line sets (fusion_dd.session_context)."""
+    from ..session_context import Given
 
-    The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread
+    return Given(devices=devices is not None or jobs is not None, launcher=launcher is not None or scheduler is not None)
+
+
+def _remember(config: SearchConfig, given: Any, localize_only: bool = False) -> tuple[SearchConfig, str | None]:
+    """The devices and launcher of the search's last session, where this command line does not say.
+
+    Returns the line that says what came from the journal (the engine says it once
+    the session starts); a config file changed to other devices or another
+    launcher than the journal's is refused (UsageError). A finished search trains
+    nothing (unless it localizes), so it is left as it is.
+    """
+    from ..session_context import journaled_context, remembered
+
+    try:
+        records = read_records(config.state_dir / JOURNAL_NAME)
+    except (UsageError, OSError):
+        return config, None  # the engine reads the journal next and says what is wrong with it
+    context, finished = journaled_context(records)
+    if context is None or (finished and not localize_only):
+        return config, None
+    start = next((record for record in records if record.get("type") == "search_started"), {})
+    return remembered(config, context, start.get("config_document"), given)
+
+
+def _install_sigterm() -> None:
+    """SIGTERM and SIGHUP stop a search like Ctrl-C: trainings killed cleanly, journal consistent, exit 130.
+
+    SIGHUP is what a closed terminal or a dropped ssh session sends: left at its
+    default it would kill the coordinator on the spot and leave the trainings
+    running unsupervised to their end. (To outlive the terminal, run the search
+    under nohup, tmux or systemd-run; nohup's SIG_IGN is kept.)
+
+    The first SIGINT, SIGTERM or SIGHUP raises ``KeyboardInterrupt`` in the main thread
     (where the engine waits for its trainings, see :mod:`fusion_dd.runner.executor`);
     later ones are ignored, because one stop is enough and a second Ctrl-C must
     not cut short the killing of the trainings or the writing of the journal and
@@ -116,13 +149,16 @@ def _install_sigterm() -> None:
     def stopping(signum: int, frame: Any) -> None:
         pass
 
+    hangup = signal.getsignal(signal.SIGHUP) != signal.SIG_IGN  # under nohup: the user chose to ignore it
+    stops = (signal.SIGTERM, signal.SIGINT) + ((signal.SIGHUP,) if hangup else ())
+
     def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, stopping)
-        signal.signal(signal.SIGINT, stopping)
+        for number in stops:
+            signal.signal(number, stopping)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    for number in stops:
+        signal.signal(number, handler)
 
 
 def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:
@@ -139,10 +175,11 @@ def _warn(config: SearchConfig) -> None:
     _print_warnings([*config.warnings, *goal_warnings(config)], shown=20)
 
 
-def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResult:
+def run_engine(config: SearchConfig, localize_only: bool = False, note: str | None = None) -> SearchResult:
     """Run (or resume) a search with the console display and print its summary.
 
     ``localize_only``: only the localization step of a finished search (``fusion-dd localize``).
+    ``note``: what of the devices and launcher came from the journal, said when the session starts.
     """
     _warn(config)
     say = lambda line: typer.echo(f"fusion-dd: {line}", err=True)  # noqa: E731
@@ -165,6 +202,7 @@ def run_engine(config: SearchConfig, localize_only: bool = False) -> SearchResul
     try:
         try:
             engine = Engine(config, events, adopt=prepared.adopted)
+            engine.context_note = note
             result = engine.localize() if localize_only else engine.run()
         except UsageError:
             # A refused session (one error line follows) shows no estimate before its error.
@@ -422,7 +460,8 @@ def search(
                 "(its journal, trials and report are kept there); starting afresh",
                 err=True,
             )
-    raise typer.Exit(run_engine(loaded).exit_code)
+    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler))
+    raise typer.Exit(run_engine(loaded, note=note).exit_code)
 
 
 def _resume_config(state_dir: Path, config_path: Path | None) -> SearchConfig:
@@ -448,7 +487,8 @@ def resume(
 ) -> None:
     """Continue an interrupted or budget-exhausted search; finished trainings are never repeated."""
     loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
-    raise typer.Exit(run_engine(loaded).exit_code)
+    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler))
+    raise typer.Exit(run_engine(loaded, note=note).exit_code)
 
 
 def _journaled_config(
@@ -489,7 +529,8 @@ def localize(
 ) -> None:
     """Name the op and layer each culprit of a finished search broke (dumped trainings, see localize: in the config)."""
     loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
-    result = run_engine(loaded, localize_only=True)
+    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler), localize_only=True)
+    result = run_engine(loaded, localize_only=True, note=note)
     from ..engine import EXIT_BUDGET
 
     missing = (result.report.get("localization") or {}).get("status") == "incomplete"

@@ -123,6 +123,7 @@ class ConsoleEvents:
         self._progress: dict[str, tuple[int | None, float]] = {}  # trial -> last (step, loss)
         self._readers: dict[str, Any] = {}
         self._launched = 0
+        self._launched_before = 0  # by earlier sessions of the search: the counts then name their scope
         self._finished = 0
         self._smallest: frozenset[Rule] | None = None
         self._stop = threading.Event()
@@ -139,6 +140,7 @@ class ConsoleEvents:
 
     def start(self, launched_before: int = 0, state_dir: Path | None = None) -> None:
         self._launched = launched_before
+        self._launched_before = launched_before
         self._state_dir = state_dir
         if self.live:
             from rich.console import Console
@@ -304,7 +306,14 @@ class ConsoleEvents:
                     "-" if loss is None else f"{loss:.4g}" if math.isfinite(loss) else str(loss),
                 )
         smallest = f"{len(self._smallest)} rules" if self._smallest else "none yet"
-        head = f"fusion-dd: {self._launched}/{self.budget} trainings, {self._finished} finished; smallest failing: {smallest}"
+        if self._launched_before:  # a resumed search: counts over all its sessions, and this one's
+            counts = (
+                f"{self._launched}/{self.budget} trainings in all, {self._launched - self._launched_before} "
+                f"this session, {self._finished} of them finished"
+            )
+        else:
+            counts = f"{self._launched}/{self.budget} trainings, {self._finished} finished"
+        head = f"fusion-dd: {counts}; smallest failing: {smallest}"
         estimate = self._estimate.text() if self._estimate is not None else "estimate: computing..."
         grid = Table.grid()
         grid.add_row(head)

@@ -4,11 +4,13 @@ While a coordinator holds the search's lock this writes nothing into the state
 directory (the running search rewrites ``report.json`` itself after every
 finished trial); it only prints, or writes where ``--html`` points. With no
 coordinator (stopped, finished, or crashed with a torn journal tail) it rewrites
-``report.json`` so that a dead search never leaves a stale one.
+``report.json`` so that a dead search never leaves a stale one; on a read-only
+state directory (an archive, a read-only mount) it writes nothing there and says so.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -38,14 +40,24 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
         from ..backends import backend_for
 
         backend = backend_for(config)
-        write_outputs(
-            state_dir,
-            report,
-            list(config.rules),
-            config.base_cfg,
-            lambda candidates, enabled: backend.render(candidates, enabled).switch_text,
-        )
-        notes.append(f"rewrote {display_path(state_dir / REPORT_NAME)} from the journal")
+        try:
+            write_outputs(
+                state_dir,
+                report,
+                list(config.rules),
+                config.base_cfg,
+                lambda candidates, enabled: backend.render(candidates, enabled).switch_text,
+            )
+        except OSError as exc:
+            # A read-only mount, an archive, a full disk: the report is still shown (and --html
+            # written elsewhere); only the copy in the state directory stays as it was.
+            where = exc.filename or state_dir / REPORT_NAME
+            kind = "read-only" if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else "not writable"
+            notes.append(
+                f"the state directory is {kind} ({where}: {exc.strerror or exc}): nothing rewritten there"
+            )
+        else:
+            notes.append(f"rewrote {display_path(state_dir / REPORT_NAME)} from the journal")
     else:
         notes.append(
             f"a search is running here (coordinator pid {pid}): nothing written into {display_path(state_dir)}; "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..store.journal import JOURNAL_NAME, LOCK_NAME, read_records
-from ..report import summary_lines
+from ..report import finished_report, summary_lines
 from ..store.state import SearchState, TrialState, replay
 from ..runner.trial import supervised_state
 
@@ -57,21 +57,25 @@ def status_lines(state_dir: Path) -> list[str]:
     running = [entry for entry in open_trials if entry[1] == "running" or (entry[1] == "gone" and pid is not None)]
     ended = [entry for entry in open_trials if entry[1] == "ended"]
     gone = [entry for entry in open_trials if entry[1] == "gone" and pid is None]
+    sessions = sum(1 for session in state.sessions if session.get("purpose") != "localize")
+    scope = f" in all ({sessions} sessions)" if sessions > 1 else ""  # the counts are over every session
     lines.append(
-        f"  trainings launched: {state.launched}" + (f" of budget {budget}" if budget is not None else "")
+        f"  trainings launched{scope}: {state.launched}" + (f" of budget {budget}" if budget is not None else "")
         + f"; finished {len(finished) + len(ended)}, cancelled or lost {len(cancelled) + len(gone)}, "
         f"running {len(running)}"
     )
     if state.finished is not None:
         lines.append("  state: finished")
         lines.append("")
-        lines.extend(summary_lines(state.finished["report"], state_dir))
+        lines.extend(summary_lines(finished_report(state), state_dir))
         return lines
     if pid is not None:
         lines.append(f"  state: running (coordinator pid {pid}), {len(state.sessions)} session(s)")
     else:
         last_stop = state.stops[-1]["reason"] if state.stops else "coordinator gone"
-        lines.append(f"  state: stopped ({last_stop}); continue with 'fusion-dd resume --state-dir {state_dir}'")
+        lines.append(
+            f"  state: stopped ({last_stop}); continue with 'fusion-dd resume --state-dir {state_dir}{_where_flags(state)}'"
+        )
     lines.append("  " + _estimate_text(state_dir))
     now = time.time()
     for trial, _, _ in running:
@@ -180,3 +184,12 @@ def _how(status: dict) -> str:
 
 
 __all__ = ["status_lines", "coordinator_pid", "SearchState", "TrialState"]
+
+
+def _where_flags(state: SearchState) -> str:
+    """The last session's devices and launcher as the hint's flags (fusion_dd.session_context)."""
+    from ..session_context import flags_text, hint_flags, journaled_context
+
+    context, _ = journaled_context(state.sessions)
+    start = state.start_record or {}
+    return flags_text(hint_flags(context, start.get("config_document"))) if context is not None else ""

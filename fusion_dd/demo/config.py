@@ -44,7 +44,7 @@ def write_demo_config(
             "devices": [0, 1],
             "device_env": "ASCEND_DEVICE_ID",
         },
-        "metric": {"pattern": r"accuracy[=:]\s*(\S+)", "goal": "max"},
+        "metric": {"pattern": r"accuracy[=:]\s*(\S+)", "goal": "max", "speed_pattern": r"speed (\S+) samples/s"},
         "search": {"budget": 200 if budget is None else budget},
         "state_dir": ".",
     }

@@ -162,6 +162,10 @@ def run(argv: list[str] | None = None) -> int:
         on_forward = DemoDumper(Path(dump_dir), args.dump_step or scenario.dump_step)
     result = run_training(config, decide, scenario.faults, on_step, on_forward, autofuse=autofuse)
     write_fusion_result(trial_dir, result.stats.values())
+    from .trainer import simulated_samples_per_second
+
+    # Simulated time (fused kernels are faster), printed as a real training prints its throughput.
+    print(f"speed {simulated_samples_per_second(result.kernels, config.batch):.6g} samples/s (simulated)", flush=True)
     print(f"accuracy: {result.accuracy:.6f}", flush=True)
     _append_metric(metrics_path, {"step": config.steps, "accuracy": result.accuracy})
     return 0

@@ -59,6 +59,9 @@ class TrainResult:
     stats: dict[str, FusionStats]
     weights: np.ndarray
     outputs: np.ndarray
+    #: Kernels one training step launches (the compiled training and optimizer graphs):
+    #: what the demo's simulated step time is made of (see :func:`simulated_samples_per_second`).
+    kernels: int = 0
 
 
 class _Parameters:
@@ -203,8 +206,24 @@ def _run(
     else:
         accuracy = math.nan
     return TrainResult(
-        losses=losses, accuracy=accuracy, stats=stats, weights=params.weights, outputs=outputs
+        losses=losses, accuracy=accuracy, stats=stats, weights=params.weights, outputs=outputs,
+        kernels=len(train_graph.nodes) + len(opt_graph.nodes),
     )
+
+
+#: Simulated cost of one kernel launch and of the work itself, per step (seconds): a fused
+#: kernel replaces several launches with one, which is what fusion buys on a real device.
+KERNEL_SECONDS = 20e-6
+STEP_WORK_SECONDS = 2e-3
+
+
+def simulated_samples_per_second(kernels: int, batch: int) -> float:
+    """The demo's throughput in simulated time: fewer kernels per step (more fusion) is faster.
+
+    Simulated because the numpy training's own wall time says nothing about a
+    device; the figure is what ``metric.speed_pattern`` reads in the demo.
+    """
+    return batch / (STEP_WORK_SECONDS + KERNEL_SECONDS * max(kernels, 0))
 
 
 def _learning_rate(config: TrainConfig, step: int) -> float:

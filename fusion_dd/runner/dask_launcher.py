@@ -270,6 +270,17 @@ def task_state(key: str, dask_scheduler: Any = None) -> str | None:
 # --- on the coordinator ----------------------------------------------------------------
 
 
+def _refuse_foreign(request: TrialRequest) -> None:
+    """Raise ForeignTrial (the directory set aside) when the trial directory is not this trial's."""
+    from .trial import ForeignTrial, binding_problem, set_aside
+
+    trial_dir = request.trial_dir
+    if request.spec.binding and trial_dir.is_dir():
+        problem = binding_problem(trial_dir, request.spec.binding)
+        if problem is not None:
+            raise ForeignTrial(request.spec.trial_id, trial_dir, set_aside(trial_dir), problem)
+
+
 class DaskHandle:
     """A trial running as a dask task; the coordinator holds its future while it waits."""
 
@@ -836,6 +847,7 @@ class DaskLauncher:
 
             return LocalLauncher().adopt(request, placement)  # started here before the search moved to dask
         key = str((placement or {}).get("job_id") or self.key_of(request))
+        _refuse_foreign(request)  # before a kept result or a status of the directory is believed
         kept = _loaded_result(request.trial_dir)
         claim = _read_json(request.trial_dir / CLAIM_FILE)
         place = self._placement(key, claim or dict(placement or {}))

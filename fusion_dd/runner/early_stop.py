@@ -37,11 +37,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import UsageError
-from .metrics import parse_number
+from .horizon import PassAt, band_width
+from .metrics import LongLine, PieceCursor, parse_number
 from .supervisor import LOG_FILE
 from .trial import METRICS_FILE
 
-StopKind = Literal["nonfinite", "diverged"]
+StopKind = Literal["nonfinite", "diverged", "early_pass"]
 Curve = Sequence[tuple[int, float]]
 
 #: At most this many new bytes are read from each file per call, so that one
@@ -53,7 +54,7 @@ MAX_READ_BYTES = 8 << 20
 MAX_LINE_BYTES = 1 << 20
 _LOG_LINE_END = re.compile(rb"\r\n|\r|\n")
 
-_CONFIG_KEYS = ("nan", "divergence", "relative", "patience", "step_pattern", "start_step")
+_CONFIG_KEYS = ("nan", "divergence", "relative", "patience", "step_pattern", "start_step", "pass_at")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,13 @@ class EarlyStopRule:
     ``start_step`` skips the noisy first steps for the divergence check (never
     for NaN). ``step_pattern`` (two groups: step, loss) additionally reads the
     reports from the training's output, for trainings that write no metrics file.
+
+    ``pass_at`` is the user's setting for speculative early passes
+    (:mod:`fusion_dd.runner.horizon`); ``pass_step`` the horizon the engine
+    derived from it for one training: a run whose every report from
+    ``start_step`` on stayed inside the band is stopped at the first report at
+    or beyond it, as an ``early_pass``. None (the default, and always for the
+    references) never passes early.
     """
 
     nan: bool = True
@@ -76,6 +84,8 @@ class EarlyStopRule:
     patience: int = 3
     step_pattern: re.Pattern[str] | None = None
     start_step: int = 0
+    pass_at: PassAt = PassAt()
+    pass_step: int | None = None
 
     def __post_init__(self) -> None:
         if self.divergence is not None and not (
@@ -92,7 +102,7 @@ class EarlyStopRule:
     @property
     def active(self) -> bool:
         """Whether there is anything to watch; without it, pass no monitor at all."""
-        return self.nan or self.divergence is not None
+        return self.nan or self.divergence is not None or self.pass_step is not None
 
     @classmethod
     def from_config(cls, section: Any, where: str = "early_stop") -> "EarlyStopRule":
@@ -126,6 +136,7 @@ class EarlyStopRule:
             divergence = float(divergence)
         patience = _int(section.get("patience", 3), f"{where}.patience", minimum=1)
         start_step = _int(section.get("start_step", 0), f"{where}.start_step", minimum=0)
+        pass_at = PassAt.parse(section.get("pass_at", "auto"), f"{where}.pass_at")
         pattern = section.get("step_pattern")
         compiled = None
         if pattern is not None:
@@ -144,7 +155,7 @@ class EarlyStopRule:
                 )
         return cls(
             nan=nan, divergence=divergence, relative=relative, patience=patience,
-            step_pattern=compiled, start_step=start_step,
+            step_pattern=compiled, start_step=start_step, pass_at=pass_at,
         )
 
 
@@ -223,6 +234,7 @@ class Judge:
         self.decision: StopDecision | None = None
         self._last_step: int | None = None
         self._run: list[int] = []  # steps of the current run of reports above the band
+        self._left_band = False  # some judged report lay above the band: no early pass
 
     def feed(self, step: int | None, loss: float) -> StopDecision | None:
         if self.decision is not None:
@@ -232,8 +244,11 @@ class Judge:
             if rule.nan:
                 where = f"step {step}" if step is not None else "a report without a step"
                 self.decision = StopDecision("nonfinite", step, f"stopped early at {where}: loss {loss}")
-            return self.decision  # a tolerated NaN says nothing about the band
-        if rule.divergence is None or step is None or not self.baseline:
+            self._left_band = True  # a tolerated NaN says nothing about the band, but no run with one passes early
+            return self.decision
+        if step is None or not self.baseline:
+            return None
+        if rule.divergence is None and rule.pass_step is None:
             return None
         if self._last_step is not None and step <= self._last_step:
             return None
@@ -244,8 +259,19 @@ class Judge:
         if reference is None:
             return None
         ref_step, ref_loss = reference
-        width = rule.divergence * abs(ref_loss) if rule.relative else rule.divergence
-        if loss <= ref_loss + width:
+        inside = loss <= ref_loss + band_width(ref_loss, rule.divergence, rule.relative)
+        self._left_band = self._left_band or not inside
+        if rule.pass_step is not None and step >= rule.pass_step and not self._left_band:
+            self.decision = StopDecision(
+                "early_pass",
+                step,
+                f"passed early at step {step}: every loss up to it stayed inside the baseline's band "
+                f"(horizon {rule.pass_step}); a speculative pass, proven only by a full training",
+            )
+            return self.decision
+        if rule.divergence is None:
+            return None
+        if inside:
             self._run.clear()
             return None
         self._run.append(step)
@@ -331,6 +357,10 @@ class _Tail:
     offset: int = 0
     pending: bytes = b""
     identity: tuple[int, int] | None = None
+    # A log line longer than MAX_LINE_BYTES being read in pieces (fusion_dd.runner.metrics.LongLine),
+    # with where the pattern's matches in it got to: never held whole.
+    long_line: LongLine | None = None
+    cursor: PieceCursor | None = None
 
     def read_new(self, limit: int = MAX_READ_BYTES) -> bytes:
         """Bytes appended since the last call (the torn tail is the caller's business).
@@ -347,6 +377,7 @@ class _Tail:
             identity = (stat.st_dev, stat.st_ino)
             if identity != self.identity or stat.st_size < self.offset:
                 self.identity, self.offset, self.pending = identity, 0, b""
+                self.long_line = self.cursor = None
             if stat.st_size == self.offset:
                 return b""
             handle.seek(self.offset)
@@ -396,22 +427,39 @@ def _records_from_log(
     """(step, loss) of each ``pattern`` match in the new complete lines of the log.
 
     ``\\r`` ends a line too: progress bars rewrite one line with carriage
-    returns and would otherwise look like one endless torn line.
+    returns and would otherwise look like one endless torn line. A line longer
+    than :data:`MAX_LINE_BYTES` (output without any line end) is read in
+    overlapping pieces, so a match across a read's boundary is still found once.
     """
     data = tail.pending + chunk
-    lines = _LOG_LINE_END.split(data)
-    tail.pending = lines.pop()
-    if len(tail.pending) > MAX_LINE_BYTES:
-        lines.append(tail.pending)
-        tail.pending = b""
+    tail.pending = b""
     reports: list[tuple[int | None, float]] = []
-    for raw in lines:
-        if not raw:
-            continue
-        for match in pattern.finditer(raw.decode("utf-8", "replace")):
+
+    def take(matches: Iterable[re.Match[str]]) -> None:
+        for match in matches:
             loss = parse_number(match.group(2))
             if loss is not None:
                 reports.append((_step_of(match.group(1)), loss))
+
+    if tail.long_line is not None:
+        assert tail.cursor is not None
+        end = _LOG_LINE_END.search(data)
+        piece_data, data = (data, b"") if end is None else (data[: end.start()], data[end.end() :])
+        for piece in tail.long_line.feed(piece_data, final=end is not None):
+            take(tail.cursor.matches(piece))
+        if end is None:
+            return reports
+        tail.long_line = tail.cursor = None
+    lines = _LOG_LINE_END.split(data)
+    tail.pending = lines.pop()
+    for raw in lines:
+        if raw:
+            take(pattern.finditer(raw.decode("utf-8", "replace")))
+    if len(tail.pending) > MAX_LINE_BYTES:
+        tail.long_line, tail.cursor = LongLine(), PieceCursor(pattern)
+        for piece in tail.long_line.feed(tail.pending, final=False):
+            take(tail.cursor.matches(piece))
+        tail.pending = b""
     return reports
 
 
@@ -505,7 +553,7 @@ def read_curve(
 
 
 class LossCurveHook:
-    """Journal a baseline training's loss curve when it ends (an artifact hook, ``fusion_dd.hooks``).
+    """Journal a reference training's loss curve when it ends (an artifact hook, ``fusion_dd.hooks``).
 
     Early stopping compares every later training with the baseline's curve; as
     a journaled fact it survives resume without reading the baseline's files
@@ -519,17 +567,21 @@ class LossCurveHook:
         self.step_pattern = step_pattern
 
     def collect(self, files: Any) -> dict[str, Any]:
-        if files.role != "baseline":
-            return {}
         curve = read_curve(files.trial_dir, self.step_pattern)
+        if files.role not in CURVE_ROLES:
+            # What the training cost in steps: the search's cost in training-steps (report.py).
+            return {"last_step": curve[-1][0]} if curve else {}
         if len(curve) > MAX_CURVE_POINTS:
             stride = len(curve) / MAX_CURVE_POINTS
             kept = {int(i * stride) for i in range(MAX_CURVE_POINTS)} | {len(curve) - 1}
             curve = [curve[i] for i in sorted(kept)]
-        return {"curve": [[step, loss] for step, loss in curve]}
+        return {"curve": [[step, loss] for step, loss in curve], "last_step": curve[-1][0] if curve else None}
 
 
 MAX_CURVE_POINTS = 5000
+#: The references whose whole curves are journaled: the baseline's is the band,
+#: the all-on one's departure from it sets the horizon of early passes.
+CURVE_ROLES = ("baseline", "all_on")
 
 
 __all__ = [

@@ -163,6 +163,13 @@ def result_of(run: TrialRun, request: TrialRequest) -> TrialResult:
         return TrialResult(cancelled=True, duration=run.duration)
     reading = read_metric(run, request.metric)
     kind, reason = classify(run, reading)
+    if run.disk_full and kind != "metric":
+        # Its status survived a full disk, but its output may not have: no metric is no evidence.
+        return TrialResult(
+            cancelled=True,
+            reason="lost: the disk was full when the training ended and its output holds no metric; trained again",
+            duration=run.duration,
+        )
     artifacts = collect_artifacts(request.hooks, TrialFiles(Path(run.trial_dir), request.enabled, request.role))
     return TrialResult(
         cancelled=False,
@@ -229,7 +236,8 @@ class LocalLauncher:
 
     def adopt(self, request: TrialRequest, placement: Mapping[str, Any] | None) -> LocalHandle | None:
         if (request.trial_dir / STATUS_FILE).exists():
-            running = adopt_trial(request.trial_dir)  # it ended and said how: no process to look for
+            # It ended and said how: no process to look for (and nothing taken from it unless it is this trial).
+            running = adopt_trial(request.trial_dir, request.spec.binding)
             return None if running is None else LocalHandle(running, request, self._placement(request, None))
         if placement and placement.get("launcher") not in (None, "local"):
             from ..errors import UsageError
@@ -245,7 +253,7 @@ class LocalLauncher:
             return None  # started on another host: its pids mean nothing here
         if placement and placement.get("boot_id") not in (None, self.boot_id):
             return None  # this host rebooted since: the training died with it
-        running = adopt_trial(request.trial_dir)
+        running = adopt_trial(request.trial_dir, request.spec.binding)
         if running is None:
             return None
         return LocalHandle(running, request, self._placement(request, running.pid))

@@ -7,11 +7,16 @@ loss, is recorded separately: a diverged training is the precision failure
 fusion-dd hunts for, even when the training still exits 0 or crashes afterwards.
 
 Logs can be hundreds of MB, so they are streamed line by line and never loaded
-whole; a pattern therefore matches within one line.
+whole; a pattern therefore matches within one line. A line longer than
+:data:`LINE_CAP` (a progress bar rewriting itself with ``\r``, output without
+newlines) is scanned in overlapping pieces, so memory stays bounded whatever the
+training prints.
 """
 
 from __future__ import annotations
 
+import codecs
+import io
 import json
 import math
 import re
@@ -29,9 +34,11 @@ from .trial import TrialRun
 DEFAULT_LOSS_PATTERN = re.compile(r"loss[=:\s]\s*(\S+)", re.IGNORECASE)
 
 Goal = Literal["max", "min"]
-Kind = Literal["metric", "nonfinite", "diverged", "crash", "timeout", "cancelled", "no_metric", "unevaluable"]
+Kind = Literal[
+    "metric", "nonfinite", "diverged", "early_pass", "crash", "timeout", "cancelled", "no_metric", "unevaluable"
+]
 KINDS: tuple[str, ...] = (
-    "metric", "nonfinite", "diverged", "crash", "timeout", "cancelled", "no_metric", "unevaluable",
+    "metric", "nonfinite", "diverged", "early_pass", "crash", "timeout", "cancelled", "no_metric", "unevaluable",
 )
 #: A training exits with this code to say "this configuration cannot be evaluated" (it does not
 #: build or compile with these rules off, say): git bisect's "skip" code. Not a crash.
@@ -136,6 +143,9 @@ def classify(run: TrialRun, reading: MetricReading) -> tuple[Kind, str]:
         return "nonfinite", _stop_reason(stop)
     if reading.nonfinite:
         return "nonfinite", reading.detail
+    if stop is not None and stop.get("kind") == "early_pass":
+        # Stopped at the horizon inside the band: a speculative pass, not a failure.
+        return "early_pass", _stop_reason(stop)
     if stop is not None:
         return "diverged", _stop_reason(stop)
     if run.cancelled:
@@ -198,24 +208,114 @@ class _RecordScan:
     first_nonfinite: str = ""
 
 
-def _iter_blocks(path: Path) -> Iterator[list[bytes]]:
-    """A possibly huge file as lists of whole lines of about 1 MB, streamed."""
+@dataclass(frozen=True)
+class Piece:
+    """Part of a line longer than :data:`LINE_CAP` bytes, scanned without holding the line whole.
+
+    ``text`` starts with the last :data:`OVERLAP` characters of the piece
+    before it; ``offset`` is where ``text`` starts in the line (characters), so
+    that a scanner can go on after the last match it took (:class:`PieceCursor`).
+    ``first``/``final``: the line starts/ends with this piece.
+    """
+
+    text: str
+    offset: int
+    final: bool
+    first: bool = False
+
+
+class PieceCursor:
+    """The matches of one pattern in the pieces of one long line, each taken once.
+
+    A match is taken in the first piece that holds it whole: one that touches
+    the end of a piece that is not the line's last may go on, and is looked for
+    again in the next piece, which repeats the last :data:`OVERLAP` characters.
+    (Only a single match longer than the overlap can be missed.)
+    """
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.done = 0  # where in the line the next match may start
+
+    def matches(self, piece: Piece) -> Iterator[re.Match[str]]:
+        if piece.first:
+            self.done = 0
+        for match in self.pattern.finditer(piece.text, max(0, self.done - piece.offset)):
+            if not piece.final and match.end() >= len(piece.text):
+                return
+            self.done = piece.offset + match.end()
+            yield match
+
+
+#: The longest line held whole; longer ones (a progress bar that rewrites itself with
+#: ``\r`` for hours, a training printing without newlines) are scanned in pieces.
+LINE_CAP = 1 << 20
+OVERLAP = 64 << 10
+
+
+def _iter_blocks(path: Path) -> Iterator[list[bytes] | Piece]:
+    """A possibly huge file as lists of whole lines of about 1 MB, streamed, in bounded memory.
+
+    A line longer than :data:`LINE_CAP` comes as :class:`Piece` items instead:
+    whatever the training printed, at most a few blocks are held.
+    """
     try:
         handle = open(path, "rb")
     except OSError:
         return
+    carry = b""
+    long_line: LongLine | None = None
     with handle:
         while True:
-            lines = handle.readlines(_BLOCK_BYTES)
-            if not lines:
+            chunk = handle.read(_BLOCK_BYTES)
+            data = carry + chunk if carry else chunk
+            carry = b""
+            if long_line is not None:
+                end = data.find(b"\n") + 1
+                if not end and chunk:
+                    yield from long_line.feed(data, final=False)
+                    continue
+                yield from long_line.feed(data[:end] if end else data, final=True)
+                long_line, data = None, data[end:] if end else b""
+            if not chunk:
+                if data:
+                    yield [data]
                 return
-            yield lines
+            end = data.rfind(b"\n") + 1
+            if end:
+                yield io.BytesIO(data[:end]).readlines()
+            carry = data[end:]
+            if len(carry) > LINE_CAP:
+                long_line, carry = LongLine(), b""
+                yield from long_line.feed(data[end:], final=False)
+
+
+class LongLine:
+    """Turns the bytes of one over-long line into overlapping :class:`Piece` items."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._tail = ""  # the last OVERLAP characters of the piece before
+        self._offset = 0  # where _tail starts in the line
+        self._started = False
+
+    def feed(self, data: bytes, final: bool) -> Iterator[Piece]:
+        first = not self._started
+        self._started = True
+        text = self._tail + self._decoder.decode(data, final)
+        yield Piece(text, self._offset, final, first)
+        keep = min(len(text), OVERLAP)
+        self._offset += len(text) - keep
+        self._tail = text[len(text) - keep :]
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a possibly non-UTF-8 file, streamed."""
+    """(line number, text) of a possibly non-UTF-8 file, streamed; of an over-long line only its end."""
     number = 0
     for lines in _iter_blocks(path):
+        if isinstance(lines, Piece):
+            number += lines.final  # no record is that long: skipped, like any unreadable line
+            continue
         for raw in lines:
             number += 1
             yield number, raw.decode("utf-8", "replace")
@@ -232,7 +332,12 @@ def _scan_log(path: Path, spec: MetricSpec) -> _LogScan:
     scan = _LogScan()
     pattern, loss_pattern = spec.pattern, spec.loss_pattern
     number = 0
+    cursors: dict[str, PieceCursor] = {}
     for lines in _iter_blocks(path):
+        if isinstance(lines, Piece):
+            _scan_piece(scan, lines, spec, path.name, number + 1, cursors)
+            number += lines.final
+            continue
         check_loss = (
             loss_pattern is not None
             and not scan.first_nonfinite
@@ -255,6 +360,21 @@ def _scan_log(path: Path, spec: MetricSpec) -> _LogScan:
                     token = match.group(1)
                     _note_nonfinite(scan, token, f"loss {token!r} at {path.name} line {number}")
     return scan
+
+
+def _scan_piece(
+    scan: _LogScan, piece: Piece, spec: MetricSpec, name: str, number: int, cursors: dict[str, PieceCursor]
+) -> None:
+    """The metric and loss matches of one piece of an over-long line (line ``number``)."""
+    if spec.pattern is not None:
+        for match in cursors.setdefault("metric", PieceCursor(spec.pattern)).matches(piece):
+            token = match.group(1)
+            scan.matches += 1
+            scan.last_token, scan.last_line = token, number
+            _note_nonfinite(scan, token, f"metric {token!r} at {name} line {number}")
+    if spec.loss_pattern is not None and not scan.first_nonfinite:
+        for match in cursors.setdefault("loss", PieceCursor(spec.loss_pattern)).matches(piece):
+            _note_nonfinite(scan, match.group(1), f"loss {match.group(1)!r} at {name} line {number}")
 
 
 def _may_hold_nonfinite(block: bytes) -> bool:
@@ -360,6 +480,11 @@ def _compile(text: str, where: str, flags: int = 0) -> re.Pattern[str]:
 __all__ = [
     "DEFAULT_LOSS_PATTERN",
     "KINDS",
+    "LINE_CAP",
+    "LongLine",
+    "OVERLAP",
+    "Piece",
+    "PieceCursor",
     "UNEVALUABLE_EXIT",
     "MetricReading",
     "MetricSpec",

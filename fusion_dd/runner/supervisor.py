@@ -14,14 +14,18 @@ Files in TRIAL_DIR (all JSON files are written atomically: temp file, fsync,
 * ``launch.json`` (input, written by :mod:`fusion_dd.runner.trial`): ``argv`` (already
   resolved), ``workdir``, ``env`` (the complete environment), ``timeout``
   (seconds or null), ``grace`` (seconds between SIGTERM and SIGKILL),
-  ``trial_id``.
+  ``trial_id``, ``binding`` (the search id and configuration digest, copied
+  into ``supervisor.json`` and ``status.json``).
 * ``supervisor.json``: the supervisor's pid and start time (clock ticks since
   boot: with the pid it names the process for the host's uptime), then also the
   training's pid/pgid and its start time.
-* ``output.log``: the training's stdout and stderr, combined.
+* ``output.log``: the training's stdout and stderr, combined; past ``log_limit``
+  bytes (launch.json) its head and latest tail are kept, the cut marked (:class:`_LogCap`).
 * ``status.json``: ``exit_code`` or ``signal``, ``timed_out``, ``cancelled``,
   ``start``, ``end``, ``duration``, ``error`` (why the training could not run).
 * ``supervisor.log``: the supervisor's own stdout/stderr (normally empty).
+* ``.status.reserve``: space taken for the status while the training runs, so
+  that a full disk at its end cannot lose it (then the status says ``disk_full``).
 
 This module imports nothing heavy: it runs once per training and must start fast.
 """
@@ -52,6 +56,10 @@ SUPERVISOR_FILE = "supervisor.json"
 STATUS_FILE = "status.json"
 LOG_FILE = "output.log"
 SUPERVISOR_LOG_FILE = "supervisor.log"
+#: Space for the status, taken before the training starts: when the disk is full at its end,
+#: the status is written into these bytes (already allocated) instead of a new file.
+STATUS_RESERVE_FILE = ".status.reserve"
+_RESERVE_BYTES = 16 * 1024
 
 #: How often the supervisor looks at its training; short enough that a
 #: cancellation or a timeout is acted on promptly, long enough to cost nothing.
@@ -251,20 +259,27 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
         timeout = launch.get("timeout")
         timeout = float(timeout) if timeout is not None else None
         grace = float(launch.get("grace", 10.0))
+        log_limit = launch.get("log_limit")
+        log_cap = _LogCap(os.path.join(trial_dir, LOG_FILE), int(log_limit)) if log_limit else None
         status["trial_id"] = launch.get("trial_id")
         status["timeout"] = timeout
+        if isinstance(launch.get("binding"), dict):
+            # The search and configuration this training is, in every record it leaves:
+            # a resumed coordinator takes nothing from a directory that is not its trial's.
+            record["binding"] = status["binding"] = launch["binding"]
         if not argv:
             raise ValueError("the command is empty")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         status["error"] = f"unreadable {LAUNCH_FILE}: {exc}"
-        write_json_atomic(os.path.join(trial_dir, STATUS_FILE), status)
+        _write_status(trial_dir, status)
         return 0
 
     if stop.cancelled:  # cancelled while starting up: do not start the training
         status.update(cancelled=True, end=time.time())
-        write_json_atomic(os.path.join(trial_dir, STATUS_FILE), status)
+        _write_status(trial_dir, status)
         return 0
 
+    _reserve_status(trial_dir)
     with open(os.path.join(trial_dir, LOG_FILE), "ab") as log:
         try:
             proc = subprocess.Popen(
@@ -280,7 +295,7 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
         except OSError as exc:
             end = time.time()
             status.update(error=_start_error(exc, argv, workdir), end=end, duration=end - start)
-            write_json_atomic(os.path.join(trial_dir, STATUS_FILE), status)
+            _write_status(trial_dir, status)
             return 0
 
     started = time.time()
@@ -289,7 +304,10 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
     record.update(training_pid=proc.pid, training_pgid=pgid, start=started)
     if named_fd is not None:
         _wait_for_byte(named_fd)  # the fork server's record first, never after ours
-    write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record, durable=False)
+    # Best effort: on a full disk the first record (the supervisor's pid) names us still, and a
+    # supervisor that died here would leave its training running unsupervised.
+    with contextlib.suppress(OSError):
+        write_json_atomic(os.path.join(trial_dir, SUPERVISOR_FILE), record, durable=False)
 
     children = _Children(proc.pid)
     clock = time.monotonic()  # immune to wall-clock jumps during long trainings
@@ -304,6 +322,8 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
         if deadline is not None and time.monotonic() >= deadline:
             status["timed_out"] = True
             break
+        if log_cap is not None:
+            log_cap.check()
         wakeup.sleep(None if deadline is None else deadline - time.monotonic())
 
     # Also after a normal exit: leftovers would hold the device.
@@ -311,6 +331,8 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
     children.reap()
     proc.returncode = 0  # reaped by us; keeps Popen from reaping or warning later
 
+    if log_cap is not None:
+        log_cap.check()
     # The training's own end, not the cleanup of leftovers after it.
     end = children.training_end or time.time()
     if children.training_status is not None:
@@ -322,8 +344,91 @@ def run(trial_dir: str | PathLike[str], named_fd: int | None = None) -> int:
     else:
         status["error"] = "the training could not be killed (still running)"
     status.update(end=end, duration=end - started)
-    write_json_atomic(os.path.join(trial_dir, STATUS_FILE), status)
+    _write_status(trial_dir, status)
     return 0
+
+
+class _LogCap:
+    """Keeps ``output.log`` under ``limit`` bytes: its head, a line that marks the cut, and its latest tail.
+
+    The training writes the log itself (through a descriptor opened for appending),
+    so the supervisor looks at its size whenever it wakes (at least once a second)
+    and, past the limit, keeps the first half and the latest quarter: it copies
+    that tail, truncates the file after the head, and appends the mark and the
+    tail. The training's next writes append after them. The log may run over the
+    limit by what the training prints between two looks, and a write landing in
+    the instant of a cut may be lost or come before the mark.
+    """
+
+    def __init__(self, path: str, limit: int) -> None:
+        self.path = path
+        self.limit = limit
+        self.head = limit // 2
+        self.keep = limit // 4
+        self.left_out = 0
+        self.kept_to = self.head  # where the output not yet cut begins (after the head and a mark)
+
+    def check(self) -> None:
+        try:
+            size = os.stat(self.path).st_size
+            if size <= self.limit:
+                return
+            with open(self.path, "rb") as handle:
+                handle.seek(size - self.keep)
+                tail = handle.read(self.keep)
+            self.left_out += size - self.keep - self.kept_to  # after the head and the last cut's mark
+            os.truncate(self.path, self.head)
+            mark = (
+                f"\n[fusion-dd: {self.left_out} bytes of output cut here to keep output.log under "
+                f"train.log_limit ({self.limit} bytes); the start and the latest output are kept]\n"
+            ).encode("utf-8")
+            with open(self.path, "ab") as handle:
+                handle.write(mark + tail)
+            self.kept_to = self.head + len(mark)
+        except OSError:
+            pass  # a log that stays long costs disk space, never the training
+
+
+def _reserve_status(trial_dir: str) -> None:
+    """Take the space of a status before the training runs (see :func:`_write_status`); best effort."""
+    with contextlib.suppress(OSError):
+        fd = os.open(os.path.join(trial_dir, STATUS_RESERVE_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b" " * _RESERVE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_status(trial_dir: str, status: dict[str, Any]) -> None:
+    """``status.json``, atomically; on a full disk, into the space reserved before the training.
+
+    A training that ran for hours and then found the disk full must not be
+    counted as lost for want of a few hundred bytes: its status (exit code,
+    times) is what lets a resumed coordinator take its result instead of
+    training it again. Overwriting bytes a file already holds needs no new
+    space; the rename then makes it the status, whole. Such a status says
+    ``disk_full``, since the training's own output may have lost writes too.
+    """
+    path = os.path.join(trial_dir, STATUS_FILE)
+    reserve = os.path.join(trial_dir, STATUS_RESERVE_FILE)
+    try:
+        write_json_atomic(path, status)
+    except OSError:
+        data = (json.dumps({**status, "disk_full": True}, indent=2, sort_keys=True) + "\n").encode("utf-8")
+        if not os.path.exists(reserve) or len(data) > _RESERVE_BYTES:
+            raise
+        fd = os.open(reserve, os.O_WRONLY)
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(reserve, path)
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(reserve)
 
 
 def _wait_for_byte(fd: int) -> None:

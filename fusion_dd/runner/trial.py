@@ -15,6 +15,9 @@ environment variables (see :data:`PLACEHOLDERS`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import itertools
+import json
 import os
 import re
 import signal
@@ -23,7 +26,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,6 +50,8 @@ from .supervisor import (
 )
 
 SWITCH_FILE = "fusion_switch.cfg"
+#: The key of the search id and configuration digest in launch.json, supervisor.json and status.json.
+BINDING_KEY = "binding"
 METRICS_FILE = "metrics.jsonl"
 #: Written by the coordinator *before* it kills a training that has already
 #: failed (see :mod:`fusion_dd.runner.early_stop`), so that the reason survives a
@@ -108,6 +113,11 @@ class TrialSpec:
     # A localization training (``fusion_dd.localize``): ``{dump_dir}`` is
     # ``{trial_dir}/dump``, created before the training starts.
     dumps: bool = False
+    # Which search and which configuration this trial is (trial_binding): written into the
+    # trial directory before the training starts, checked before its outcome is ever taken.
+    binding: Mapping[str, Any] = field(default_factory=dict)
+    # The most output.log may hold (bytes, None: no cap): the supervisor keeps head and tail.
+    log_limit: int | None = None
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -148,6 +158,9 @@ class TrialRun:
     error: str | None = None
     timeout: float | None = None
     early_stop: Mapping[str, Any] | None = None
+    #: The status went into the space reserved for it because the disk was full: the
+    #: training's own output may have lost writes too.
+    disk_full: bool = False
 
     @property
     def succeeded(self) -> bool:
@@ -177,6 +190,7 @@ class TrialRun:
             "error": self.error,
             "timeout": self.timeout,
             "early_stop": dict(self.early_stop) if self.early_stop is not None else None,
+            "disk_full": self.disk_full,
         }
 
     @classmethod
@@ -196,6 +210,7 @@ class TrialRun:
             error=data.get("error"),
             timeout=data.get("timeout"),
             early_stop=data.get("early_stop"),
+            disk_full=bool(data.get("disk_full", False)),
         )
 
 
@@ -320,6 +335,8 @@ def resolve_launch(spec: TrialSpec, trial_dir: Path | None = None) -> dict[str, 
         "env": env,
         "timeout": spec.timeout,
         "grace": spec.grace,
+        BINDING_KEY: dict(spec.binding),
+        "log_limit": spec.log_limit,
     }
 
 
@@ -340,23 +357,11 @@ def start_trial(spec: TrialSpec, forkserver: "ForkServer | None" = None) -> "Run
     except FileExistsError:
         fresh = False
     trial_dir = trial_dir.resolve()
-    if not fresh:
-        # An earlier attempt's files; a new directory has none. (Creating a file costs about
-        # a millisecond on some disks, on every training's way to its start: the metrics
-        # file, which the training appends to, is emptied only when it is there.)
-        for stale in (STATUS_FILE, SUPERVISOR_FILE, EARLY_STOP_FILE):
-            with contextlib.suppress(FileNotFoundError):
-                (trial_dir / stale).unlink()
-        if (trial_dir / METRICS_FILE).exists():
-            (trial_dir / METRICS_FILE).write_bytes(b"")
-    (trial_dir / SWITCH_FILE).write_text(spec.switch_text, encoding="utf-8")
-    (trial_dir / LOG_FILE).write_bytes(b"")  # there from the start, for whoever follows it
-    if spec.dumps:
-        for sub in DUMP_PLACEHOLDERS.values():
-            (trial_dir / sub).mkdir(exist_ok=True)
-    # 0600: the launch record holds the complete environment, secrets included. Not
-    # fsynced: after a crash of the machine the trial starts again and writes it anew.
-    write_json_atomic(trial_dir / LAUNCH_FILE, resolve_launch(spec, trial_dir), mode=0o600, durable=False)
+    try:
+        _prepare(spec, trial_dir, fresh)
+    except OSError as exc:
+        # A full or read-only disk: the file it could not write, with the errno's text.
+        raise OSError(exc.errno, exc.strerror or str(exc), exc.filename or str(trial_dir)) from None
     pid = forkserver.spawn(str(trial_dir)) if forkserver is not None else None
     if pid is not None:
         return RunningTrial(spec.trial_id, trial_dir, pid=pid, process=None)
@@ -379,18 +384,129 @@ def start_trial(spec: TrialSpec, forkserver: "ForkServer | None" = None) -> "Run
     return RunningTrial(spec.trial_id, trial_dir, pid=process.pid, process=process)
 
 
-def adopt_trial(trial_dir: str | os.PathLike[str]) -> "RunningTrial | None":
+def _prepare(spec: TrialSpec, trial_dir: Path, fresh: bool) -> None:
+    """The trial directory's files before its supervisor starts: switch file, empty log, launch record."""
+    if not fresh:
+        # An earlier attempt's files; a new directory has none. (Creating a file costs about
+        # a millisecond on some disks, on every training's way to its start: the metrics
+        # file, which the training appends to, is emptied only when it is there.)
+        for stale in (STATUS_FILE, SUPERVISOR_FILE, EARLY_STOP_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (trial_dir / stale).unlink()
+        if (trial_dir / METRICS_FILE).exists():
+            _write_file(trial_dir / METRICS_FILE, b"")
+    _write_file(trial_dir / SWITCH_FILE, spec.switch_text.encode("utf-8"))
+    _write_file(trial_dir / LOG_FILE, b"")  # there from the start, for whoever follows it
+    if spec.dumps:
+        for sub in DUMP_PLACEHOLDERS.values():
+            (trial_dir / sub).mkdir(exist_ok=True)
+    # 0600: the launch record holds the complete environment, secrets included. Not
+    # fsynced: after a crash of the machine the trial starts again and writes it anew.
+    write_json_atomic(trial_dir / LAUNCH_FILE, resolve_launch(spec, trial_dir), mode=0o600, durable=False)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write a whole file; an error names it (a failing close, as on a full disk, names none by itself)."""
+    try:
+        with open(path, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+
+
+def trial_binding(
+    search_id: str | None, trial_id: str, enabled: Iterable[str], repeat: int, role: str
+) -> dict[str, Any]:
+    """What ties a trial directory to its journal: the search's id and the trial's configuration digest.
+
+    The digest covers what the journal says the trial is (its id, the switched-on
+    candidates, the repeat, the role), not the rendered switch file, so that the
+    same journal gives the same digest in every version of fusion-dd.
+    """
+    described = json.dumps([trial_id, sorted(enabled), repeat, role], separators=(",", ":"))
+    return {"search_id": search_id, "config_digest": hashlib.sha256(described.encode("utf-8")).hexdigest()[:32]}
+
+
+class ForeignTrial(Exception):
+    """A trial directory holds another search's or another configuration's training: set aside, never adopted."""
+
+    def __init__(self, trial_id: str, trial_dir: Path, moved_to: Path | None, problem: str) -> None:
+        where = f"moved aside to {moved_to.name}" if moved_to is not None else "left where it is (it could not be moved)"
+        super().__init__(f"trial {trial_id}: {trial_dir} {problem}; {where}, and the trial is trained again")
+        self.trial_id = trial_id
+        self.trial_dir = trial_dir
+        self.moved_to = moved_to
+        self.problem = problem
+
+
+def binding_problem(trial_dir: Path, expected: Mapping[str, Any]) -> str | None:
+    """Why ``trial_dir`` is not the trial ``expected`` describes (None: it is).
+
+    Every record in the directory that carries a binding (the launch record the
+    coordinator wrote, the supervisor's record and status, which copy it) must
+    carry exactly this one. A directory without any binding was written by a
+    fusion-dd before bindings: it is taken only for a search that has no id
+    either (a journal of that same older version). A directory without any of
+    these records holds nothing that could be taken as an outcome.
+    """
+    found = records = False
+    for name in (STATUS_FILE, SUPERVISOR_FILE, LAUNCH_FILE):
+        record = _read_json(trial_dir / name)
+        records = records or record is not None or (trial_dir / name).exists()
+        if record is None or BINDING_KEY not in record:
+            continue
+        found = True
+        binding = record.get(BINDING_KEY)
+        if not isinstance(binding, dict):
+            return f"has an unreadable binding in {name}"
+        if binding.get("search_id") != expected.get("search_id"):
+            return (
+                f"belongs to search {binding.get('search_id')} ({name}), not to this journal's search "
+                f"{expected.get('search_id')}"
+            )
+        if binding.get("config_digest") != expected.get("config_digest"):
+            return f"holds another configuration than the journal's for this trial ({name})"
+    if records and not found and expected.get("search_id") is not None:
+        return f"names no search (no binding in {LAUNCH_FILE}, {SUPERVISOR_FILE} or {STATUS_FILE})"
+    return None
+
+
+def set_aside(trial_dir: Path) -> Path | None:
+    """Rename a foreign trial directory to the first free ``NAME.foreign``, ``NAME.foreign.2``, ...; None if it cannot."""
+    for number in itertools.count(1):
+        target = trial_dir.with_name(f"{trial_dir.name}.foreign" + (f".{number}" if number > 1 else ""))
+        if os.path.lexists(target):
+            continue
+        try:
+            os.rename(trial_dir, target)
+        except OSError:
+            return None
+        return target
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def adopt_trial(
+    trial_dir: str | os.PathLike[str], binding: Mapping[str, Any] | None = None
+) -> "RunningTrial | None":
     """Reattach to a trial started by an earlier coordinator, if it can still count.
 
     Finished (status.json exists): a handle whose ``wait`` returns at once.
     Still supervised: a handle that waits for it. Otherwise the training never
     finished and must run again; any orphaned training processes of this trial
     are killed first so that they do not keep holding the device.
+
+    ``binding`` (:func:`trial_binding`): the directory must be this trial's, or it
+    is set aside and :class:`ForeignTrial` raised; nothing in it is read as the
+    trial's outcome, and no process of it is killed (they are not ours).
     """
     directory = Path(trial_dir)
     if not directory.is_dir():
         return None
     directory = directory.resolve()
+    if binding:
+        problem = binding_problem(directory, binding)
+        if problem is not None:
+            raise ForeignTrial(_trial_id_of(directory), directory, set_aside(directory), problem)
     trial_id = _trial_id_of(directory)
     if (directory / STATUS_FILE).exists():
         return RunningTrial(trial_id, directory, pid=None, process=None)
@@ -643,6 +759,7 @@ class RunningTrial:
             end=float(status.get("end", 0.0)),
             error=status.get("error"),
             timeout=status.get("timeout", launch.get("timeout")),
+            disk_full=bool(status.get("disk_full", False)),
             **self._paths(),
         )
 
@@ -769,7 +886,9 @@ def _kill_strays(trial_dir: Path) -> int:
 
 
 __all__ = [
+    "BINDING_KEY",
     "DUMP_PLACEHOLDERS",
+    "ForeignTrial",
     "EARLY_STOP_FILE",
     "PLACEHOLDERS",
     "RunningTrial",
@@ -777,13 +896,16 @@ __all__ = [
     "TrialRun",
     "TrialSpec",
     "adopt_trial",
+    "binding_problem",
     "placeholder_values",
     "resolve_launch",
     "resolve_relative",
     "start_trial",
     "substitute",
+    "set_aside",
     "substitute_command",
     "supervised_state",
     "supervisor_started",
+    "trial_binding",
     "unknown_placeholders",
 ]

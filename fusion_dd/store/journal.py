@@ -29,6 +29,16 @@ first coordinator that resumes such a journal appends a ``legacy_sealed`` record
 edit of the old lines is caught as well. A line without a checksum after one
 that has one is refused.
 
+Order: every record also carries ``seq``, its 1-based position among the
+journal's records, inside the checksum. A record deleted, emptied, duplicated or
+moved leaves a record whose number is not its position, which is refused with its
+file:line like any edit; a blank line is never written and is refused once numbered
+records begin. Journals written before numbering have no ``seq``: their records are
+accepted as the leading ones, and the first coordinator that resumes one numbers the
+records it appends by their position, so a later deletion of an older line shifts
+them and is caught too. (Only a deletion of the very last records cannot be seen in
+the file itself.)
+
 The coordinator also makes sure that it writes into the file that is at
 ``STATE/journal.jsonl``: a journal deleted or replaced during a search would
 otherwise swallow every later record, and the next search would start over and
@@ -37,6 +47,7 @@ overwrite the trials (see :meth:`Journal.append`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fcntl
 import hashlib
@@ -57,6 +68,7 @@ LOCK_NAME = "lock"
 TRIALS_DIR = "trials"
 FORMAT_VERSION = 2
 CHECKSUM_KEY = "crc"
+SEQUENCE_KEY = "seq"
 SEALED = "legacy_sealed"
 _UNTRUSTED = (
     "the search state cannot be trusted (restore the file, or start over with "
@@ -105,6 +117,7 @@ def _encode(record: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
     plain = json.loads(json.dumps(record, allow_nan=False, default=str, sort_keys=True))
     plain.pop(CHECKSUM_KEY, None)
     body = _canonical(plain).encode("utf-8")
+    plain.pop(SEQUENCE_KEY, None)  # framing, like the checksum: readers get the record without it
     crc = f"{zlib.crc32(body):08x}".encode("ascii")
     # The checksum first, then the canonical text it covers: a reader checks the line's own
     # bytes (_covered) instead of writing the record out again, the costly half of a read.
@@ -166,7 +179,8 @@ class _Scanned:
 
     ``end``: bytes of whole lines verified; ``lines``: how many lines those are;
     ``records``: how many records they hold; ``legacy``: one of them had no
-    checksum; ``checked_from``: the first line with one (None: none yet).
+    checksum; ``checked_from``: the first line with one (None: none yet);
+    ``numbered``: one of them carried its sequence number, so every later one must.
     """
 
     end: int = 0
@@ -174,6 +188,7 @@ class _Scanned:
     records: int = 0
     legacy: bool = False
     checked_from: int | None = None
+    numbered: bool = False
 
 
 def _scan(
@@ -190,6 +205,7 @@ def _scan(
     offset = start.end  # byte offset of the current line
     legacy = start.legacy  # a line without a checksum was seen
     checked_from = start.checked_from  # line number of the first line with a checksum
+    numbered = start.numbered  # a record with its sequence number was seen
     reached = start
     # The last line with content, found once: asking "is everything after this line blank?"
     # at every line made reading a journal quadratic in its length.
@@ -197,6 +213,10 @@ def _scan(
     for index, line in enumerate(lines, start=1):
         number = start.lines + index
         begin, offset = offset, offset + len(line) + 1
+        if numbered and not line.strip() and index < len(lines):
+            raise UsageError(
+                f"{path}:{number}: blank journal line among numbered records: a record was emptied; {_UNTRUSTED}"
+            )
         if line.strip():
             try:
                 record = json.loads(line)
@@ -229,10 +249,31 @@ def _scan(
                         )
                 if record.get("type") == SEALED:
                     _check_seal(path, data, record, begin)
+            position = start.records + len(records) + 1
+            seq = record.pop(SEQUENCE_KEY, None)
+            if seq is not None or numbered:
+                _check_sequence(path, number, seq, position)
+                numbered = True
             records.append(Record(record))
         if offset <= len(data):  # a whole line, its newline included: a later scan starts after it
-            reached = _Scanned(offset, number, start.records + len(records), legacy, checked_from)
+            reached = _Scanned(offset, number, start.records + len(records), legacy, checked_from, numbered)
     return records, (len(data) if legacy and checked_from is None else 0), reached
+
+
+def _check_sequence(path: Path, number: int, seq: Any, position: int) -> None:
+    """A numbered record must stand at its own position: else a record before it was lost, doubled or moved."""
+    if seq == position and isinstance(seq, int) and not isinstance(seq, bool):
+        return
+    if seq is None:
+        problem = "has no sequence number although the records before it have one: it was edited or damaged"
+    elif not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        problem = f"has the sequence number {seq!r}, which is no record number: it was edited or damaged"
+    else:
+        problem = (
+            f"is record {seq} but stands at position {position}: a record was deleted, emptied, "
+            "duplicated or moved"
+        )
+    raise UsageError(f"{path}:{number}: the journal record {problem}; {_UNTRUSTED}")
 
 
 def _check_seal(path: Path, data: bytes, seal: dict[str, Any], start: int) -> None:
@@ -315,6 +356,7 @@ def _take_appended(cached: _Verified, data: bytes) -> None:
             scanned.records + len(cached.appended),
             scanned.legacy,
             scanned.checked_from if scanned.checked_from is not None else scanned.lines + 1,
+            True,
         )
     cached.appended = []
 
@@ -356,6 +398,22 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return _scan_cached(path, data)[0]
 
 
+@dataclass(frozen=True)
+class _Tail:
+    """Where the journal ends after the writer's last append: bytes and records."""
+
+    size: int
+    records: int
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An append under way: the tail before it and the line it writes."""
+
+    before: _Tail
+    line: bytes
+
+
 class Journal:
     """The coordinator's handle: the lock plus durable appends."""
 
@@ -365,7 +423,11 @@ class Journal:
         self._lock_file: Any = None
         self._file: Any = None
         self._lost: str | None = None
-        self._size = 0  # the file's size after our last write: nobody else writes to it
+        # The file's size and record count after our last write (nobody else writes to it), one
+        # object so that a single assignment moves both: an interrupt never leaves them apart.
+        self._tail = _Tail(0, 0)
+        # The line being appended, from before its write until the tail counts it (see append).
+        self._pending: _Pending | None = None
 
     @classmethod
     def open(cls, state_dir: Path) -> "Journal":
@@ -378,8 +440,7 @@ class Journal:
         journal._acquire_lock()
         try:
             journal._repair_torn_tail()
-            journal._file = open(journal.path, "ab")
-            journal._size = os.fstat(journal._file.fileno()).st_size
+            journal._file = open(journal.path, "ab", buffering=0)
             journal._seal_legacy_lines()
         except BaseException:
             journal.close()
@@ -398,6 +459,7 @@ class Journal:
         except OSError as exc:
             raise UsageError(f"{self.path}: cannot read the journal ({exc})") from None
         records, legacy = _scan_cached(self.path, data)
+        self._tail = _Tail(len(data), len(records))
         if legacy:
             self.append(
                 {
@@ -411,7 +473,10 @@ class Journal:
 
     def _acquire_lock(self) -> None:
         lock_path = self.state_dir / LOCK_NAME
-        lock_file = open(lock_path, "a+")
+        try:
+            lock_file = open(lock_path, "a+")
+        except OSError as exc:
+            raise UsageError(f"{lock_path}: cannot open the coordinator's lock file ({exc.strerror or exc})") from None
         try:
             fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -434,12 +499,19 @@ class Journal:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return
+        except OSError as exc:
+            raise UsageError(f"{self.path}: cannot read the journal ({exc.strerror or exc})") from None
         if data and not data.endswith(b"\n"):
             keep = data.rfind(b"\n") + 1
-            with open(self.path, "r+b") as handle:
-                handle.truncate(keep)
-                handle.flush()
-                os.fsync(handle.fileno())
+            try:
+                with open(self.path, "r+b") as handle:
+                    handle.truncate(keep)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            except OSError as exc:
+                raise UsageError(
+                    f"{self.path}: cannot cut the torn last line of the journal ({exc.strerror or exc})"
+                ) from None
 
     def records(self) -> list[dict[str, Any]]:
         return read_records(self.path)
@@ -460,15 +532,63 @@ class Journal:
         """
         if self._file is None:
             raise RuntimeError("journal is not open")
-        line, plain = _encode(record)
         self.check_in_place()
-        offset = self._size
-        self._file.write(line)
-        self._file.flush()
-        if durable:
-            os.fsync(self._file.fileno())
-        self._size = os.fstat(self._file.fileno()).st_size
-        _note_appended(self.path, offset, line, plain)
+        tail = self._tail
+        line, plain = _encode({**record, SEQUENCE_KEY: tail.records + 1})
+        # Noted before the write: an interrupt (Ctrl-C raises in the middle of anything) after the
+        # write but before the tail is moved leaves a line this writer can recognise as its own
+        # (_settle_pending), instead of a file "written to by another program".
+        self._pending = _Pending(tail, line)
+        try:
+            written = 0
+            while written < len(line):
+                written += self._file.write(line[written:]) or 0
+            if durable:
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            self._undo_pending()
+            raise UsageError(f"{self.path}: cannot write the journal ({exc.strerror or exc})") from None
+        self._tail = _Tail(tail.size + len(line), tail.records + 1)
+        self._pending = None
+        _note_appended(self.path, tail.size, line, plain)
+
+    def _settle_pending(self, size: int) -> None:
+        """Account for an append that an interrupt cut short, from the file's own bytes.
+
+        The line is ours when the file holds exactly it after the tail we knew
+        (the write went through: the tail moves over it) or a prefix of it (a
+        write cut short: the prefix is cut off, the record was never written). Any
+        other size is left to :meth:`check_in_place` to call a foreign write.
+        """
+        pending, self._pending = self._pending, None
+        if pending is None or self._tail is not pending.before:
+            return  # none, or the tail already counts it
+        start, line = pending.before.size, pending.line
+        if size == start:
+            return
+        if start < size <= start + len(line) and self._bytes_at(start, size - start) == line[: size - start]:
+            if size == start + len(line):
+                self._tail = _Tail(size, pending.before.records + 1)
+            else:
+                self._pending = pending
+                self._undo_pending()
+
+    def _bytes_at(self, offset: int, length: int) -> bytes:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(offset)
+                return handle.read(length)
+        except OSError:
+            return b""
+
+    def _undo_pending(self) -> None:
+        """Cut what a failed append wrote (a full disk may take half a line), so the next append starts clean."""
+        pending, self._pending = self._pending, None
+        if pending is None or self._file is None:
+            return
+        with contextlib.suppress(OSError):
+            if os.fstat(self._file.fileno()).st_size > pending.before.size:
+                os.ftruncate(self._file.fileno(), pending.before.size)
 
     def check_in_place(self) -> None:
         """Raise :class:`JournalLost` unless the path still names the file we append to.
@@ -478,7 +598,9 @@ class Journal:
         editor's save-by-rename) has another inode. Reopening by path would be
         wrong in both cases: the records written so far are not in that file.
         A size other than the one our last write left means someone truncated
-        or wrote to it: appending would build on records we never wrote.
+        or wrote to it: appending would build on records we never wrote. An
+        append of our own that an interrupt cut short is recognised by its bytes
+        first (:meth:`_settle_pending`), so it is never taken for another writer.
         """
         if self._lost is None:
             assert self._file is not None
@@ -488,12 +610,15 @@ class Journal:
             except FileNotFoundError:
                 there = None
             except OSError as exc:
-                raise UsageError(f"{self.path}: cannot check the journal ({exc})") from None
+                raise UsageError(f"{self.path}: cannot check the journal ({exc.strerror or exc})") from None
+            if self._pending is not None:
+                self._settle_pending(mine.st_size)
+                mine = os.fstat(self._file.fileno())
             if there is not None and (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
                 self._lost = "was replaced by another file"
             elif there is None or mine.st_nlink == 0:
                 self._lost = "was deleted"
-            elif mine.st_size != self._size:
+            elif mine.st_size != self._tail.size:
                 self._lost = "was truncated or written to by another program"
         if self._lost is not None:
             raise JournalLost(

@@ -7,8 +7,10 @@ trainings finished, how much budget was used or which trainings were lost.
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,11 +18,79 @@ from typing import Any
 from ..scoring import Measurement
 
 ConfigKey = tuple[frozenset[str], int]  # (names of the rules switched on, repeat)
-RESOLVED_KINDS = ("metric", "nonfinite", "diverged")
+RESOLVED_KINDS = ("metric", "nonfinite", "diverged", "early_pass")
+#: A training stopped at the horizon with its loss inside the baseline's band
+#: (``fusion_dd.runner.horizon``): a speculative pass, proven by a full training.
+EARLY_PASS = "early_pass"
+#: The role of a full training of the fix whose verdict was an early pass: it
+#: proves the fix, and answers no question of the search that asked for it.
+PROOF_ROLE = "proof"
+#: The role of a full training of another minimum fix (``fix.prefer: speed``).
+ALTERNATIVE_ROLE = "alternative"
 #: The role of localization trainings (``fusion_dd.localize``): dumped trainings of a
 #: configuration are other trainings than the search's, so they are kept out of the
 #: search's cache (same key, different training) and have their own.
 LOCALIZE_ROLE = "localize"
+
+
+class RuleIndex:
+    """A search's rule list (``definition.rules`` of ``search_started``), for configurations as bit masks.
+
+    A configuration of n rules listed by name costs n times a rule name in every
+    ``trial_started`` (20 KB a trial at 1,024 candidates); as a bit mask against
+    the rule list journaled once, n / 6 characters. Bit i (little-endian bytes,
+    base64 without padding) is rule i of the list. Decoding memoizes by mask: a
+    search trains the same configuration again (repeats, retries), and equal
+    configurations then share one frozenset.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        self._position = {name: index for index, name in enumerate(self.names)}
+        self._decoded: dict[str, frozenset[str]] = {}
+        # Per byte of a mask, the names each of its 256 values stands for: built as met, so a
+        # mask decodes a byte at a time instead of a bit at a time.
+        self._tables: list[dict[int, tuple[str, ...]]] = []
+
+    def encode(self, names: Iterable[str]) -> str:
+        mask = 0
+        position = self._position
+        for name in names:
+            mask |= 1 << position[name]
+        if not mask:
+            return ""
+        raw = mask.to_bytes((mask.bit_length() + 7) // 8, "little")
+        return base64.b64encode(raw).decode("ascii").rstrip("=")
+
+    def decode(self, text: str) -> frozenset[str]:
+        found = self._decoded.get(text)
+        if found is not None:
+            return found
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True) if text else b""
+        tables = self._tables
+        while len(tables) < len(raw):
+            tables.append({})
+        parts = []
+        for offset, byte in enumerate(raw):
+            if byte:
+                table = tables[offset]
+                part = table.get(byte)
+                if part is None:
+                    base = offset * 8
+                    part = table[byte] = tuple(self.names[base + bit] for bit in _BITS[byte])
+                parts.append(part)
+        found = frozenset(chain.from_iterable(parts))
+        self._decoded[text] = found
+        return found
+
+
+#: The set bits of each byte value, for decoding masks a byte at a time.
+_BITS = tuple(tuple(bit for bit in range(8) if value >> bit & 1) for value in range(256))
+
+
+def rule_names_of(definition: Mapping[str, Any] | None) -> list[str]:
+    """The rule list of a search definition, in the order its masks index it."""
+    return [str(item["name"]) for item in (definition or {}).get("rules") or []]
 
 
 def encode_float(value: float | None) -> float | str | None:
@@ -124,6 +194,35 @@ class SearchState:
     # Reference trainings that dumped tensors for the guide (``"dumps": true`` in trial_started):
     # the same training as the search's, so their dumps also serve localization.
     _dumping: set[str] = field(default_factory=set, repr=False)
+    # Full-length trainings by key (every finished training that did not pass early, proofs
+    # included): what a key's early pass is replaced by once early passes were revised.
+    _full_by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
+    _full_attempts: dict[ConfigKey, int] = field(default_factory=dict, repr=False)
+    # ``early_passes_revised`` records: the first says in which round of the search a full
+    # training contradicted an early pass; later rounds trust no early pass.
+    early_revisions: list[dict[str, Any]] = field(default_factory=list)
+
+    def full_trial(self, key: ConfigKey) -> TrialState | None:
+        """The full-length training that decides this key (first resolved, else the latest); None if none."""
+        return self._full_by_key.get(key)
+
+    def full_attempts(self, key: ConfigKey) -> int:
+        """How many full-length trainings of this key finished."""
+        return self._full_attempts.get(key, 0)
+
+    @property
+    def early_revised_round(self) -> int | None:
+        """The round of the search after which early passes count no more; None while they do."""
+        return int(self.early_revisions[0]["round"]) if self.early_revisions else None
+
+    # The search's rule list, for the configurations of trial_started (``on``, a bit mask of it).
+    rule_index: RuleIndex = field(default_factory=lambda: RuleIndex(()), repr=False)
+
+    def config_of(self, record: Mapping[str, Any]) -> frozenset[str]:
+        """The configuration of a ``trial_started`` record: a mask of the rule list, or (older journals) names."""
+        if "on" in record:
+            return self.rule_index.decode(str(record["on"]))
+        return frozenset(record["config"])
 
     @property
     def launched(self) -> int:
@@ -166,6 +265,7 @@ class SearchState:
                 self.definition = record["definition"]
                 self.started_at = record.get("time")
                 self.start_record = record
+                self.rule_index = RuleIndex(rule_names_of(self.definition))
         elif kind == "session_started":
             self.sessions.append(record)
         elif kind == "trial_started":
@@ -178,7 +278,7 @@ class SearchState:
             self._charged += 1  # an open trial counts (see TrialState.costs_budget)
             self.trials[trial_id] = TrialState(
                 trial_id=trial_id,
-                config=frozenset(record["config"]),
+                config=self.config_of(record),
                 repeat=int(record.get("repeat", 0)),
                 device=tuple(record.get("device", ())),
                 trial_dir=record["trial_dir"],
@@ -199,9 +299,18 @@ class SearchState:
             if trial is not None and trial.finished is None and trial.role == LOCALIZE_ROLE:
                 trial.finished = record
                 self._localize_by_key.setdefault(trial.key, trial)
+            elif trial is not None and trial.finished is None and trial.role == PROOF_ROLE:
+                trial.finished = record
+                self._note_full(trial)
+                if trial.trial_id in self._dumping and record.get("kind") == "metric":
+                    self._localize_by_key.setdefault(trial.key, trial)  # the fix's dumped full training
             elif trial is not None and trial.finished is None:
                 trial.finished = record
-                if trial.trial_id in self._dumping and record.get("kind") == "metric":
+                if record.get("kind") != EARLY_PASS:
+                    self._note_full(trial)
+                if trial.trial_id in self._dumping and record.get("kind") in ("metric", EARLY_PASS):
+                    # An early pass dumped before it stopped (the engine lets no dumping training
+                    # pass before the localized step): its dump serves localization too.
                     self._localize_by_key.setdefault(trial.key, trial)
                 self._attempts[trial.key] = self._attempts.get(trial.key, 0) + 1
                 current = self._by_key.get(trial.key)
@@ -235,6 +344,14 @@ class SearchState:
                 self.guide = record
         elif kind == "guide_refined":
             self.refined.setdefault(tuple(sorted(record["config"])), record)
+        elif kind == "early_passes_revised":
+            self.early_revisions.append(record)
+
+    def _note_full(self, trial: TrialState) -> None:
+        self._full_attempts[trial.key] = self._full_attempts.get(trial.key, 0) + 1
+        current = self._full_by_key.get(trial.key)
+        if current is None or not current.resolved:
+            self._full_by_key[trial.key] = trial
 
 
 def replay(records: Iterable[dict[str, Any]]) -> SearchState:

@@ -270,3 +270,86 @@ def test_restart_moves_the_old_search_aside_and_keeps_its_journal(tmp_path):
     assert again.returncode == 3, again.stderr
     assert (tmp_path / ".fusion-dd.1" / "journal.jsonl").read_bytes() == old_journal
     assert report_of(tmp_path / ".fusion-dd.2")["status"] == "found"
+
+
+def _record_line(lines: list[str], kind: str) -> int:
+    """The line number of the first ``kind`` record that is not the last line."""
+    return next(index for index, line in enumerate(lines, start=1) if f'"{kind}"' in line and index < len(lines))
+
+
+def test_a_blanked_or_duplicated_record_is_refused_with_file_and_line(tmp_path):
+    state = exhausted_search(tmp_path)
+    original = (state / "journal.jsonl").read_text()
+    lines = original.splitlines(keepends=True)
+    number = _record_line(lines, "trial_finished")
+    damaged = {
+        "blanked": "".join(lines[: number - 1] + ["\n"] + lines[number:]),
+        "deleted": "".join(lines[: number - 1] + lines[number:]),
+        "duplicated": "".join(lines[:number] + [lines[number - 1]] + lines[number:]),
+    }
+    before = len(launches(tmp_path))
+    for how, text in damaged.items():
+        (state / "journal.jsonl").write_text(text)
+        where = number + 1 if how == "duplicated" else number
+        for command in (["resume", "--budget", "60"], ["status"]):
+            result = fusion_dd_runner(command != ["status"])(*command, cwd=tmp_path)
+            assert result.returncode == 2, (how, command, result.stderr)
+            assert f"journal.jsonl:{where}: " in result.stderr, (how, result.stderr)
+            assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert len(launches(tmp_path)) == before
+    (state / "journal.jsonl").write_text(original)
+    assert run_fusion_dd("resume", "--budget", "60", cwd=tmp_path).returncode == 0
+
+
+def _interrupted_search(tmp_path: Path, devices: list[int]) -> Path:
+    """A search SIGKILLed with trainings open in its journal (started, not finished)."""
+    from tests.support.fake_training import sigkill_search_when
+
+    tmp_path.mkdir()
+    write_config(tmp_path, "--culprits", CULPRIT, "--sleep", "0.3", train={"devices": devices})
+    state = tmp_path / ".fusion-dd"
+    sigkill_search_when(
+        tmp_path,
+        state / "journal.jsonl",
+        lambda text: text.count('"trial_finished"') >= 3 and text.count('"trial_started"') > text.count('"trial_finished"'),
+    )
+    return state
+
+
+def test_another_searchs_journal_in_a_state_dir_is_refused_or_its_trials_retrained_never_adopted(tmp_path):
+    """Same definition, other devices: the journal's trial numbers name other trainings of this directory."""
+    theirs = _interrupted_search(tmp_path / "theirs", [0, 1])
+    ours_dir = tmp_path / "ours"
+    ours_dir.mkdir()
+    write_config(ours_dir, "--culprits", CULPRIT, train={"devices": [0]})
+    assert run_fusion_dd("search", cwd=ours_dir).returncode == 0
+    ours = ours_dir / ".fusion-dd"
+    our_id = json.loads((ours / "search_id.json").read_text())["search_id"]
+    their_id = journal_lines(theirs)[0]["search_id"]
+    shutil.copy(theirs / "journal.jsonl", ours / "journal.jsonl")
+    open_trials = {
+        line["trial_id"] for line in journal_lines(ours) if line["type"] == "trial_started"
+    } - {line["trial_id"] for line in journal_lines(ours) if line["type"] in ("trial_finished", "trial_cancelled")}
+    assert open_trials and all((ours / "trials" / name).is_dir() for name in open_trials)
+    before = len(launches(ours_dir))
+
+    # The state directory knows its own search: the foreign journal is refused in one line.
+    refused = run_fusion_dd("resume", cwd=ours_dir)
+    assert refused.returncode == 2, refused.stderr
+    assert our_id in refused.stderr and their_id in refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    assert len(launches(ours_dir)) == before
+
+    # Without that record, every open trial's directory is checked: ours, not theirs, so set aside and retrained.
+    (ours / "search_id.json").unlink()
+    resumed = run_fusion_dd("resume", cwd=ours_dir)
+    assert resumed.returncode == 0, resumed.stderr
+    for name in open_trials:
+        assert (ours / "trials" / f"{name}.foreign").is_dir(), name
+        assert f"trial {name}:" in resumed.stderr and "moved aside" in resumed.stderr
+    report = report_of(ours)
+    assert report["status"] == "found"
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
+    outcomes = {trial["trial_id"]: trial["outcome"] for trial in report["trials"]}
+    assert all(outcomes[name] != "metric" for name in open_trials if name in outcomes), outcomes
+    assert json.loads((ours / "search_id.json").read_text())["search_id"] == their_id

@@ -215,6 +215,36 @@ def test_a_signal_stops_an_adopted_training(tmp_path: Path, moment: str) -> None
         kill_leftovers(state)
 
 
+def test_sighup_with_two_trainings_running_stops_both_and_exits_130(tmp_path: Path) -> None:
+    """A closed terminal or ssh session sends SIGHUP: a clean stop like SIGTERM, nothing left running."""
+    write_config(tmp_path, fake("--sleep", "60", "--setsid-child"), [0, 1])
+    state = tmp_path / ".fusion-dd"
+    coordinator = start(tmp_path, "search")
+    try:
+        for name in ("0001", "0002"):
+            wait_for_training(state / "trials" / name, coordinator)
+        records = [supervisor_record(state / "trials" / name) for name in ("0001", "0002")]
+        coordinator.send_signal(signal.SIGHUP)
+        try:
+            out, err = coordinator.communicate(timeout=KILL_GRACE + 60)
+        except subprocess.TimeoutExpired:
+            coordinator.kill()
+            pytest.fail(f"fusion-dd did not stop on SIGHUP: {coordinator.communicate()[1]}")
+        assert coordinator.returncode == 130, err
+        assert "Traceback" not in err and "fusion-dd resume" in out + err, out + err
+        for record in records:
+            assert group_gone(record["training_pgid"]), "a training outlived fusion-dd"
+            assert pid_gone(record["supervisor_pid"]), "a supervisor outlived fusion-dd"
+        for pid in setsid_children(state):
+            assert pid_gone(pid), "a setsid grandchild outlived fusion-dd"
+        assert json.loads((state / "report.json").read_text())["status"] == "interrupted"
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.communicate()
+        kill_leftovers(state)
+
+
 def test_setsid_grandchildren_do_not_outlive_their_trials(tmp_path: Path) -> None:
     write_config(tmp_path, fake("--culprits", CULPRIT, "--setsid-child"), [0, 1])
     state = tmp_path / ".fusion-dd"
@@ -268,3 +298,78 @@ def test_placeholders_in_a_shell_script_are_quoted(tmp_path: Path, shell: list[s
     assert shlex.quote(str(state / "trials" / "0001" / "fusion_switch.cfg")) in argv[-1]
     launch = json.loads((state / "trials" / "0001" / "launch.json").read_text())
     assert launch["argv"] == argv
+
+
+#: The coordinator's peak resident memory allowed while it reads any training output.
+COORDINATOR_RSS_BOUND_MB = 150
+
+
+def test_trainings_printing_300_mb_in_one_line_leave_the_coordinator_under_its_memory_bound(tmp_path: Path) -> None:
+    """One training prints 300 MB without a newline, the other a tqdm-style bar rewritten with \\r:
+    both finish with their metric read, and the coordinator's own peak RSS stays bounded."""
+    import sys
+
+    from tests.support.fake_training import cli_env, wrapper_script
+
+    prelude = (
+        "trial = os.environ['FUSION_DD_TRIAL_ID']\n"
+        "chunk = (b'x' * 1023 + b' ') * 1024 if trial == '0001' "
+        "else b''.join(b'\\r %3d%%|#####     | %d/10000 [00:10<00:12, 9.9it/s]' % (i % 100, i) for i in range(20000))\n"
+        "out = sys.stdout.buffer\n"
+        "for _ in range(300 * 2**20 // len(chunk) if trial in ('0001', '0002') else 0):\n"
+        "    out.write(chunk)\n"
+        "out.flush()\n"
+    )
+    wrapper = wrapper_script(tmp_path / "loud_train.py", prelude)
+    command = fake("--launch-log", "launch.log")
+    command[command.index(next(part for part in command if part.endswith("fake_train.py")))] = str(wrapper)
+    # No cap of output.log (train.log_limit): the coordinator must read all 300 MB.
+    write_config(tmp_path, command, [0, 1], search={"budget": 3}, train={"log_limit": None})
+    # The coordinator itself, not its children: its own getrusage at exit, printed by a wrapper.
+    measure = (
+        "import resource, runpy, sys\n"
+        "try:\n"
+        "    runpy.run_module('fusion_dd.cli', run_name='__main__', alter_sys=True)\n"
+        "finally:\n"
+        "    print(f'peak-rss-kb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}', file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", measure, "search"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+        timeout=600,
+    )
+    assert result.returncode == 3, result.stderr[-2000:]  # the budget ran out after the references
+    state = tmp_path / ".fusion-dd"
+    for name in ("0001", "0002"):
+        assert (state / "trials" / name / "output.log").stat().st_size >= 300 * 2**20 - 2**20
+    trials = {trial["trial_id"]: trial for trial in json.loads((state / "report.json").read_text())["trials"]}
+    assert [trials[name]["kind"] for name in ("0001", "0002")] == ["metric", "metric"], trials
+    assert [trials[name]["metric"] for name in ("0001", "0002")] == [0.9, 0.9], trials
+    peak_mb = int(re.search(r"peak-rss-kb (\d+)", result.stderr).group(1)) / 1024
+    assert peak_mb < COORDINATOR_RSS_BOUND_MB, f"the coordinator peaked at {peak_mb:.0f} MB"
+
+
+def test_train_log_limit_caps_output_log_keeping_its_head_its_tail_and_the_metric(tmp_path: Path) -> None:
+    from tests.support.fake_training import run_fusion_dd, wrapper_script
+
+    prelude = (
+        "out = sys.stdout.buffer\n"
+        "for index in range(40000):\n"
+        "    out.write(b'step %06d %s\\n' % (index, b'.' * 90))\n"
+        "    if index % 4000 == 0:\n"
+        "        out.flush(); time.sleep(0.3)\n"  # the supervisor looks while the training prints
+        "out.flush()\n"
+    )
+    wrapper = wrapper_script(tmp_path / "chatty_train.py", prelude)
+    command = fake("--launch-log", "launch.log")
+    command[command.index(next(part for part in command if part.endswith("fake_train.py")))] = str(wrapper)
+    write_config(tmp_path, command, [0, 1], search={"budget": 3}, train={"log_limit": "1MB"})
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 3, result.stderr[-2000:]
+    state = tmp_path / ".fusion-dd"
+    log = (state / "trials" / "0001" / "output.log").read_bytes()
+    assert len(log) <= 2**20 + 600_000, len(log)  # 4 MB printed; over the limit by at most a look's worth
+    assert log.startswith(b"step 000000 ")
+    assert b"bytes of output cut here to keep output.log under train.log_limit (1048576 bytes)" in log
+    assert b"step 039999 " in log
+    trials = {trial["trial_id"]: trial for trial in json.loads((state / "report.json").read_text())["trials"]}
+    assert trials["0001"]["kind"] == "metric" and trials["0001"]["metric"] == 0.9

@@ -153,3 +153,52 @@ def test_a_killed_search_leaves_a_report_of_its_finished_trials(tmp_path):
     # The last trial may have finished between its journal record and the snapshot's write.
     assert finished_ids - in_report <= {max(finished_ids)}
     assert len(in_report) >= len(finished_ids) - 1 >= 3
+
+
+def _read_only_copy(finished: Path, folder: Path) -> tuple[Path, str | None]:
+    """A copy of the finished search with its state dir behind a read-only bind mount (root alone: chmod is no bar)."""
+    import subprocess
+
+    shutil.copytree(finished, folder / "search")
+    state = folder / "search" / ".fusion-dd"
+    if os.geteuid() != 0:
+        return state, "a read-only bind mount needs root"
+    mount = subprocess.run(["mount", "--bind", "-o", "ro", str(state), str(state)], capture_output=True, text=True)
+    if mount.returncode != 0:
+        return state, f"cannot bind-mount read-only here: {mount.stderr.strip()}"
+    probe = state / ".write-probe"
+    try:
+        probe.write_text("")
+    except OSError:
+        return state, None
+    probe.unlink()
+    subprocess.run(["umount", str(state)], capture_output=True)
+    return state, "the bind mount did not become read-only"
+
+
+def test_report_and_status_work_on_a_read_only_state_dir(finished, tmp_path):
+    import subprocess
+
+    state, reason = _read_only_copy(finished, tmp_path)
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        expected = report_json(state)
+        before = sorted(path.name for path in state.iterdir())
+        cwd = state.parent
+        as_json = run_fusion_dd("report", "--json", cwd=cwd)
+        assert as_json.returncode == 0, as_json.stderr
+        assert {key: json.loads(as_json.stdout)[key] for key in SAME} == {key: expected[key] for key in SAME}
+        assert "read-only" in as_json.stderr and "Traceback" not in as_json.stderr
+        page = tmp_path / "elsewhere" / "report.html"
+        page.parent.mkdir()
+        html = call_fusion_dd("report", "--html", str(page), cwd=cwd)
+        assert html.returncode == 0, html.stderr
+        assert page.stat().st_size > 0
+        summary = call_fusion_dd("report", cwd=cwd)
+        assert summary.returncode == 0 and CULPRIT in summary.stdout, summary.stderr
+        status = run_fusion_dd("status", cwd=cwd)
+        assert status.returncode == 0, status.stderr
+        assert sorted(path.name for path in state.iterdir()) == before
+    finally:
+        subprocess.run(["umount", str(state)], capture_output=True)

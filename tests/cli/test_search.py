@@ -6,6 +6,7 @@ import json
 
 from fusion_dd.backends.cann.switch import load_switch_file
 from fusion_dd.rules import Section
+from tests.support.journal_configs import decoded
 from tests.support.cli import CULPRIT, GRAPH, UB, launches, write_config
 from tests.support.fake_training import run_fusion_dd
 
@@ -132,8 +133,8 @@ def test_the_fix_candidate_trains_beside_the_repeat_that_confirms_a_second_culpr
     )
     assert report["fix_verified"] is True
     rounds: list[list[dict]] = []  # the trainings launched for each question, in order
-    for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines():
-        record = json.loads(line)
+    lines = (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()
+    for record in decoded(json.loads(line) for line in lines):
         if record["type"] == "question":
             rounds.append([])
         elif record["type"] == "trial_started" and rounds:

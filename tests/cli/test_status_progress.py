@@ -182,6 +182,24 @@ def test_live_view_keeps_event_lines_and_the_smallest_failing_set_in_its_panel()
     assert "[1/5] start  #0001" in shown and "hello" in shown, "event lines stay above the panel"
 
 
+def test_after_a_resume_the_live_view_says_which_counts_are_over_all_sessions_and_which_this_sessions() -> None:
+    stream = io.StringIO()
+    events = ConsoleEvents(total_rules=3, budget=60, stream=stream, live=True)
+    events.start(launched_before=17)
+    events.trial_started(trial_state([started("0018", ["A"], time=0.0)], "0018"))
+    panel = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+    events.close()
+    assert "18/60 trainings in all, 1 this session, 0 of them finished" in panel
+
+
+def test_status_of_a_search_of_several_sessions_says_its_counts_are_over_all_of_them(tmp_path: Path) -> None:
+    records = stopped_search()
+    records.insert(-1, session_started())
+    write_journal(tmp_path, records)
+    lines = status_lines(tmp_path)
+    assert lines[2].startswith("  trainings launched in all (2 sessions): 4 of budget 20; "), lines[2]
+
+
 def test_live_view_lists_every_device_and_reads_step_and_loss_from_stdout_without_a_metrics_file(
     tmp_path: Path,
 ) -> None:

@@ -43,6 +43,17 @@ Whole-run behaviour, independent of the switch file:
                                           after it (R defaults to 1.0)
   --step-sleep S         seconds to sleep after each step line, on top of --sleep
                          (with --nan-at-step: a long run that early stopping cuts)
+  --damage-from N        a run broken by a ``low`` bug shows it in its loss too: from
+                         step N on, + --damage-rate per step on top of its curve (a
+                         culprit whose damage appears part-way, for early passes)
+  --damage-at NAME:N     the damage of the bugs naming NAME starts at step N instead
+                         (repeatable; with several bugs, the earliest start counts)
+  --damage-rate R        loss added per step of damage (default 0.05)
+  --speed X              print ``speed X samples/s`` after each step line: the training's
+                         throughput with every fusion on ...
+  --slow-when-off NAME:F ... and F (a fraction) slower for each such rule switched off
+                         (repeatable; rules not named cost nothing)
+                         (with --nan-at-step: a long run that early stopping cuts)
   --exit-code N          exit with N after the steps, before the metric (a crash)
   --hang                 after the steps, sleep until killed
   --ignore-sigterm       ignore SIGTERM, so only the supervisor's SIGKILL ends it
@@ -115,6 +126,11 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--nan-at-step", type=int, default=None)
     parser.add_argument("--loss-curve", default="decay")
     parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--damage-from", type=int, default=None)
+    parser.add_argument("--damage-at", action="append", default=[])
+    parser.add_argument("--damage-rate", type=float, default=0.05)
+    parser.add_argument("--speed", type=float, default=None)
+    parser.add_argument("--slow-when-off", action="append", default=[])
     parser.add_argument("--exit-code", type=int, default=None)
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--ignore-sigterm", action="store_true")
@@ -335,11 +351,17 @@ def main(argv: list[str] | None = None) -> int:
 
     switch = load_switch(args.switch_file)
     effect = None
+    damage_starts = {name: int(step) for name, _, step in (item.rpartition(":") for item in args.damage_at)}
+    damage_from = None  # the step from which the loss shows a "low" bug
     if switch is not None:
         for names, bug_effect in _bug_groups(args):
             if all(_is_on(switch, name) for name in names):
                 if effect is None or _SEVERITY[bug_effect] > _SEVERITY[effect]:
                     effect = bug_effect
+                starts = [damage_starts[name] for name in names if name in damage_starts]
+                start = min(starts) if starts else args.damage_from
+                if bug_effect == "low" and start is not None:
+                    damage_from = start if damage_from is None else min(damage_from, start)
     enabled = _enabled_names(switch)
 
     if args.launch_log:
@@ -376,16 +398,26 @@ def main(argv: list[str] | None = None) -> int:
             metrics.write(json.dumps(entry) + "\n")  # NaN as the bare JSON token
             metrics.flush()
 
+    speed = args.speed
+    if speed is not None and switch is not None:
+        for item in args.slow_when_off:
+            name, _, fraction = item.rpartition(":")
+            if not _is_on(switch, name):
+                speed *= 1.0 - float(fraction)
     diverges = args.nan or effect == "nan"
     curve = _loss_curve(args.loss_curve)
     loss = float("nan")
     for step in range(1, args.steps + 1):
         loss = curve(step)
+        if damage_from is not None and step >= damage_from:
+            loss += args.damage_rate * (step - damage_from + 1)
         if diverges and step > args.steps // 2:
             loss = float("nan")
         if args.nan_at_step is not None and step >= args.nan_at_step:
             loss = float("nan")
         print(f"step {step} loss {loss:.4f}", flush=True)
+        if speed is not None:
+            print(f"speed {speed:.6g} samples/s", flush=True)
         record({"step": step, "loss": loss})
         if args.sleep > 0:
             time.sleep(args.sleep / max(args.steps, 1))

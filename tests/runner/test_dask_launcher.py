@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from tests.support.cli import CULPRIT, GRAPH, write_config
+from tests.support.journal_configs import decoded
 from tests.support.fake_training import FAKE_TRAIN, cli_env, run_fusion_dd, start_fusion_dd, wrapper_script
 
 try:
@@ -230,7 +231,8 @@ def dask_config(
 
 
 def journal(tmp_path: Path) -> list[dict]:
-    return [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines() if line]
+    lines = (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()
+    return decoded(json.loads(line) for line in lines if line)
 
 
 def finished_trainings(tmp_path: Path) -> list[tuple[tuple[str, ...], int]]:

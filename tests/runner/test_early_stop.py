@@ -202,6 +202,49 @@ def test_estimate_savings() -> None:
     }
 
 
+def test_a_run_inside_the_band_up_to_the_horizon_passes_early() -> None:
+    rule = EarlyStopRule(pass_step=30)
+    baseline = [(step, 1.0) for step in range(1, 101)]
+    reports = [(step, 1.05) for step in range(1, 101)]  # inside the default 10% band
+    decision = decide(rule, baseline, reports)
+    assert decision is not None and decision.kind == "early_pass" and decision.step == 30
+    assert "proven only by a full training" in decision.reason
+    assert rule.active and not EarlyStopRule(nan=False).active and EarlyStopRule(nan=False, pass_step=5).active
+
+
+def test_one_report_above_the_band_or_one_nan_rules_out_an_early_pass() -> None:
+    baseline = [(step, 1.0) for step in range(1, 101)]
+    spike = [(step, 1.5 if step == 12 else 1.0) for step in range(1, 101)]
+    assert decide(EarlyStopRule(pass_step=30), baseline, spike) is None  # runs to its end: a full verdict
+    nan = [(step, NAN if step == 12 else 1.0) for step in range(1, 101)]
+    assert decide(EarlyStopRule(nan=False, pass_step=30), baseline, nan) is None
+    # With a divergence rule, its band decides for passes too, and divergence still stops failures.
+    wide = EarlyStopRule(divergence=1.0, pass_step=30)
+    assert decide(wide, baseline, spike).kind == "early_pass"  # type: ignore[union-attr]
+    diverging = [(step, 1.0 if step < 10 else 5.0) for step in range(1, 101)]
+    assert decide(wide, baseline, diverging).kind == "diverged"  # type: ignore[union-attr]
+
+
+def test_without_a_horizon_nothing_passes_early_and_early_steps_are_not_judged() -> None:
+    baseline = [(step, 1.0) for step in range(1, 101)]
+    assert decide(EarlyStopRule(), baseline, [(step, 1.0) for step in range(1, 101)]) is None
+    noisy_start = [(step, 9.0 if step < 5 else 1.0) for step in range(1, 101)]
+    assert decide(EarlyStopRule(pass_step=30, start_step=5), baseline, noisy_start).kind == "early_pass"  # type: ignore[union-attr]
+
+
+def test_an_early_pass_is_classified_as_a_pass_kind_not_a_failure() -> None:
+    run = TrialRun(
+        trial_id="t", trial_dir=Path("d"), exit_code=None, signal=15, timed_out=False, cancelled=True,
+        duration=1.0, start=0.0, end=1.0, log_path=Path("l"), metrics_path=Path("m"),
+        early_stop={"kind": "early_pass", "step": 30, "reason": "passed early at step 30"},
+    )
+    from fusion_dd.runner.metrics import MetricReading
+
+    kind, reason = classify(run, MetricReading(None, False, "no metric"))
+    assert (kind, reason) == ("early_pass", "passed early at step 30")
+    assert classify(run, MetricReading(None, True, "non-finite value: loss nan"))[0] == "nonfinite"
+
+
 # --- configuration --------------------------------------------------------------------
 
 
@@ -483,7 +526,9 @@ def test_the_baseline_curve_is_journaled_by_a_hook_and_capped(tmp_path: Path) ->
     lines = "".join(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\n" for step in range(12000))
     (tmp_path / "metrics.jsonl").write_text(lines)
     hook = LossCurveHook()
-    assert hook.collect(TrialFiles(tmp_path, frozenset(), "search")) == {}  # only baselines are compared with
+    # A search training journals only its length (the search's cost in steps); the references their curves.
+    assert hook.collect(TrialFiles(tmp_path, frozenset(), "search")) == {"last_step": 11999}
+    assert hook.collect(TrialFiles(tmp_path, frozenset(), "all_on"))["last_step"] == 11999
     curve = hook.collect(TrialFiles(tmp_path, frozenset(), "baseline"))["curve"]
     assert len(curve) <= MAX_CURVE_POINTS + 1
     assert curve[0] == [0, 1.0] and curve[-1] == [11999, 1.0 / 12000]
@@ -509,3 +554,21 @@ def test_early_stop_on_resume_uses_the_journaled_curve_not_the_files(tmp_path: P
         (state / started[record["trial_id"]]["trial_dir"] / "output.log").write_text("")
     second = run_fusion_dd("resume", "--budget", "40", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
+
+
+def test_log_reports_in_a_line_without_end_are_found_once_across_reads(tmp_path, monkeypatch):
+    """Output with no newline nor carriage return, read a few bytes at a time: pieces, not one growing line."""
+    from fusion_dd.runner import early_stop as module
+    from fusion_dd.runner import metrics as metrics_module
+
+    monkeypatch.setattr(module, "MAX_LINE_BYTES", 20)
+    monkeypatch.setattr(metrics_module, "OVERLAP", 24)
+    text = "".join(f"step {step} loss {1.0 / (step + 1):.3f} ~ " for step in range(40))
+    (tmp_path / "output.log").write_text(text)
+    reader = ReportReader(tmp_path, re.compile(r"step (\d+) loss (\S+)"))
+    reports = []
+    while chunk := reader._log.read_new(7):
+        reports += module._records_from_log(chunk, reader._log, reader.step_pattern)
+        assert len(reader._log.pending) <= 20 + 7
+    reports += module._records_from_log(b"\n", reader._log, reader.step_pattern)
+    assert reports == [(step, pytest.approx(round(1.0 / (step + 1), 3))) for step in range(40)]

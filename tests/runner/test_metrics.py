@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fusion_dd.errors import UsageError
@@ -257,3 +257,55 @@ def test_spec_from_text_errors_name_the_key() -> None:
         MetricSpec.from_text(None, loss_pattern="(", where="score")
     with pytest.raises(ValueError):
         MetricSpec(pattern=re.compile("no group"))
+
+
+# --- lines longer than the reader holds ------------------------------------------------
+
+from fusion_dd.runner import metrics as metrics_module  # noqa: E402
+
+_WORDS = st.sampled_from(["accuracy: 0.5", "accuracy: 12", "loss=nan", "loss=0.3", " ", "\r", "\n", "x", "é", "accu", "racy: 7"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(parts=st.lists(_WORDS, max_size=80), cap=st.integers(4, 40), block=st.integers(1, 30))
+def test_a_log_read_in_small_pieces_gives_every_match_once_as_a_whole_read_does(parts, cap, block, tmp_path_factory):
+    """Long lines come in overlapping pieces: no match lost at a boundary, none counted twice.
+
+    (A single match longer than the overlap is the documented exception: not generated here.)
+    """
+    text = "".join(parts)
+    expected = [match for line in text.split("\n") for match in re.finditer(r"accuracy: (\S+)", line)]
+    assume(all(len(match.group(0)) < 16 for match in expected))
+    path = tmp_path_factory.mktemp("log") / "output.log"
+    path.write_bytes(text.encode())
+    spec = MetricSpec.from_text(r"accuracy: (\S+)")
+    whole = metrics_module._scan_log(path, spec)
+    saved = metrics_module.LINE_CAP, metrics_module.OVERLAP, metrics_module._BLOCK_BYTES
+    try:
+        metrics_module.LINE_CAP, metrics_module.OVERLAP, metrics_module._BLOCK_BYTES = cap, 16, block
+        pieces = metrics_module._scan_log(path, spec)
+    finally:
+        metrics_module.LINE_CAP, metrics_module.OVERLAP, metrics_module._BLOCK_BYTES = saved
+    assert (pieces.matches, pieces.last_token, pieces.last_line) == (whole.matches, whole.last_token, whole.last_line)
+    assert bool(pieces.first_nonfinite) == bool(whole.first_nonfinite)
+    assert whole.matches == len(expected) and whole.last_token == (expected[-1].group(1) if expected else None)
+
+
+def test_a_metric_after_megabytes_without_a_newline_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """A progress bar rewriting one line with \\r: the reader holds pieces, never the line."""
+    held: list[int] = []
+    real = metrics_module._scan_piece
+
+    def spy(scan, piece, *args):
+        held.append(len(piece.text))
+        return real(scan, piece, *args)
+
+    bar = b"".join(b"\r%3d%%|####| loss=0.4 " % (i % 100) for i in range(200_000))  # about 4 MB
+    run = make_run(tmp_path, bar + b" accuracy: 0.81" + bar)
+    metrics_module._scan_piece = spy
+    try:
+        reading = read_metric(run, ACC)
+    finally:
+        metrics_module._scan_piece = real
+    assert reading.value == pytest.approx(0.81)
+    assert held and max(held) <= metrics_module.LINE_CAP + metrics_module._BLOCK_BYTES + metrics_module.OVERLAP

@@ -544,3 +544,93 @@ def test_a_run_record_from_before_early_stopping_still_reads(tmp_path: Path) -> 
     run = run_trial(make_spec(tmp_path))
     old = {key: value for key, value in run.to_json().items() if key != "early_stop"}
     assert TrialRun.from_json(old) == run and run.early_stop is None
+
+
+def test_a_status_that_finds_the_disk_full_goes_into_the_space_reserved_for_it(tmp_path, monkeypatch):
+    """The supervisor takes the status's space before the training runs; a full disk at its end loses nothing."""
+    import errno
+
+    from fusion_dd.runner import supervisor
+
+    supervisor._reserve_status(str(tmp_path))
+    assert (tmp_path / supervisor.STATUS_RESERVE_FILE).stat().st_size > 0
+
+    def full(path, document, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(supervisor, "write_json_atomic", full)
+    supervisor._write_status(str(tmp_path), {"exit_code": 0, "signal": None, "start": 1.0, "end": 2.0})
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["exit_code"] == 0 and status["disk_full"] is True
+    assert not (tmp_path / supervisor.STATUS_RESERVE_FILE).exists()
+    # Without a reserve the error goes on, naming the file.
+    with pytest.raises(OSError, match="status.json"):
+        supervisor._write_status(str(tmp_path), {"exit_code": 0})
+
+
+def test_a_finished_run_whose_status_says_the_disk_was_full_and_no_metric_is_trained_again(tmp_path):
+    from fusion_dd.runner.launcher import TrialRequest, result_of
+    from fusion_dd.runner.metrics import MetricSpec
+
+    spec = fake_trial_spec(tmp_path, "0001")
+    spec.trial_dir.mkdir(parents=True)
+    (spec.trial_dir / "output.log").write_text("loss 0.3\n")
+    run = TrialRun(
+        trial_id="0001", trial_dir=spec.trial_dir, exit_code=1, signal=None, timed_out=False, cancelled=False,
+        duration=1.0, start=1.0, end=2.0, log_path=spec.trial_dir / "output.log",
+        metrics_path=spec.trial_dir / "metrics.jsonl", disk_full=True,
+    )
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"accuracy: (\S+)"))
+    result = result_of(run, request)
+    assert result.cancelled and "disk was full" in result.reason
+    (spec.trial_dir / "output.log").write_text("accuracy: 0.9\n")
+    import dataclasses
+
+    assert result_of(dataclasses.replace(run, exit_code=0), request).kind == "metric"  # complete evidence: taken
+
+
+def test_a_trial_directory_of_another_search_or_configuration_is_set_aside_not_adopted(tmp_path):
+    from fusion_dd.runner.trial import ForeignTrial, adopt_trial, trial_binding
+
+    ours = trial_binding("aaaa", "0001", ["A"], 0, "search")
+    trial_dir = tmp_path / "trials" / "0001"
+    trial_dir.mkdir(parents=True)
+    (trial_dir / "status.json").write_text(json.dumps({"exit_code": 0, "binding": trial_binding("bbbb", "0001", ["A"], 0, "search")}))
+    with pytest.raises(ForeignTrial, match="belongs to search bbbb") as raised:
+        adopt_trial(trial_dir, ours)
+    assert raised.value.moved_to == tmp_path / "trials" / "0001.foreign" and not trial_dir.exists()
+    trial_dir.mkdir()
+    (trial_dir / "status.json").write_text(json.dumps({"exit_code": 0, "binding": trial_binding("aaaa", "0001", ["B"], 0, "search")}))
+    with pytest.raises(ForeignTrial, match="another configuration"):
+        adopt_trial(trial_dir, ours)
+    assert (tmp_path / "trials" / "0001.foreign.2").is_dir()
+    trial_dir.mkdir()
+    (trial_dir / "status.json").write_text(json.dumps({"exit_code": 0, "binding": ours}))
+    assert adopt_trial(trial_dir, ours) is not None
+    # A directory written before bindings: only a search without an id (as old as it) takes it.
+    (trial_dir / "status.json").write_text(json.dumps({"exit_code": 0}))
+    assert adopt_trial(trial_dir, trial_binding(None, "0001", ["A"], 0, "search")) is not None
+    with pytest.raises(ForeignTrial, match="names no search"):
+        adopt_trial(trial_dir, ours)
+
+
+def test_output_past_the_log_limit_keeps_its_head_and_latest_tail_and_marks_the_cut(tmp_path):
+    from fusion_dd.runner.supervisor import _LogCap
+
+    log = tmp_path / "output.log"
+    cap = _LogCap(str(log), 1000)
+    written = b""
+    for index in range(30):
+        chunk = b"line %04d %s\n" % (index, b"x" * 90)
+        written += chunk
+        with open(log, "ab") as handle:
+            handle.write(chunk)
+        cap.check()
+        assert log.stat().st_size <= 1000 + len(chunk)
+    data = log.read_bytes()
+    assert data.startswith(written[:500])
+    assert data.endswith(written[-250:])
+    mark = data[500:].split(b"\n")[1]
+    assert mark.startswith(b"[fusion-dd: ") and b"train.log_limit (1000 bytes)" in mark
+    left_out = int(mark.split()[1])
+    assert len(data) - len(mark) - 2 + left_out == len(written)  # every byte is kept or counted as cut

@@ -379,3 +379,174 @@ def test_a_record_appended_without_fsync_reads_back_and_the_next_durable_one_syn
         journal.append({"type": "note", "time": 2.0})
         assert len(synced) == before + 1
     assert [record["type"] for record in read_records(tmp_path / "journal.jsonl")][-2:] == ["question", "note"]
+
+
+def _numbered_journal(tmp_path, count=4):
+    path = tmp_path / "journal.jsonl"
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {"x": 1}})
+        for index in range(1, count):
+            journal.append({"type": "note", "index": index})
+    journal_module._last_scan = None
+    return path
+
+
+def test_every_record_carries_its_position_inside_the_checksum_and_readers_do_not_see_it(tmp_path):
+    path = _numbered_journal(tmp_path)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["seq"] for line in lines] == [1, 2, 3, 4]
+    assert all("seq" not in record for record in read_records(path))
+    # The number is covered by the checksum: changing it alone is an edit.
+    path.write_text(path.read_text().replace('"seq":3', '"seq":5'))
+    with pytest.raises(UsageError, match=r"journal.jsonl:3: journal line does not match its checksum"):
+        read_records(path)
+
+
+@pytest.mark.parametrize(
+    "damage, line",
+    [
+        (lambda lines: lines[:1] + [b""] + lines[2:], 2),  # a record emptied: a blank line
+        (lambda lines: lines[:1] + lines[2:], 2),  # a record deleted
+        (lambda lines: lines[:2] + lines[1:], 3),  # a record duplicated
+        (lambda lines: [lines[0], lines[2], lines[1], lines[3]], 2),  # two records swapped
+    ],
+    ids=["blanked", "deleted", "duplicated", "reordered"],
+)
+def test_a_missing_duplicated_or_moved_record_is_refused_with_file_and_line(tmp_path, damage, line):
+    path = _numbered_journal(tmp_path)
+    lines = path.read_bytes().split(b"\n")[:-1]
+    path.write_bytes(b"\n".join(damage(lines)) + b"\n")
+    with pytest.raises(UsageError, match=rf"journal.jsonl:{line}: "):
+        read_records(path)
+    with pytest.raises(UsageError, match=rf"journal.jsonl:{line}: "):
+        Journal.open(tmp_path)
+
+
+def test_a_torn_last_line_of_a_numbered_journal_is_still_cut_and_the_numbering_goes_on(tmp_path):
+    path = _numbered_journal(tmp_path, count=2)
+    path.write_bytes(path.read_bytes() + b'{"crc":"00000000","seq":3,"type":"no')
+    assert len(read_records(path)) == 2
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "note", "index": 9})
+    assert [json.loads(line)["seq"] for line in path.read_text().splitlines()] == [1, 2, 3]
+
+
+def test_records_of_an_unnumbered_journal_stay_readable_and_new_ones_are_numbered_by_position(tmp_path):
+    records = [{"type": "search_started", "definition": {"x": 1}}, {"type": "note", "value": 0.5}]
+    path = tmp_path / "journal.jsonl"
+    # encode_record numbers nothing (the writer does): these are the lines of a journal before numbering.
+    path.write_text("".join(journal_module.encode_record(record).decode() for record in records))
+    assert "seq" not in path.read_text()
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "note", "value": 0.7})
+    assert json.loads(path.read_text().splitlines()[-1])["seq"] == 3
+    assert [record.get("value") for record in read_records(path)] == [None, 0.5, 0.7]
+    # Deleting an unnumbered record before the numbered ones shifts them: caught.
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + lines[2])
+    with pytest.raises(UsageError, match=r"journal.jsonl:2: the journal record is record 3 but stands at position 2"):
+        read_records(path)
+
+
+def test_the_0_1_0_journal_fixture_resumes_and_its_new_records_are_numbered(tmp_path):
+    import shutil
+
+    shutil.copy(FIXTURES / "journal-0.1.0" / "journal.jsonl", tmp_path / "journal.jsonl")
+    before = len(read_records(tmp_path / "journal.jsonl"))
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "note"})
+    journal_module._last_scan = None
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
+    assert [json.loads(line).get("seq") for line in lines[-2:]] == [before + 1, before + 2]  # the seal, the note
+    assert len(read_records(tmp_path / "journal.jsonl")) == before + 2
+
+
+class _Interrupt(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("where", ["write", "fsync"])
+def test_an_interrupt_after_the_write_of_an_append_is_no_foreign_writer(tmp_path, monkeypatch, where):
+    """Ctrl-C raises between any two statements: a line we wrote must not make the next append cry tampering."""
+    path = tmp_path / "journal.jsonl"
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {}})
+        real_write = journal._file.write
+        real_fsync = os.fsync
+
+        def write(data):
+            count = real_write(data)
+            if where == "write":
+                raise _Interrupt
+            return count
+
+        def fsync(fd):
+            real_fsync(fd)
+            raise _Interrupt
+
+        if where == "write":
+            monkeypatch.setattr(journal, "_file", type("F", (), {"write": staticmethod(write), "fileno": journal._file.fileno})())
+        else:
+            monkeypatch.setattr(journal_module.os, "fsync", fsync)
+        with pytest.raises(_Interrupt):
+            journal.append({"type": "guide_ranked", "ranking": list(range(1000))})
+        monkeypatch.undo()
+        journal.append({"type": "search_stopped", "reason": "interrupted"})
+    journal_module._last_scan = None
+    assert [record["type"] for record in read_records(path)] == ["search_started", "guide_ranked", "search_stopped"]
+
+
+def test_a_half_written_line_of_our_own_is_cut_and_the_record_written_again_by_the_next_append(tmp_path, monkeypatch):
+    path = tmp_path / "journal.jsonl"
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {}})
+        real = journal._file
+
+        class Half:
+            def write(self, data):
+                real.write(data[: len(data) // 2])
+                raise _Interrupt
+
+            def fileno(self):
+                return real.fileno()
+
+        monkeypatch.setattr(journal, "_file", Half())
+        with pytest.raises(_Interrupt):
+            journal.append({"type": "note", "index": 1})
+        monkeypatch.undo()
+        journal.append({"type": "note", "index": 2})
+    journal_module._last_scan = None
+    assert [record.get("index") for record in read_records(path)] == [None, 2]
+
+
+def test_a_write_by_another_program_is_still_called_one(tmp_path):
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {}})
+        with open(tmp_path / "journal.jsonl", "ab") as other:
+            other.write(b'{"type":"note"}\n')
+        with pytest.raises(JournalLost, match="written to by another program"):
+            journal.append({"type": "note"})
+
+
+def test_a_failed_journal_write_names_the_path_and_the_errno_text_and_leaves_no_half_line(tmp_path, monkeypatch):
+    import errno
+
+    with Journal.open(tmp_path) as journal:
+        journal.append({"type": "search_started", "definition": {}})
+        real = journal._file
+
+        class Full:
+            def write(self, data):
+                real.write(data[:10])
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+            def fileno(self):
+                return real.fileno()
+
+        monkeypatch.setattr(journal, "_file", Full())
+        with pytest.raises(UsageError, match=r"journal.jsonl: cannot write the journal \(No space left on device\)"):
+            journal.append({"type": "note", "index": 1})
+        monkeypatch.undo()
+        journal.append({"type": "note", "index": 2})
+    journal_module._last_scan = None
+    assert [record.get("index") for record in read_records(tmp_path / "journal.jsonl")] == [None, 2]

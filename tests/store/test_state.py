@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fusion_dd.rules import Rule, Section
 from fusion_dd.store.state import config_names, decode_float, definition_changes, encode_float, replay
@@ -156,3 +158,32 @@ def test_definition_changes_are_named_as_config_keys() -> None:
 def test_config_names_are_sorted_names_of_rules_or_strings() -> None:
     assert config_names(frozenset({Rule("b", Section.UB), Rule("a", Section.GRAPH)})) == ["a", "b"]
     assert config_names(["z", "y"]) == ["y", "z"]
+
+
+@given(st.integers(min_value=0, max_value=1300), st.data())
+def test_a_configuration_journaled_as_a_mask_of_the_rule_list_decodes_to_the_same_rule_names(size, data) -> None:
+    from fusion_dd.store.state import RuleIndex
+
+    names = [f"Rule{index}" for index in range(size)]
+    chosen = data.draw(st.sets(st.sampled_from(names)) if names else st.just(set()))
+    index = RuleIndex(names)
+    mask = index.encode(chosen)
+    assert RuleIndex(names).decode(mask) == frozenset(chosen)
+    assert len(mask) <= (size + 5) // 6 + 1, "a mask costs a character per six rules, never a name per rule"
+
+
+def test_replay_reads_configurations_by_mask_and_by_name_alike_and_equal_ones_share_a_key() -> None:
+    from fusion_dd.store.state import RuleIndex
+
+    names = ["A", "B", "C", "D", "E", "F", "G", "H", "I"]
+    masked = RuleIndex(names).encode({"B", "I"})
+    records = [
+        search_started(names),
+        {**started("0001", ["B", "I"]), "config": ["B", "I"]},
+        finished("0001", 0.5),
+        {**{key: value for key, value in started("0002", [], repeat=1).items() if key != "config"}, "on": masked},
+        finished("0002", 0.6),
+    ]
+    state = replay(records)
+    assert state.trials["0001"].config == state.trials["0002"].config == frozenset({"B", "I"})
+    assert set(state.cache()) == {(frozenset({"B", "I"}), 0), (frozenset({"B", "I"}), 1)}

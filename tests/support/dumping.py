@@ -15,6 +15,7 @@ import yaml
 
 from tests.support import FAKES
 from tests.support.cli import GRAPH
+from tests.support.journal_configs import decoded
 
 DUMP_TRAIN = FAKES / "dump_train.py"
 SINGLE = GRAPH[5]  # breaks layer_1 alone
@@ -48,5 +49,5 @@ def write(
 
 def started(tmp_path: Path) -> list[tuple[tuple[str, ...], str, int]]:
     lines = (tmp_path / "state" / "journal.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines]
+    records = decoded(json.loads(line) for line in lines)
     return [(tuple(r["config"]), r["role"], r["repeat"]) for r in records if r.get("type") == "trial_started"]

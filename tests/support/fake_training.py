@@ -98,7 +98,7 @@ def call_fusion_dd(
     from fusion_dd.cli import main
 
     saved_env, saved_cwd, environment = dict(os.environ), os.getcwd(), cli_env(env)
-    saved_signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    saved_signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     stdout, stderr = io.StringIO(), io.StringIO()
     code: int | str | None = 0
     try:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from fusion_dd import html_report
 
+from tests.support.journal_configs import decoded
+
 PLOTS = ("timeline", "metrics", "losses", "path", "budget")
 
 
@@ -111,7 +113,7 @@ def check_html_report(path: Path, state: Path) -> Page:
                 assert rule["name"] in row[2]
             assert row[3] == ", ".join(culprit["switched_off"])
 
-    started = {r["trial_id"]: r for r in records if r["type"] == "trial_started"}
+    started = {r["trial_id"]: r for r in decoded(records) if r["type"] == "trial_started"}
     ended = {r["trial_id"]: r for r in records if r["type"] == "trial_finished"}
     plotted = {trial["trial_id"]: trial for trial in data["trials"]}
     assert set(plotted) == set(started)

@@ -1,0 +1,227 @@
+"""Benchmark what a resume costs as a search grows: journal bytes, replay time and memory.
+
+    python benchmarks/bench_resume.py [--only NAME,...] [--no-write]
+
+The journals are written by the real engine in-process with instant trainings
+(``bench_coordinator._build_journal``: the records are the engine's own; only the
+processes are skipped). Every time is a ratio to ``fusion-dd --help`` measured in
+the same run, each command a fresh process as a user starts it:
+
+* ``bytes``: journal bytes per trial of a search of about 1,300 trials over 1,024
+  candidates (90 planted culprits), everything included (the rule list once, the
+  answer at the end).
+* ``finished``: ``fusion-dd resume`` of that finished search (it shows the answer).
+* ``replay``: ``fusion-dd resume`` of the same journal with its last record
+  (``search_finished``) cut off: every question replayed from the journal's cache,
+  nothing trained; wall time and the peak resident memory of the process.
+* ``resume-5000``: the same for a search of about 5,000 trials over 512 candidates.
+
+The markdown section is printed and written into benchmarks/RESULTS.md between
+``<!-- bench_resume:begin -->`` and ``<!-- bench_resume:end -->``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_coordinator import _build_journal, _cli, _compile_bytecode, _env, _names
+from results_file import replace_section
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+BEGIN, END = "<!-- bench_resume:begin -->", "<!-- bench_resume:end -->"
+NAMES = ("bytes", "finished", "replay", "resume-5000")
+
+# As measured before configurations were journaled as masks (the journal of a 1,312-trial search).
+BEFORE = {"bytes": "~20 KB", "finished": "3.4x", "replay": "27.5 s, 448 MB", "resume_5000": "-"}
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(argv: list[str], cwd: Path, runs: int) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """The median wall time of ``runs`` runs of one command, each its own process (CPU in CPU_SECONDS)."""
+    times, cpu = [], []
+    done = None
+    for _ in range(runs):
+        start, used = time.perf_counter(), _cpu()
+        done = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, check=False)
+        times.append(time.perf_counter() - start)
+        cpu.append(_cpu() - used)
+    assert done is not None
+    CPU_SECONDS[" ".join(argv[3:])] = statistics.median(cpu)
+    return statistics.median(times), done
+
+
+#: The median CPU seconds (user + system) of each timed command, by its arguments: on a shared
+#: machine the wall time of a process depends on everyone else's load, its CPU time much less.
+CPU_SECONDS: dict[str, float] = {}
+
+
+def _peak(argv: list[str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Wall time and peak memory of one run, read from /proc while it runs (VmHWM)."""
+    start, used = time.perf_counter(), _cpu()
+    process = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak_kb = 0
+    status = Path(f"/proc/{process.pid}/status")
+    while process.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak_kb = max(peak_kb, int(line.split()[1]))
+        except OSError:
+            pass
+        time.sleep(0.01)
+    out, err = process.communicate()
+    elapsed = time.perf_counter() - start
+    CPU_SECONDS[" ".join(argv[3:]) + " (replay)"] = _cpu() - used
+    return elapsed, peak_kb / 1024, subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def _cut_end(directory: Path) -> None:
+    journal = directory / ".fusion-dd" / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    assert json.loads(lines[-1])["type"] == "search_finished"
+    journal.write_bytes(b"".join(lines[:-1]))  # as if stopped right before the end
+
+
+def _search(work: Path, name: str, candidates: int, culprits: int, seed: int) -> tuple[Path, dict[str, Any]]:
+    directory = work / name
+    directory.mkdir()
+    names = _names(candidates)
+    started = time.perf_counter()
+    report = _build_journal(directory, names, random.Random(seed).sample(names, culprits), budget=100_000)
+    report["_built"] = time.perf_counter() - started
+    return directory, report
+
+
+def bench_large(work: Path, help_time: float, wanted: set[str]) -> dict[str, dict[str, Any]]:
+    directory, report = _search(work, "n1024", 1024, 90, 1024)
+    journal = directory / ".fusion-dd" / "journal.jsonl"
+    rows: dict[str, dict[str, Any]] = {}
+    trials = report["trainings"]
+    rows["bytes"] = {"trials": trials, "bytes": journal.stat().st_size, "per_trial": journal.stat().st_size / trials}
+    if "finished" in wanted:
+        elapsed, done = _timed([*_cli(), "resume"], directory, 5)
+        rows["finished"] = {"trials": trials, "resume": elapsed, "ratio": elapsed / help_time, "exit": done.returncode,
+                            "cpu_ratio": CPU_SECONDS["resume"] / CPU_SECONDS["--help"]}
+    if "replay" in wanted:
+        _cut_end(directory)
+        elapsed, peak, done = _peak([*_cli(), "resume"], directory)
+        again = json.loads((directory / ".fusion-dd" / "report.json").read_text(encoding="utf-8"))
+        rows["replay"] = {"cpu_ratio": CPU_SECONDS["resume (replay)"] / CPU_SECONDS["--help"],
+            "trials": trials, "resume": elapsed, "ratio": elapsed / help_time, "peak_mb": peak, "exit": done.returncode,
+            "same": again["trainings"] == trials and again["switched_off"] == report["switched_off"],
+        }
+    return rows
+
+
+def bench_5000(work: Path, help_time: float) -> dict[str, Any]:
+    directory, report = _search(work, "n512", 512, 370, 5000)
+    _cut_end(directory)
+    elapsed, peak, done = _peak([*_cli(), "resume"], directory)
+    again = json.loads((directory / ".fusion-dd" / "report.json").read_text(encoding="utf-8"))
+    journal = directory / ".fusion-dd" / "journal.jsonl"
+    return {"cpu_ratio": CPU_SECONDS["resume (replay)"] / CPU_SECONDS["--help"],
+        "trials": report["trainings"], "resume": elapsed, "ratio": elapsed / help_time, "peak_mb": peak,
+        "exit": done.returncode, "bytes": journal.stat().st_size,
+        "same": again["trainings"] == report["trainings"] and again["switched_off"] == report["switched_off"],
+    }
+
+
+def _mark(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def render(rows: dict[str, dict[str, Any]], help_time: float, load: tuple[float, float]) -> str:
+    lines = [
+        BEGIN,
+        "## Resume at size (`benchmarks/bench_resume.py`)",
+        "",
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load average "
+        f"{load[0]:.1f} before / {load[1]:.1f} after (the machine is shared); trivial trainings; "
+        f"`fusion-dd --help` took {help_time * 1000:.0f} ms wall, {CPU_SECONDS.get('--help', 0) * 1000:.0f} ms CPU "
+        "(median of 7), the unit of the ratios: wall against wall, CPU (user + system) against CPU, since on a "
+        "loaded machine a process's wall time is mostly the others' load. A target counts as met on either.",
+        "",
+        "| case | target | before | now | |",
+        "|---|---|---|---|---|",
+    ]
+    if "bytes" in rows:
+        r = rows["bytes"]
+        lines.append(
+            f"| journal bytes per trial, n = 1,024 ({r['trials']} trials, {r['bytes'] / 1e6:.2f} MB) | ≤ 1 KB "
+            f"| {BEFORE['bytes']} | {r['per_trial']:.0f} B | {_mark(r['per_trial'] <= 1024)} |"
+        )
+    if "finished" in rows:
+        r = rows["finished"]
+        lines.append(
+            f"| `resume` of the finished search (median of 5) | ≤ 1.5x | {BEFORE['finished']} "
+            f"| {r['ratio']:.2f}x wall ({r['resume']:.2f} s), {r['cpu_ratio']:.2f}x CPU "
+            f"| {_mark(min(r['ratio'], r['cpu_ratio']) <= 1.5 and r['exit'] == 0)} |"
+        )
+    if "replay" in rows:
+        r = rows["replay"]
+        ok = min(r["ratio"], r["cpu_ratio"]) <= 3 and r["peak_mb"] <= 150 and r["same"] and r["exit"] == 0
+        lines.append(
+            f"| `resume` replaying it, its end cut off | ≤ 3x, ≤ 150 MB | {BEFORE['replay']} "
+            f"| {r['ratio']:.2f}x wall ({r['resume']:.2f} s), {r['cpu_ratio']:.2f}x CPU, {r['peak_mb']:.0f} MB "
+            f"| {_mark(ok)} |"
+        )
+    if "resume-5000" in rows:
+        r = rows["resume-5000"]
+        ok = min(r["ratio"], r["cpu_ratio"]) <= 3 and r["same"] and r["exit"] == 0
+        lines.append(
+            f"| `resume` replaying a {r['trials']}-trial search, n = 512, its end cut off "
+            f"({r['bytes'] / 1e6:.2f} MB journal) | ≤ 3x | {BEFORE['resume_5000']} "
+            f"| {r['ratio']:.2f}x wall ({r['resume']:.2f} s), {r['cpu_ratio']:.2f}x CPU, {r['peak_mb']:.0f} MB "
+            f"| {_mark(ok)} |"
+        )
+    lines += [
+        "",
+        "A replayed search reaches the same answer (same trainings, same switched-off rules) as the one that "
+        "wrote the journal; each command is a fresh process started as a user starts it.",
+        END,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(NAMES), help=f"comma-separated subset of {', '.join(NAMES)}")
+    parser.add_argument("--no-write", action="store_true", help="print the section, leave RESULTS.md alone")
+    args = parser.parse_args()
+    wanted = set(args.only.split(","))
+    _compile_bytecode()
+    load_before = os.getloadavg()[0]
+    rows: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-resume-") as temp:
+        work = Path(temp)
+        help_time, _ = _timed([*_cli(), "--help"], work, 7)
+        if wanted & {"bytes", "finished", "replay"}:
+            rows.update(bench_large(work, help_time, wanted))
+        if "resume-5000" in wanted:
+            rows["resume-5000"] = bench_5000(work, help_time)
+    section = render(rows, help_time, (load_before, os.getloadavg()[0]))
+    print(section)
+    print(json.dumps(rows, indent=2, default=str), file=sys.stderr)
+    if not args.no_write:
+        replace_section(section, BEGIN, END, RESULTS)
+
+
+if __name__ == "__main__":
+    main()

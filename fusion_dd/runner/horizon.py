@@ -1,0 +1,154 @@
+"""How far a training must run before its loss curve can vouch for a pass.
+
+The references tell, before the search asks anything, when damage becomes
+visible: the all-on training's loss leaves the baseline's band at some step.
+A configuration whose loss has stayed inside the band for well beyond that step
+is very likely healthy, so the search may take it as a pass and stop it there
+(a *speculative* pass: the fix is still verified by a full training, see
+``fusion_dd.engine``). This module computes that step, the *horizon*; it is pure
+and has no clock, no files and no processes.
+
+The band is the divergence rule's (``early_stop.divergence`` with ``relative``),
+or, when that is not configured, :data:`DEFAULT_PASS_BAND` relative to the
+baseline's loss. Leaving the band means ``patience`` reports in a row above it,
+as for stopping a diverged run, so that one spike of the all-on run does not
+set a horizon too early; the horizon counts from the first of those reports.
+
+The horizon is ``factor`` times that step (the damage of another culprit may
+show a little later than the all-on run's), at least ``min_fraction`` of the
+training (a departure at step 3 says little about step 6), and never beyond
+the training's length (the baseline's last step).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+
+#: The band for early passes when ``early_stop.divergence`` is not set: 10% above
+#: the baseline's loss at the same step.
+DEFAULT_PASS_BAND = 0.1
+#: The horizon is this many times the step at which the all-on run left the band.
+DEFAULT_FACTOR = 2.0
+#: The horizon is at least this fraction of the training's length.
+MIN_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class PassAt:
+    """``early_stop.pass_at``: off, auto (from the references' curves), a step, or a fraction.
+
+    ``step`` is a fixed horizon in steps; ``fraction`` one in parts of the
+    training's length (the baseline's last step). Exactly one of ``auto``,
+    ``step`` and ``fraction`` is set when the setting is on.
+    """
+
+    auto: bool = True
+    step: int | None = None
+    fraction: float | None = None
+
+    @property
+    def off(self) -> bool:
+        return not self.auto and self.step is None and self.fraction is None
+
+    def to_json(self) -> str | int | float:
+        if self.auto:
+            return "auto"
+        if self.step is not None:
+            return self.step
+        if self.fraction is not None:
+            return self.fraction
+        return "off"
+
+    @classmethod
+    def parse(cls, value: Any, where: str = "early_stop.pass_at") -> "PassAt":
+        """``auto`` (the default), ``off``/false, a whole number of steps, or a fraction in (0, 1)."""
+        if value is None or value == "auto":
+            return cls()
+        if value is False or value == "off":
+            return cls(auto=False)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return cls(auto=False, step=value)
+        if isinstance(value, float) and math.isfinite(value) and 0 < value < 1:
+            return cls(auto=False, fraction=value)
+        raise UsageError(
+            f"{where}: {value!r} is not valid; use auto, off, a step count >= 1, "
+            "or a fraction of the training between 0 and 1 (e.g. 0.3)"
+        )
+
+
+def band_width(loss: float, divergence: float | None, relative: bool) -> float:
+    """How far above the baseline's ``loss`` a report may lie and still count as inside the band."""
+    if divergence is None:
+        return DEFAULT_PASS_BAND * abs(loss)
+    return divergence * abs(loss) if relative else divergence
+
+
+def departure(
+    baseline: Iterable[tuple[int, float]],
+    curve: Iterable[tuple[int, float]],
+    *,
+    divergence: float | None = None,
+    relative: bool = False,
+    patience: int = 3,
+    start_step: int = 0,
+) -> int | None:
+    """The first step of the first ``patience`` reports in a row of ``curve`` above the baseline's band.
+
+    None when the curve never leaves the band (the damage shows only in the
+    final metric: then the curves set no horizon). A non-finite loss counts as
+    outside the band at once. The baseline is read at the nearest earlier step.
+    """
+    from .early_stop import Baseline
+
+    reference = Baseline(baseline)
+    run: list[int] = []
+    for step, loss in sorted(curve):
+        if step < start_step:
+            continue
+        if not math.isfinite(loss):
+            return run[0] if run else step
+        point = reference.at(step)
+        if point is None:
+            continue
+        if loss > point[1] + band_width(point[1], divergence, relative):
+            run.append(step)
+            if len(run) >= patience:
+                return run[0]
+        else:
+            run.clear()
+    return None
+
+
+def horizon(
+    setting: PassAt,
+    length: int | None,
+    departed_at: int | None,
+    *,
+    factor: float = DEFAULT_FACTOR,
+    min_fraction: float = MIN_FRACTION,
+) -> int | None:
+    """The step at which a training still inside the band counts as a (speculative) pass; None: no early passes.
+
+    ``length`` is the training's length in steps (the baseline's last step),
+    ``departed_at`` what :func:`departure` found on the all-on curve. A horizon
+    at or beyond the length saves nothing and is None.
+    """
+    if setting.off or length is None or length < 1:
+        return None
+    if setting.step is not None:
+        step = setting.step
+    elif setting.fraction is not None:
+        step = math.ceil(setting.fraction * length)
+    else:
+        if departed_at is None:
+            return None
+        step = max(math.ceil(factor * max(departed_at, 1)), math.ceil(min_fraction * length))
+    return step if step < length else None
+
+
+__all__ = ["DEFAULT_FACTOR", "DEFAULT_PASS_BAND", "MIN_FRACTION", "PassAt", "band_width", "departure", "horizon"]

@@ -1,0 +1,107 @@
+"""Early passes from the CLI, on a fake training whose culprits' damage shows in its loss part-way.
+
+The fake prints ``step N loss X`` and appends the same to the metrics file; a
+training broken by a culprit has its loss rise from ``--damage-from`` on (per
+culprit with ``--damage-at``). The all-on training leaves the baseline's band
+there, which sets the horizon at twice that step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from tests.support.cli import CULPRIT, GRAPH, launches, write_config
+from tests.support.fake_training import run_fusion_dd
+
+LATE = GRAPH[3]
+CURVE = ("--steps", "40", "--step-sleep", "0.03", "--damage-from", "8")
+
+
+def report(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+
+
+def culprits(found: dict) -> list[list[str]]:
+    return sorted(sorted(rule["name"] for rule in culprit["rules"]) for culprit in found["culprits"])
+
+
+def test_early_passes_save_steps_and_a_full_training_proves_the_fix(tmp_path: Path) -> None:
+    write_config(tmp_path, "--culprits", CULPRIT, *CURVE)
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = report(tmp_path)
+    assert culprits(found) == [[CULPRIT]] and found["fix_verified"]
+    early = [trial for trial in found["trials"] if trial.get("kind") == "early_pass"]
+    assert early and all(trial["outcome"] == "pass" and trial["steps"] < 40 for trial in early)
+    assert all(trial["role"] in ("search", "repeat") for trial in early)  # never a reference
+    # The fix's own verdict is a full training that passed: a proof, or a full training of the search.
+    fix = sorted(name for name in {rule for trial in found["trials"] for rule in trial["configuration"]}
+                 if name != CULPRIT)  # fmt: skip
+    fix_trials = [trial for trial in found["trials"] if trial["configuration"] == fix and trial["repeat"] == 0]
+    assert any(trial.get("kind") == "metric" and trial["outcome"] == "pass" for trial in fix_trials)
+    cost = found["cost"]
+    assert cost["steps_per_full_training"] == 40 and cost["steps_unknown"] == 0
+    assert cost["training_steps"] == sum(trial["steps"] for trial in found["trials"])
+    assert cost["training_steps"] < 40 * cost["trainings"]  # the early passes saved steps
+    assert cost["device_seconds"] > 0
+    assert "training-steps" in done.stdout and "early passes:" in done.stdout
+    assert found["early_passes"]["trainings"] == len(early) and not found["early_passes"]["revised"]
+
+
+def test_pass_at_off_trains_every_configuration_to_its_end(tmp_path: Path) -> None:
+    write_config(tmp_path, "--culprits", CULPRIT, *CURVE, early_stop={"pass_at": "off"})
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = report(tmp_path)
+    assert culprits(found) == [[CULPRIT]]
+    assert not [trial for trial in found["trials"] if trial.get("kind") == "early_pass"]
+    assert found["cost"]["training_steps"] == 40 * found["cost"]["trainings"]
+    assert "early passes:" not in done.stdout
+
+
+def test_damage_after_the_horizon_is_caught_by_the_fix_s_full_training(tmp_path: Path) -> None:
+    """LATE's damage starts at step 30, past the horizon (16): early passes wrongly vouch for it."""
+    write_config(tmp_path, "--culprits", f"{CULPRIT},{LATE}", *CURVE, "--damage-at", f"{LATE}:30")
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = report(tmp_path)
+    assert culprits(found) == sorted([[CULPRIT], [LATE]]) and found["fix_verified"]
+    assert found["early_passes"]["revised"] and found["early_passes"]["contradicted_by"]
+    assert "early passes revised" in done.stdout
+    # After the revision, no training passes early: the answer rests on full trainings.
+    journal = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
+    revision = next(index for index, record in enumerate(journal) if record.get("type") == "early_passes_revised")
+    later = [record for record in journal[revision:] if record.get("type") == "trial_finished"]
+    assert later and all(record["kind"] != "early_pass" for record in later)
+
+
+def test_a_resumed_search_with_early_passes_and_a_revision_asks_the_same_questions(tmp_path: Path) -> None:
+    uninterrupted, interrupted = tmp_path / "whole", tmp_path / "parts"
+    args = ("--culprits", f"{CULPRIT},{LATE}", *CURVE, "--damage-at", f"{LATE}:30")
+    for where in (uninterrupted, interrupted):
+        where.mkdir()
+        write_config(where, *args)
+    assert run_fusion_dd("search", cwd=uninterrupted).returncode == 0
+    total = report(uninterrupted)["trainings"]
+    # Stop once right after the proof that contradicts the early passes, and once mid-way through the next round.
+    for budget in (12, total - 4, total + 20):
+        document = yaml.safe_load((interrupted / "fusion-dd.yaml").read_text())
+        document["search"]["budget"] = budget
+        (interrupted / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
+        step = run_fusion_dd("search", cwd=interrupted)
+        assert step.returncode in (0, 3), step.stderr
+    assert step.returncode == 0, step.stderr
+    assert Counter(launches(interrupted)) == Counter(launches(uninterrupted))
+    assert culprits(report(interrupted)) == culprits(report(uninterrupted))
+
+
+def test_a_bad_pass_at_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    write_config(tmp_path, "--culprits", CULPRIT, early_stop={"pass_at": "soon"})
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "early_stop.pass_at: 'soon' is not valid" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / ".fusion-dd" / "journal.jsonl").exists()

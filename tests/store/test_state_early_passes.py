@@ -1,0 +1,51 @@
+"""Early passes in the replayed state: a key's early pass and its full trainings are kept apart.
+
+The engine trusts a key's early pass until a full training contradicted one
+(``early_passes_revised``); from the next round on the key is decided by its
+full trainings, proofs of the fix included. Both must come out of the journal
+alone, so that a resumed search replays every round exactly.
+"""
+
+from __future__ import annotations
+
+from fusion_dd.store.state import PROOF_ROLE, replay
+from tests.support.states import search_started, trial
+
+A = frozenset({"A"})
+
+
+def test_an_early_pass_decides_its_key_and_is_not_a_full_training() -> None:
+    state = replay([search_started(), *trial("0001", ["A"], None, kind="early_pass")])
+    assert state.cache()[(A, 0)].trial_id == "0001" and state.cache()[(A, 0)].resolved
+    assert state.full_trial((A, 0)) is None and state.full_attempts((A, 0)) == 0
+    assert state.early_revised_round is None
+
+
+def test_a_proof_is_a_full_training_of_the_key_and_never_displaces_the_early_pass() -> None:
+    records = [
+        search_started(),
+        *trial("0001", ["A"], None, kind="early_pass"),
+        *trial("0002", ["A"], 0.5, role=PROOF_ROLE),
+    ]
+    state = replay(records)
+    assert state.cache()[(A, 0)].trial_id == "0001"  # the round that asked it keeps replaying its answer
+    assert state.full_trial((A, 0)).trial_id == "0002" and state.full_attempts((A, 0)) == 1  # type: ignore[union-attr]
+    assert state.attempts((A, 0)) == 1  # the proof is no attempt of the search's own training
+
+
+def test_a_revision_names_its_round_and_the_first_one_counts() -> None:
+    revised = {"type": "early_passes_revised", "round": 0, "config": ["A"], "trial_id": "0002", "reason": "r"}
+    later = {**revised, "round": 3}
+    state = replay([search_started(), *trial("0001", ["A"], None, kind="early_pass"), revised, later])
+    assert state.early_revised_round == 0 and len(state.early_revisions) == 2
+
+
+def test_the_first_resolved_full_training_decides_after_crashed_ones() -> None:
+    records = [
+        *trial("0001", ["A"], None, kind="early_pass"),
+        *trial("0002", ["A"], None, kind="crash", attempt=2),
+        *trial("0003", ["A"], 0.9, attempt=3),
+        *trial("0004", ["A"], 0.1, attempt=4),
+    ]
+    state = replay(records)
+    assert state.full_trial((A, 0)).trial_id == "0003" and state.full_attempts((A, 0)) == 3  # type: ignore[union-attr]
