@@ -163,7 +163,7 @@ class SlurmHandle:
                     unavailable_since = unavailable_since or time.monotonic()
                     self.launcher.note_unavailable(exc, time.monotonic() - unavailable_since)
                     state = "UNKNOWN"
-                if state != "UNKNOWN" and state not in slurm.ACTIVE_STATES:
+                if state != "UNKNOWN" and state not in slurm.ACTIVE_STATES and not self._requeued():
                     return self._ended(state)
                 if cancel is not None:
                     cancel.wait(POLL_SECONDS / 2)
@@ -205,6 +205,17 @@ class SlurmHandle:
         return lost(f"Slurm job {self.job_id} {how} (state {final}, exit code {exit_code or '?'}) before the training "
                     f"finished; it is not trained again in its directory{where}", self._started)
 
+
+    def _requeued(self) -> bool:
+        """A job being requeued passes through a final-looking state (its run ended): asked again a
+        moment later, a requeued job is pending again, so it is the same trial continuing."""
+        if self._cancel_sent:
+            return False
+        time.sleep(2.0)
+        with contextlib.suppress(slurm.SlurmUnavailable):
+            facts = slurm.job_facts(self.job_id)
+            return facts is not None and facts.get("JobState") in slurm.ACTIVE_STATES
+        return False
 
     def _wait_gone_from_queue(self) -> None:
         """A cancelled job is listed (COMPLETING) until its processes ended: wait for that, but no
