@@ -93,7 +93,8 @@ def plant(where: str, count: int, seed: int) -> tuple[list[frozenset[int]], list
 
 def run(sets: list[frozenset[int]], strategy, parallelism: int) -> tuple[int, int, bool]:
     universe = list(range(N))
-    oracle = SimulatedOracle(sets_model(sets), parallelism=parallelism)
+    # The CLI's default: the engine's oracle can repeat trainings, so the noise guard is on.
+    oracle = SimulatedOracle(sets_model(sets), parallelism=parallelism, repeats=True)
     oracle.outcomes([frozenset(), frozenset(universe)])  # the two references, one round
     result = find_culprits(universe, oracle, strategy, parallelism=parallelism)
     found = sorted(sorted(c.rules) for c in result.culprit_sets)

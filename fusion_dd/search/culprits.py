@@ -39,11 +39,13 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
+from fusion_dd.search.bisection import bisect
 from fusion_dd.search.ddmin import ordered
 from fusion_dd.search.hitting import HittingSet, minimum_hitting_set
 from fusion_dd.search.lanes import Lanes, width_of
 from fusion_dd.search.masks import Answers, Masks
 from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised, majority
+from fusion_dd.search.splitting import Split, split
 from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, prefetch, supports_repeats
 
 T = TypeVar("T", bound=Hashable)
@@ -383,6 +385,7 @@ class _Progress(Generic[T]):
     exact: bool = True
     may_hide: frozenset[T] = frozenset()
     searched: list[frozenset[T]] = field(default_factory=list)  # sets a strategy found (not dense singles)
+    split: list[frozenset[T]] = field(default_factory=list)  # singles group testing narrowed down
     # Independent culprits described once (their description depends on nothing else).
     singles: dict[tuple[frozenset[T], bool], CulpritSet[T]] = field(default_factory=dict, repr=False)
     # For _settle's shortcut: how many sets the last full choice covered, and their rules.
@@ -478,8 +481,14 @@ def _loop(
     witness: RepeatOracle[T] | None = None,
     masks: Masks[T] | None = None,
     on_fix: Callable[[frozenset[T]], None] | None = None,
+    grouping: bool = False,
 ) -> None:
     """Minimize, switch off the fewest rules for all sets found, verify the fix; again inside a failing fix.
+
+    ``grouping``: when the first fix candidate fails and every set found so far
+    is a single rule, the culprits left are looked for by group testing
+    (``fusion_dd.search.splitting``) instead of a search per culprit; whatever
+    that cannot settle (an interaction) goes back to the strategy.
 
     ``on_fix`` is told each fix candidate before it is asked or prefetched (the
     engine then trains it with tensor dumps, so that the fix's training also
@@ -524,6 +533,7 @@ def _loop(
     failing: frozenset[T] | None = universe  # known (at first: assumed) to fail; None: try singles
     width = 1  # how many first rules the next dense round asks alone
     leading = 0  # searches in a row whose answer was the first rule of its configuration alone
+    grouped = False  # the splitting phase ran (fusion_dd.search.splitting)
     while True:
         new: list[frozenset[T]] = []
         if failing is None:
@@ -576,6 +586,64 @@ def _loop(
         if progress.fix_outcome is not Outcome.FAIL:
             break
         failing = candidate
+        if grouping and not grouped and all(len(rules) == 1 for rules in sets):
+            grouped = True  # once: after an interaction shows, the interaction-aware search goes on
+            outcome = _group_phase(order, recorder, progress, sets, preference, parallelism, masks, check, on_fix)
+            if outcome.fix_passes:
+                break
+            assert outcome.failing is not None
+            failing = outcome.failing
+
+
+def _group_phase(
+    order: list[T],
+    recorder: _Recorder[T],
+    progress: _Progress[T],
+    sets: list[frozenset[T]],
+    preference: _Preference[T],
+    parallelism: Lanes,
+    masks: Masks[T],
+    check: Callable[[frozenset[T], bool, bool], None] | None,
+    on_fix: Callable[[frozenset[T]], None] | None,
+) -> Split[T]:
+    """Group testing over the failing fix candidate's rules, from its longest prefix known to pass.
+
+    The first search's passing boundary is such a prefix (the rules before the
+    culprit it found); the density estimate starts from it.
+    """
+    universe = frozenset(order)
+    candidate = universe - progress.switched_off
+    rules = [rule for rule in order if rule in candidate]
+    clean = 0
+    for high in recorder.answers.antichains.max_pass:
+        j = 0
+        while j < len(rules) and high >> masks.bit(rules[j]) & 1:
+            j += 1
+        clean = max(clean, j)
+
+    def ask(configs: Sequence[frozenset[T]]) -> list[bool]:
+        return [outcome is Outcome.FAIL for outcome in recorder.outcomes(list(configs))]
+
+    def on_culprit(rule: T, dense: bool) -> None:
+        rules = frozenset({rule})
+        if check is not None:
+            check(rules, False, False)  # its own training alone found and proves it
+        if not dense:
+            progress.split.append(rules)
+        sets.append(rules)
+        _settle(progress, sets, order, preference, grow=len(sets) > len(order))
+
+    def announce(fix: frozenset[T]) -> None:
+        if on_fix is not None:
+            on_fix(fix)
+
+    outcome = split(
+        rules, clean, ask, on_culprit, found=len(sets), width=lambda: width_of(parallelism), announce=announce
+    )
+    if outcome.fix_passes:
+        fix = universe - progress.switched_off
+        progress.fix_outcome = recorder.outcomes([fix])[0] if fix else Outcome.PASS  # asked already: free
+    return outcome
 
 
 def _attempt(
@@ -589,28 +657,27 @@ def _attempt(
     progress: _Progress[T],
     masks: Masks[T] | None = None,
     on_fix: Callable[[frozenset[T]], None] | None = None,
+    grouping: bool = False,
 ) -> None:
     """One pass of the loop, then the guard's checks of the answer; may raise ``Revised``."""
     if guard is None:
-        _loop(order, oracle, strategy, choose, parallelism, progress, masks=masks, on_fix=on_fix)
+        _loop(order, oracle, strategy, choose, parallelism, progress, masks=masks, on_fix=on_fix, grouping=grouping)
         return
     strict = policy.confirm == "strict"
 
     def check(rules: frozenset[T], unshrunk: bool, later: bool) -> None:
-        # Before the next search builds on a set: its interaction claims always; all
-        # its claims once noise was seen, in strict mode, when nothing but the fix
-        # candidate's one training says it fails (a one-rule fix leaves no search that
-        # could notice a flip), or when a search found it inside a failing fix
-        # candidate: a false FAIL of that candidate leads a search to passing
-        # configurations only, and one more false FAIL of the set it ends on would
-        # name a culprit that does not exist while nothing contradicts it. One more
-        # training of the set costs one training per extra set on a clean run.
+        # Before the next search builds on a set: its interaction claims always; all its
+        # claims once noise was seen, in strict mode, or when nothing but the fix
+        # candidate's one training says it fails (a one-rule fix leaves no search that could
+        # notice a flip). A run without noise pays nothing more here: the fix it hands over
+        # is re-trained at the end whatever happened, and a flip anywhere makes the run
+        # flaky, which brings every check back.
         assert guard is not None
-        guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk or later)
+        guard.confirm([rules], None, everything=strict or guard.flaky or unshrunk)
 
     _loop(
         order, guard, strategy, choose, parallelism, progress, check,
-        witness=cast(RepeatOracle[T], oracle), masks=masks, on_fix=on_fix,
+        witness=cast(RepeatOracle[T], oracle), masks=masks, on_fix=on_fix, grouping=grouping,
     )  # fmt: skip
     fix = frozenset(r for r in order if r not in progress.switched_off)
     # A lone culprit needs a second witness, except the singles of a dense chain on a
@@ -619,15 +686,17 @@ def _attempt(
     lone = [
         c.rules
         for c in progress.found
-        if len(c.rules) == 1 and (guard.flaky or c.rules in progress.searched)
+        if len(c.rules) == 1 and (guard.flaky or c.rules in progress.searched or c.rules in progress.split)
     ]
     guard.confirm([r for r in lone if not guard.necessity_shown(next(iter(r)))], None)
-    if len(progress.searched) > 1:
+    if len(progress.searched) > 1 and guard.flaky:
         # Two searches, two sets: the first one's claims too were built on single
         # trainings that a later answer never re-examined.
         guard.confirm(progress.searched, None)
     guard.confirm_single_removals([c.rules for c in progress.found if len(c.rules) > 1])
     guard.confirm([c.rules for c in progress.found], fix, everything=strict or guard.flaky)
+    if progress.fix_outcome is Outcome.PASS:
+        guard.confirm_fix(fix)  # the claim the user acts on: never on one training
 
 
 def find_culprits(
@@ -639,6 +708,7 @@ def find_culprits(
     choose_off: Chooser | None = None,
     noise: NoisePolicy | None = None,
     on_fix: Callable[[frozenset[T]], None] | None = None,
+    group_testing: bool | None = None,
 ) -> CulpritSearch[T]:
     """Find every culprit set and a verified fix configuration.
 
@@ -659,6 +729,9 @@ def find_culprits(
     ``noise`` (default ``NoisePolicy()``, confirm "auto") applies when the oracle
     supports repeats (``supports_repeats``); see ``fusion_dd.search.noise``.
     ``on_fix`` is told each fix candidate just before it is asked (no effect on the questions).
+    ``group_testing``: look for the independent culprits left after the first
+    one by group testing (``fusion_dd.search.splitting``); None means on for
+    ``bisect``, whose answers it keeps (other strategies keep their own way).
     """
     order = ordered(universe)
     choose = choose_off or default_choose_off
@@ -667,12 +740,15 @@ def find_culprits(
     guard: NoiseGuard[T] | None = None
     if policy.confirm != "off" and supports_repeats(oracle):
         guard = NoiseGuard(cast(RepeatOracle[T], oracle), order, policy, masks)
+    grouping = group_testing if group_testing is not None else strategy is bisect
     progress: _Progress[T] = _Progress()
     try:
         while True:
             progress = _Progress()
             try:
-                _attempt(order, oracle, guard, policy, strategy, choose, parallelism, progress, masks, on_fix)
+                _attempt(
+                    order, oracle, guard, policy, strategy, choose, parallelism, progress, masks, on_fix, grouping
+                )
                 break
             except Revised:
                 assert guard is not None

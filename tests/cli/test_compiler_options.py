@@ -129,4 +129,4 @@ def test_the_fix_file_is_named_by_the_compiler_and_the_summary_says_so(
     state = tmp_path / ".fusion-dd"
     assert (state / fix_name).read_text().splitlines()[-1] == culprit
     assert not (state / "fusion_switch.cfg").exists(), "CANN's name for another compiler's list"
-    assert f"fix config (verified: trained and passes, 1 of 1 training(s) passed): .fusion-dd/{fix_name}" in result.stdout
+    assert f"fix config (verified: trained and passes, 2 of 2 training(s) passed): .fusion-dd/{fix_name}" in result.stdout

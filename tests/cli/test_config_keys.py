@@ -104,4 +104,6 @@ def test_score_margin_re_trains_verdicts_that_land_near_the_limit(tmp_path: Path
     assert [[rule["name"] for rule in c["rules"]] for c in found["culprits"]] == [[CULPRIT]]
     repeated = [on for on, repeat in launches(tmp_path) if repeat > 0 and on not in ((), EVERYTHING)]
     assert repeated, "a failure 0.02 under the limit must be re-trained"
-    assert all(CULPRIT in on for on in repeated), "a pass 0.1 above the limit is outside the margin"
+    # The fix is always trained twice ("verified" rests on both); any other pass is outside the margin.
+    fix = set(EVERYTHING) - {CULPRIT}
+    assert all(CULPRIT in on or set(on) == fix for on in repeated), "a pass 0.1 above the limit is outside the margin"

@@ -37,13 +37,14 @@ def test_a_flaky_first_baseline_is_retrained_instead_of_refusing(tmp_path):
     assert f"{report['fix_verified_by']} of {report['fix_trainings']} training(s) passed" in result.stdout
 
 
-def test_a_clean_search_reports_one_training_behind_its_fix(tmp_path):
+def test_a_clean_search_reports_two_trainings_behind_its_fix(tmp_path):
     write_config(tmp_path, "--culprits", CULPRIT, rules={"GraphFusion": RULES, "UBFusion": []})
     result = run_fusion_dd("search", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
     assert report["status"] == "found" and report["flaky"] is False
-    assert report["fix_verified"] is True and report["fix_verified_by"] == 1 == report["fix_trainings"]
+    # One training is one flip away from a false "verified": the fix is always trained twice.
+    assert report["fix_verified"] is True and report["fix_verified_by"] == 2 == report["fix_trainings"]
     assert sorted(repeat for on, repeat in launches(tmp_path) if not on) == [0]
 
 

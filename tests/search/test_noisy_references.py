@@ -198,9 +198,10 @@ def test_after_noise_a_fix_that_passed_once_is_not_claimed_verified():
     assert not result.fix_verified and not result.confirmed
 
 
-def test_without_noise_a_clean_search_still_claims_on_single_trainings():
+def test_without_noise_a_clean_search_re_trains_only_the_fix():
     oracle = SimulatedOracle(or_model([CULPRIT]), repeats=True)
     assert settle(oracle, limit=5) == "ok"
     result = find_culprits(range(N), oracle, STRATEGIES["bisect"], noise=NoisePolicy())
     assert not result.flaky and result.fix_verified
-    assert oracle.trainings == len(set(oracle.calls))  # nothing re-trained
+    repeats = [key for key in oracle.launched if key[1]]
+    assert repeats == [(result.fix, 1)]  # "verified" rests on two passing trainings of the fix

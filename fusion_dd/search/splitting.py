@@ -1,0 +1,235 @@
+"""Group testing for independent culprits: Hwang's generalized binary splitting, on prefixes.
+
+Once a search has found one culprit and the fix candidate still fails, more
+culprits remain. A prefix bisection per culprit, then a fix candidate per
+culprit, costs about log2(m) + 2 trainings each, m the rules left. Hwang's
+generalized binary splitting does better for independent culprits: test
+groups sized to hold about one culprit each, discard a passing group whole,
+halve a failing one until a single rule is left, whose test alone is its proof
+(a single rule that fails is a 1-minimal failing set: the empty configuration
+passes). d culprits among m rules then cost about d * (log2(m / d) + 1)
+trainings, and the fix candidate is asked once, when the rules left probably
+hold no culprit.
+
+The groups are tested as *prefixes* of the fix candidate: the rules already
+shown clean (a passing prefix) stay on with the group. For independent
+culprits that is the same question as the group alone (the clean rules cannot
+fail), and it keeps interactions visible: a set whose rules lie in two groups
+fails as soon as the prefix reaches its last rule. When the rule a failing
+prefix narrows down to passes alone, it fails only together with earlier rules:
+the phase ends and hands that prefix (known to fail) to the interaction-aware
+strategy. A prefix that reaches the end of the candidate is the fix candidate
+itself, so the fix is verified by the phase's last question.
+
+The number of culprits left is unknown, so it is estimated from the density
+seen so far: ``found`` culprits among the ``examined`` rules with a known
+verdict, scaled to the rules left, and at least one while the last prefix
+asked is known to fail. Groups are 2^a rules, a = floor(log2((m - d + 1) / d)),
+Hwang's choice for a known d; below ``threshold`` culprits expected, the group
+is everything left (the fix candidate).
+
+With P devices a round asks P prefixes (a (P+1)-ary search); once one round can
+settle a failing segment, it also asks each of its rules alone, so the proof
+shares the round.
+
+Pure and deterministic: what is asked depends only on the answers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T", bound=Hashable)
+
+Ask = Callable[[Sequence[frozenset]], "list[bool]"]  # configurations -> fails?
+
+
+@dataclass
+class Split(Generic[T]):
+    """What one splitting phase established.
+
+    ``culprits``: rules proven to fail alone, in the order found.
+    ``fix_passes``: the whole candidate (every culprit off) passed.
+    ``failing``: otherwise, a configuration known to fail that needs the
+    interaction-aware strategy (a failing prefix whose last rule passes alone).
+    """
+
+    culprits: list[T] = field(default_factory=list)
+    fix_passes: bool = False
+    failing: frozenset[T] | None = None
+
+
+def expected_left(found: int, examined: int, left: int, more_known: bool) -> float:
+    """How many culprits the ``left`` rules probably hold: the density seen so far, scaled.
+
+    ``more_known``: a prefix reaching into them failed, so at least one is there.
+    The density is damped by a fifth of all the rules: a culprit found early
+    says little about how dense the rest is, and groups too small cost a
+    training each where groups too large cost one halving step per doubling.
+    Only when every rule examined was a culprit (the first rule failed alone,
+    and so did each next one) is the rest taken to be as dense: its rules are
+    then asked alone.
+    """
+    if left == 0:
+        return 0.0
+    if found and examined == found:
+        return float(left)
+    guess = found * left / (examined + (examined + left) / 5)
+    return min(float(left), max(guess, 1.0) if more_known else guess)
+
+
+def group_size(left: int, culprits: float) -> int:
+    """Hwang's group size for ``culprits`` among ``left`` rules: 2^floor(log2((m - d + 1) / d))."""
+    if culprits <= 0:
+        return left
+    ratio = (left - culprits + 1) / culprits
+    if ratio < 2:
+        return 1
+    return min(left, 2 ** int(math.floor(math.log2(ratio))))
+
+
+def _cuts(lo: int, hi: int, count: int) -> list[int]:
+    """Up to ``count`` cut points strictly inside (lo, hi), as even as possible."""
+    width = hi - lo
+    count = min(count, width - 1)
+    points = {lo + (width * i + (count + 1) // 2) // (count + 1) for i in range(1, count + 1)}
+    return sorted(p for p in points if lo < p < hi)
+
+
+def split(
+    rules: Sequence[T],
+    clean: int,
+    ask: Ask,
+    on_culprit: Callable[[T, bool], None],
+    *,
+    found: int,
+    width: Callable[[], int] = lambda: 1,
+    announce: Callable[[frozenset[T]], None] = lambda config: None,
+    threshold: float = 1.5,
+) -> Split[T]:
+    """Find the independent culprits among ``rules`` (the failing fix candidate, in order) by prefixes.
+
+    ``rules[:clean]`` is known to pass; the whole of ``rules`` to fail.
+    ``ask`` answers a batch of configurations (True: fails), one round on the
+    devices; ``on_culprit`` is told each culprit once it is proven (the caller
+    switches it off), and whether it was asked alone only (dense culprits: no
+    prefix around it shows that it matters). ``found``: culprits found before (the density estimate's
+    start). ``width``: devices, read each round. ``announce`` is told the fix
+    candidate (the whole of what is left on) before it is asked.
+    """
+    order = list(rules)
+    result: Split[T] = Split()
+    known_fail = len(order)  # the shortest prefix known to fail
+    examined = clean + found
+    lo = clean
+    passed_alone: set[T] = set()  # asked alone and passed (dense culprits); a prefix still covers them
+    while True:
+        left = len(order) - lo
+        if left == 0:
+            result.fix_passes = True  # the whole candidate is a passing prefix
+            return result
+        more = known_fail <= len(order) and known_fail > lo
+        expected = expected_left(found, examined, left, more)
+        devices = max(1, width())
+        size = left if expected < threshold else group_size(left, expected)
+        if size == 1 and left > 1 and order[lo] not in passed_alone:
+            # Culprits this dense are asked alone, P at a time: each that fails is found and proven
+            # by its one training; the first that passes alone is then covered by a prefix.
+            batch = [rule for rule in order[lo : lo + devices] if rule not in passed_alone]
+            answers = ask([frozenset({rule}) for rule in batch])
+            for rule, fails in zip(batch, answers):
+                if fails:
+                    result.culprits.append(rule)
+                    on_culprit(rule, True)
+                    order.remove(rule)
+                    found += 1
+                    examined += 1
+                else:
+                    passed_alone.add(rule)
+            known_fail = len(order) + 1
+            continue
+        size = max(size, 2) if size == 1 else size
+        ends = sorted({min(len(order), lo + size * (i + 1)) for i in range(devices)})
+        ends = [end for end in ends if end < known_fail] or [known_fail]
+        answers = _ask_prefixes(order, ends, ask, announce, known_fail)
+        hit = next((end for end, fails in zip(ends, answers) if fails), None)
+        below = [end for end, fails in zip(ends, answers) if not fails and (hit is None or end < hit)]
+        if below:
+            examined += max(below) - lo
+            lo = max(below)
+        if hit is None:
+            if lo == len(order):
+                result.fix_passes = True
+                return result
+            continue
+        culprit, lo, failing = _boundary(order, lo, hit, ask, width, announce)
+        if culprit is None:
+            result.failing = failing
+            return result
+        result.culprits.append(culprit)
+        on_culprit(culprit, False)
+        order.remove(culprit)  # off from now on; rules[:lo] (before it) passed without it
+        examined += 1
+        found += 1
+        known_fail = len(order) + 1
+
+
+def _ask_prefixes(
+    order: list[T], ends: list[int], ask: Ask, announce: Callable[[frozenset[T]], None], known_fail: int
+) -> list[bool]:
+    """Ask each prefix ``order[:end]``; a prefix already known to fail is not asked."""
+    configs = [frozenset(order[:end]) for end in ends if end != known_fail]
+    if any(end == len(order) for end in ends if end != known_fail):
+        announce(frozenset(order))
+    answers = iter(ask(configs) if configs else [])
+    return [True if end == known_fail else next(answers) for end in ends]
+
+
+def _boundary(
+    order: list[T],
+    lo: int,
+    hi: int,
+    ask: Ask,
+    width: Callable[[], int],
+    announce: Callable[[frozenset[T]], None],
+) -> tuple[T | None, int, frozenset[T] | None]:
+    """The rule where prefixes start failing, in (lo, hi]: (culprit, new clean length, or what to minimize).
+
+    ``order[:lo]`` passes, ``order[:hi]`` fails. Once one round settles the
+    segment, the same round asks each of its rules alone (the proof).
+    """
+    while True:
+        devices = max(1, width())
+        size = hi - lo
+        if size == 2 and devices == 1:
+            # Two rules left: the first one alone is the likelier proof (it fails: done in one);
+            # if it passes, the second alone (it fails: done, as a prefix and a proof would be).
+            first, second = order[lo], order[lo + 1]
+            if ask([frozenset({first})])[0]:
+                return first, lo, None
+            if ask([frozenset({second})])[0]:
+                return second, lo, None  # order[:lo + 1] is not known to pass: start again at lo
+            return None, lo, frozenset(order[:hi])  # neither fails alone: an interaction in order[:hi]
+        singles: list[int] = []
+        if 2 * size - 1 <= devices or size == 1:
+            cuts = list(range(lo + 1, hi))
+            singles = list(range(lo, hi))
+        else:
+            cuts = _cuts(lo, hi, devices)
+        configs = [frozenset(order[:c]) for c in cuts] + [frozenset({order[i]}) for i in singles]
+        answers = ask(configs) if configs else []
+        cut_answers = answers[: len(cuts)]
+        first = next((c for c, fails in zip(cuts, cut_answers) if fails), None)
+        passing = [c for c, fails in zip(cuts, cut_answers) if not fails and (first is None or c < first)]
+        new_hi = first if first is not None else hi
+        new_lo = max(passing, default=lo)
+        if singles:
+            rule_at = new_hi - 1  # order[:new_hi] fails, order[:new_hi - 1] passes
+            alone = dict(zip(singles, answers[len(cuts) :]))
+            if alone.get(rule_at):
+                return order[rule_at], rule_at, None
+            return None, rule_at, frozenset(order[:new_hi])
+        lo, hi = new_lo, new_hi
