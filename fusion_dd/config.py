@@ -66,6 +66,18 @@ _SCHEMA: dict[str, Any] = {
         "retries": None,
         "launcher": None,
         "scheduler": None,
+        "scheduler_file": None,
+        "slurm": {
+            "partition": None,
+            "gres": None,
+            "time": None,
+            "cpus_per_task": None,
+            "mem": None,
+            "account": None,
+            "qos": None,
+            "extra": None,
+            "max_jobs": None,
+        },
     },
     "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None, "speed_pattern": None},
     "score": {
@@ -137,6 +149,32 @@ class TrainConfig:
     # False when train.devices was not written: the dask launcher then uses every
     # worker that offers a device, instead of only the listed ones.
     devices_given: bool = True
+    # dask's scheduler file (written by `dask scheduler --scheduler-file`), beside the address.
+    scheduler_file: str | None = None
+    # train.launcher: slurm (each training its own Slurm job, fusion_dd.runner.slurm_launcher).
+    slurm: "SlurmConfig" = field(default_factory=lambda: SlurmConfig())
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """``train.slurm:``: what each training's Slurm job asks for (``sbatch`` options).
+
+    ``time`` is Slurm's own format (minutes, ``H:MM:SS``, ``D-HH``); None means
+    ``train.timeout`` plus ``kill_grace`` plus a margin, so that a training's own
+    timeout, not the walltime, ends it. ``max_jobs`` is how many trainings are
+    submitted at once (the search's parallelism). ``extra`` lines go into the job
+    script as they are (``--constraint=a100`` or ``#SBATCH --constraint=a100``).
+    """
+
+    partition: str | None = None
+    gres: str | None = None
+    time: str | None = None
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    extra: tuple[str, ...] = ()
+    max_jobs: int = 4
 
 
 @dataclass(frozen=True)
@@ -872,14 +910,17 @@ def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env:
     retries = reader.integer(section.get("retries", 1), "train.retries", minimum=0)
     log_limit = _read_size(reader, section.get("log_limit", DEFAULT_LOG_LIMIT), "train.log_limit")
     launcher = reader.string(section.get("launcher", "local"), "train.launcher")
-    if launcher not in LAUNCHERS:
-        raise reader.error("train.launcher", f"must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    if launcher not in _known_launchers():
+        raise reader.error("train.launcher", f"must be one of {', '.join(_known_launchers())}, got {launcher!r}")
     scheduler = section.get("scheduler")
     scheduler = None if scheduler is None else reader.string(scheduler, "train.scheduler")
-    if launcher == "dask" and not scheduler:
-        raise reader.error(
-            "train.launcher", "dask needs the scheduler's address: train.scheduler (or --scheduler), e.g. tcp://host:8786"
-        )
+    scheduler_file = section.get("scheduler_file")
+    scheduler_file = None if scheduler_file is None else reader.string(scheduler_file, "train.scheduler_file")
+    if scheduler and scheduler_file:
+        raise reader.error("train.scheduler_file", "give either train.scheduler or train.scheduler_file, not both")
+    # A dask launcher without an address is refused when the search starts (resolve_launcher):
+    # --scheduler on the command line may still give it.
+    slurm = _read_slurm(reader, reader.mapping(section.get("slurm"), "train.slurm"))
     return TrainConfig(
         command=command,
         workdir=workdir,
@@ -893,23 +934,89 @@ def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env:
         launcher=launcher,
         scheduler=scheduler,
         devices_given="devices" in section,
+        scheduler_file=scheduler_file,
+        slurm=slurm,
     )
 
 
-LAUNCHERS = ("local", "dask")
+_SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
+
+
+def _read_slurm(reader: _Reader, section: Mapping[str, Any]) -> SlurmConfig:
+    """``train.slurm:``; every value is checked here, so a typo never reaches sbatch as a failed job."""
+    reader.check_keys(section, _SCHEMA["train"]["slurm"], "train.slurm.")
+
+    def text(key: str) -> str | None:
+        value = section.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise reader.error(f"train.slurm.{key}", f"must be a string, got {value!r}")
+        value = str(value).strip()
+        if not value or any(c.isspace() for c in value):
+            raise reader.error(f"train.slurm.{key}", f"must be one word without spaces, got {value!r}")
+        return value
+
+    time_limit = text("time")
+    if time_limit is not None and not _SLURM_TIME.fullmatch(time_limit):
+        raise reader.error("train.slurm.time", f"not a Slurm time (minutes, H:MM:SS or D-HH:MM), got {time_limit!r}")
+    cpus = section.get("cpus_per_task")
+    cpus = None if cpus is None else reader.integer(cpus, "train.slurm.cpus_per_task", minimum=1)
+    extra_raw = section.get("extra") or []
+    if isinstance(extra_raw, str) or not isinstance(extra_raw, list):
+        raise reader.error("train.slurm.extra", "must be a list of sbatch options, e.g. ['--constraint=a100']")
+    extra = []
+    for index, line in enumerate(extra_raw):
+        key = f"train.slurm.extra[{index}]"
+        option = reader.string(line, key).strip()
+        if option.startswith("#SBATCH"):
+            option = option[len("#SBATCH"):].strip()
+        if not option.startswith("-") or "\n" in option:
+            raise reader.error(key, f"must be one sbatch option such as --constraint=a100, got {line!r}")
+        extra.append(option)
+    max_jobs = reader.integer(section.get("max_jobs", 4), "train.slurm.max_jobs", minimum=1)
+    return SlurmConfig(
+        partition=text("partition"),
+        gres=text("gres"),
+        time=time_limit,
+        cpus_per_task=cpus,
+        mem=text("mem"),
+        account=text("account"),
+        qos=text("qos"),
+        extra=tuple(extra),
+        max_jobs=max_jobs,
+    )
+
+
+LAUNCHERS = ("local", "dask", "slurm")
+
+
+def _known_launchers() -> tuple[str, ...]:
+    """The built-in launchers and those other packages register (fusion_dd.runner.registry)."""
+    from .runner.registry import launcher_names
+
+    return launcher_names()
 
 
 def _launcher_choice(train: TrainConfig, launcher: str | None, scheduler: str | None) -> TrainConfig:
     """``--launcher``/``--scheduler`` over the config's; ``--scheduler`` alone means the dask launcher."""
-    if launcher is not None and launcher not in LAUNCHERS:
-        raise UsageError(f"--launcher: must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    if launcher is not None and launcher not in _known_launchers():
+        raise UsageError(f"--launcher: must be one of {', '.join(_known_launchers())}, got {launcher!r}")
     chosen = launcher or ("dask" if scheduler is not None else train.launcher)
-    if chosen == "local" and scheduler is not None:
-        raise UsageError("--scheduler: only with --launcher dask (the local launcher needs no scheduler)")
+    if chosen != "dask" and scheduler is not None:
+        raise UsageError(f"--scheduler: only with --launcher dask (the {chosen} launcher needs no scheduler)")
     address = scheduler if scheduler is not None else train.scheduler
-    if chosen == "dask" and not address:
-        raise UsageError("--launcher dask: give the scheduler's address with --scheduler (e.g. tcp://host:8786)")
-    return replace(train, launcher=chosen, scheduler=address if chosen == "dask" else train.scheduler)
+    if chosen == "dask" and not address and not train.scheduler_file:
+        raise UsageError(
+            "--launcher dask: give the scheduler's address with --scheduler (e.g. tcp://host:8786), "
+            "or train.scheduler / train.scheduler_file in the config"
+        )
+    return replace(
+        train,
+        launcher=chosen,
+        scheduler=address if chosen == "dask" else train.scheduler,
+        scheduler_file=None if scheduler is not None else train.scheduler_file,
+    )
 
 
 def _check_regex(reader: _Reader, raw: Any, key: str) -> str:

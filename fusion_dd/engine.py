@@ -368,7 +368,7 @@ class Engine:
         self.events.trial_started(trial)
         request = self._request(trial, device)
         try:
-            handle = self.launcher.start(request)
+            handle = _start(self.launcher, request, cancel)
         except Exception:
             # Nothing runs: say so, so that this trial costs no budget on resume either.
             self._append(
@@ -381,7 +381,8 @@ class Engine:
                 {
                     "type": "trial_launched",
                     "trial_id": trial_id,
-                    "supervisor_pid": _pid_of(handle.placement.job_id),
+                    # A pid only for a local launch (a Slurm job id is digits too, and no pid).
+                    "supervisor_pid": _pid_of(handle.placement.job_id) if handle.placement.launcher == "local" else None,
                     "placement": handle.placement.to_json(),
                 },
                 durable=False,  # the trial's files say it started (ever_started) if a crash loses this
@@ -1481,6 +1482,18 @@ class Engine:
             return SearchResult(report["status"], EXIT_OK, report, self.state_dir / REPORT_NAME,
                                 fix if report["status"] == "found" else None)
         return self._write(report["status"], EXIT_OK, report)
+
+
+def _start(launcher: Launcher, request: TrialRequest, cancel: threading.Event) -> Any:
+    """``launcher.start``, given the cancel event where it takes one: a cluster launcher may wait for
+    its task to start, and Ctrl-C must end that wait (the task is then cancelled with the cluster's call)."""
+    import inspect
+
+    try:
+        takes_cancel = "cancel" in inspect.signature(launcher.start).parameters
+    except (TypeError, ValueError):
+        takes_cancel = False
+    return launcher.start(request, cancel=cancel) if takes_cancel else launcher.start(request)
 
 
 def _pid_of(job_id: str | None) -> int | None:

@@ -78,6 +78,8 @@ def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failur
         # (the slot it was given is the worker's name), with host and worker apart.
         entry.update(device=",".join(placement.get("device") or ()), host=placement.get("host"),
                      worker=placement.get("worker_name") or placement.get("worker"))
+    if placement.get("slurm_job_id"):
+        entry["slurm_job_id"] = str(placement["slurm_job_id"])  # the trial's own Slurm job (train.launcher: slurm)
     measurement = trial.measurement
     if measurement is not None and trial.finished is not None:
         outcome = None

@@ -315,12 +315,16 @@ def _dry_run(config: SearchConfig) -> None:
                 echo(f"  {name}={shlex.quote(value)}")
     echo("")
     echo("command lines (the first training on each device; each trial has its own directory):")
+    on_slurm = config.train.launcher == "slurm"
     pool = config.train.devices if cluster is None else [(entry["device"],) for entry in cluster]
+    if on_slurm:
+        pool = [("",)]  # the device is the one Slurm grants each job, in the job's own environment
     for number, device in enumerate(pool, start=1):  # the first wave: one training per device, in order
         values = trial_values(config, device, number)
         argv = resolve_relative(substitute_command(config.train.command, values), config.base_dir)
         workdir = substitute(config.train.workdir, values)
-        echo(f"  {config.train.device_env}={values['device']} (in {workdir}) {shlex.join(argv)}")
+        said = "<as Slurm sets it in the job>" if on_slurm else values["device"]
+        echo(f"  {config.train.device_env}={said} (in {workdir}) {shlex.join(argv)}")
         echo(f"    trial directory: {display_path(Path(values['trial_dir']))}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
@@ -332,11 +336,22 @@ def _dry_run(config: SearchConfig) -> None:
         )
         for entry in cluster:
             echo(f"    {entry['slot']} ({entry['address']})")
+    if on_slurm:
+        from ..runner.slurm_launcher import resource_options
+
+        asked = resource_options(config.train.slurm, config.train.timeout, config.train.kill_grace)
+        options = [f"--{name}={value}" for name, value in asked.items() if value is not None]
+        echo(
+            f"  launcher: slurm: one sbatch job per trial, at most {config.train.slurm.max_jobs} at once "
+            f"(train.slurm.max_jobs); each job asks for {' '.join([*options, *config.train.slurm.extra])}"
+        )
     if config.localize is not None:
         _dry_run_localize(config)
     _dry_run_guide(config)
     echo("")
     parallel = len(config.train.devices) if cluster is None else len(cluster)
+    if on_slurm:
+        parallel = config.train.slurm.max_jobs
     references = config.score.baseline_repeats * (config.score.baseline_metric is None) + (
         config.score.all_on_metric is None
     )

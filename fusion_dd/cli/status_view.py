@@ -135,6 +135,8 @@ def _where(trial: TrialState) -> str:
     placement = _remote(trial)
     if not placement:
         return f"device {','.join(trial.device)}"
+    if placement.get("slurm_job_id"):
+        return f"Slurm job {placement['slurm_job_id']} (slot {','.join(trial.device)})"
     device = ",".join(placement.get("device") or ()) or "?"
     return f"{placement.get('host', '?')} device {device} (worker {placement.get('worker_name') or placement.get('worker')})"
 
@@ -144,6 +146,9 @@ def _occupancy(running: list[TrialState]) -> list[str]:
     hosts: dict[str, list[str]] = {}
     for trial in running:
         placement = _remote(trial)
+        if placement.get("slurm_job_id"):
+            hosts.setdefault("Slurm", []).append(f"job {placement['slurm_job_id']} #{trial.trial_id}")
+            continue
         host = str(placement.get("host", "this host")) if placement else "this host"
         device = ",".join(placement.get("device") or ()) if placement else ",".join(trial.device)
         hosts.setdefault(host, []).append(f"device {device or '?'} #{trial.trial_id}")

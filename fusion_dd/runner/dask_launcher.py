@@ -35,6 +35,12 @@ Why these pieces:
   writes ``cancel.request`` into the trial directory; the task sees it within
   a fraction of a second, has the supervisor SIGTERM the training (grace, then
   SIGKILL of the process group) and ends, which frees the worker's slot.
+* **Scheduler lost.** dask cancels a client's futures when its connection breaks, which
+  says nothing about the tasks (``fire_and_forget`` keeps them on the scheduler, and a
+  training outlives its scheduler anyway). So a future that ends cancelled without our
+  cancel is followed by its key after a bounded reconnect; a task the scheduler does not
+  hold takes its outcome from the trial directory; a scheduler gone past the bound stops
+  the search in one line and leaves the trainings to ``resume``.
 * **Shared state.** Everything above lives in the state directory, which must be
   the same path on every worker: at start a token written here is read back by
   every worker, and fusion-dd refuses otherwise.
@@ -46,9 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
-import dataclasses
 import secrets
 import signal
 import subprocess
@@ -62,24 +66,31 @@ from typing import Any
 
 from .dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
 from ..errors import UsageError
-from .launcher import Placement, TrialRequest, TrialResult, result_of, this_host
-from .supervisor import STATUS_FILE, SUPERVISOR_FILE, write_json_atomic
+from .launcher import Placement, TrialRequest, TrialResult, this_host
+from .cluster import (
+    CANCEL_FILE,
+    CLAIM_FILE,
+    RESULT_FILE,
+    ClaimTaken,
+    cancel_requested,
+    claim as _claim,
+    keep_result as _keep_result,
+    loaded_result as _loaded_result,
+    lost as _lost,
+    not_shared_message,
+    read_json as _read_json,
+    read_token,
+    request_cancel,
+    wait_with_watchers as _wait_with_watchers,
+    write_token,
+)
+from .supervisor import STATUS_FILE, SUPERVISOR_FILE
 
-CLAIM_FILE = "claim.json"
-#: JSON, never a pickle: the training can write anything into its own directory, and a
-#: coordinator must not run what it reads there.
-RESULT_FILE = "fusion_dd_result.json"
-CANCEL_FILE = "cancel.request"
-PROOF_PREFIX = ".dask-proof-"
 #: How long a task waits for leftover trainings on its device before it kills them.
 LEFTOVER_WAIT = 15.0
 #: A worker gone from the scheduler this long means its training is lost (a nanny restarts in less).
 WORKER_GONE_SECONDS = 5.0
 INSTALL_HINT = "pip install 'fusion-dd[dask]'"
-
-
-class ClaimTaken(RuntimeError):
-    """A re-run of a trial attempt that was already claimed: it must not train again."""
 
 
 def require_dask() -> Any:
@@ -89,6 +100,10 @@ def require_dask() -> Any:
     except ImportError:
         raise UsageError(f"train.launcher dask: dask.distributed is not installed; {INSTALL_HINT}") from None
     return distributed
+
+
+#: What ``_wait_claim`` returns when the search was cancelled before the task claimed its trial.
+_CANCELLED = object()
 
 
 @dataclass(frozen=True)
@@ -115,40 +130,6 @@ def worker_facts(device_env: str, dask_worker: Any = None) -> dict[str, Any]:
 
     host, boot_id = this_host()
     return {"host": host, "boot_id": boot_id, "device": os.environ.get(device_env), "pid": os.getpid()}
-
-
-def read_token(path: str, dask_worker: Any = None) -> str | None:
-    """The proof token as this worker sees it (None: it cannot see the file)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _claim(trial_dir: Path, record: Mapping[str, Any]) -> bool:
-    """Create ``claim.json`` with ``record`` unless it exists: complete or absent, never torn."""
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    temporary = trial_dir / f".claim.{os.getpid()}.{secrets.token_hex(4)}"
-    temporary.write_text(json.dumps(dict(record)), encoding="utf-8")
-    try:
-        with open(temporary, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.link(temporary, trial_dir / CLAIM_FILE)  # atomic; fails when the claim exists
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
 
 
 def _device_leftovers(device: str, own_marker: str) -> list[int]:
@@ -178,35 +159,6 @@ def _clear_device(device: str, own_marker: str, wait: float) -> None:
             time.sleep(0.2)
             return
         time.sleep(0.2)
-
-
-def _watch_cancel(trial_dir: Path, cancel: threading.Event, done: threading.Event) -> None:
-    while not done.wait(0.2):
-        if (trial_dir / CANCEL_FILE).exists():
-            cancel.set()
-            return
-
-
-def _wait_with_watchers(request: TrialRequest, running: Any) -> TrialResult:
-    """Wait for a supervised training with the early-stop monitor and the cancel file watched."""
-    from .early_stop import make_monitor
-    from .wakeup import CancelEvent
-
-    trial_dir = Path(request.spec.trial_dir)
-    cancel = CancelEvent()
-    done = threading.Event()
-    watcher = threading.Thread(target=_watch_cancel, args=(trial_dir, cancel, done), daemon=True)
-    watcher.start()
-    try:
-        monitor = make_monitor(running.trial_dir, request.early_stop, list(request.baseline_curve))
-        return result_of(running.wait(cancel, monitor=monitor), request)
-    finally:
-        done.set()
-
-
-def _keep_result(trial_dir: Path, result: TrialResult) -> None:
-    """The result next to the trial, for a coordinator that re-attaches after the task was forgotten."""
-    write_json_atomic(trial_dir / RESULT_FILE, dataclasses.asdict(result))
 
 
 def _start_reaper(trial_dir: Path, supervisor_pid: int) -> subprocess.Popen[bytes]:
@@ -264,6 +216,9 @@ def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
         "device": device,
         "time": time.time(),
     }
+    if cancel_requested(trial_dir):
+        # Cancelled (Ctrl-C) before this task ran: dask may still run a task client.cancel missed.
+        return TrialResult(cancelled=True)
     if not _claim(trial_dir, claim):
         held = _read_json(trial_dir / CLAIM_FILE) or {}
         raise ClaimTaken(
@@ -274,6 +229,8 @@ def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
     marks = {DEVICE_MARK_ENV: device, WORKER_MARK_ENV: process_mark(os.getpid()) or ""}
     spec = replace(request.spec, device=(device,), env={**request.spec.env, **marks})
     request = replace(request, spec=spec)
+    if cancel_requested(trial_dir):  # the cancel raced the claim: the claim refuses to train
+        return TrialResult(cancelled=True)
     marker = f"FUSION_DD_TRIAL_DIR={trial_dir.resolve()}"
     _clear_device(device, marker, LEFTOVER_WAIT)
     running = start_trial(spec)
@@ -313,23 +270,6 @@ def task_state(key: str, dask_scheduler: Any = None) -> str | None:
 # --- on the coordinator ----------------------------------------------------------------
 
 
-def _loaded_result(trial_dir: Path) -> TrialResult | None:
-    """The result a task kept (``_keep_result``); None when absent or not one (read like any artifact)."""
-    from .trial import _read_json as read_small_json
-
-    data = read_small_json(trial_dir / RESULT_FILE)
-    if data is None:
-        return None
-    names = {f.name for f in dataclasses.fields(TrialResult)}
-    try:
-        fields = {name: value for name, value in data.items() if name in names}
-        fields["log_tail"] = tuple(str(line) for line in fields.get("log_tail") or ())
-        result = TrialResult(**fields)
-    except (TypeError, ValueError):
-        return None
-    return result if isinstance(result.cancelled, bool) and isinstance(result.kind, str) else None
-
-
 def _refuse_foreign(request: TrialRequest) -> None:
     """Raise ForeignTrial (the directory set aside) when the trial directory is not this trial's."""
     from .trial import ForeignTrial, binding_problem, set_aside
@@ -339,10 +279,6 @@ def _refuse_foreign(request: TrialRequest) -> None:
         problem = binding_problem(trial_dir, request.spec.binding)
         if problem is not None:
             raise ForeignTrial(request.spec.trial_id, trial_dir, set_aside(trial_dir), problem)
-
-
-def _lost(reason: str, started: float) -> TrialResult:
-    return TrialResult(cancelled=False, kind="crash", reason=reason, duration=max(0.0, time.time() - started))
 
 
 class DaskHandle:
@@ -360,11 +296,15 @@ class DaskHandle:
         self._started = time.time()
 
     def cancel(self) -> None:
-        """Ask the task to stop its training (it SIGTERMs the supervisor; grace; group killed)."""
+        """Ask the task to stop its training (it SIGTERMs the supervisor; grace; group killed).
+
+        Not once the scheduler is declared gone: the search then stops and leaves the trainings
+        running, for ``resume`` (with a scheduler again) to take their results."""
+        if self.launcher.scheduler_gone:
+            return
         if not self._cancel_sent:
             self._cancel_sent = True
-            with contextlib.suppress(OSError):
-                write_json_atomic(self.request.trial_dir / CANCEL_FILE, {"time": time.time()})
+            request_cancel(self.request.trial_dir)
 
     def wait(self, cancel: threading.Event | None = None) -> TrialResult:
         """Until the task ended: its future, or for a re-attached task (``future`` None: dask does
@@ -377,7 +317,10 @@ class DaskHandle:
             if cancel is not None and cancel.is_set():
                 self.cancel()
             if self.future is not None and self.future.done():
-                return self._outcome()
+                if not _ended_with_the_connection(self.future, self.launcher) or self._cancel_sent:
+                    return self._outcome()
+                # The future ended because the connection to the scheduler did: the training did not.
+                self.future = None
             if self.future is None:
                 kept = _loaded_result(self.request.trial_dir)
                 if kept is not None:
@@ -385,12 +328,20 @@ class DaskHandle:
             now = time.monotonic()
             if now - last_check >= 1.0:
                 last_check = now
+                self.launcher.ensure_connected()  # bounded; raises SchedulerGone, leaving the training be
                 if self.future is None and self.launcher.task_state(self.key) in (None, "erred", "forgotten", "released"):
-                    kept = _loaded_result(self.request.trial_dir)
-                    if kept is not None:
-                        return kept
+                    ended = self._from_trial_dir()
+                    if ended is not None:
+                        return ended
                     if self._cancel_sent:
                         return TrialResult(cancelled=True)
+                    if not (self.request.trial_dir / STATUS_FILE).exists() and (
+                        not worker or self.launcher.worker_alive(worker)
+                    ):
+                        # The scheduler does not hold the task (a new scheduler) but the training's
+                        # worker is there: the training may still run. Its status file will say.
+                        gone_since = None
+                        continue
                     return _lost("the dask task ended without a result (see the worker's log)", self._started)
                 if not worker or self.launcher.worker_alive(worker):
                     gone_since = None
@@ -402,6 +353,22 @@ class DaskHandle:
                 cancel.wait(0.1)
             else:
                 time.sleep(0.1)
+
+    def _from_trial_dir(self) -> TrialResult | None:
+        """The outcome the trial directory proves: the kept result, or, once the supervisor wrote the
+        status file (the training ended), the result read from its files here (shared directory)."""
+        kept = _loaded_result(self.request.trial_dir)
+        if kept is not None:
+            return kept
+        if not (self.request.trial_dir / STATUS_FILE).exists():
+            return None
+        deadline = time.monotonic() + 3.0  # the task writes its result right after the status
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            kept = _loaded_result(self.request.trial_dir)
+            if kept is not None:
+                return kept
+        return ended_in_trial_dir(self.request)
 
     def _worker_died(self, worker: str) -> TrialResult:
         """The worker that ran this trial left the cluster: its watcher stopped the training."""
@@ -435,6 +402,39 @@ class DaskHandle:
         return result
 
 
+def _ended_with_the_connection(future: Any, launcher: "DaskLauncher") -> bool:
+    """A future this client did not cancel that ended cancelled, or any while the client has lost
+    the scheduler: dask says "scheduler-connection-lost", not what became of the task."""
+    return launcher.connection_lost() or str(getattr(future, "status", "")) == "cancelled"
+
+
+class SchedulerGone(UsageError):
+    """The scheduler did not come back within the reconnect bound: the search stops in one line."""
+
+
+#: How long the coordinator tries to reconnect to a lost scheduler (FUSION_DD_DASK_RECONNECT overrides).
+RECONNECT_SECONDS = 60.0
+
+
+def reconnect_seconds() -> float:
+    try:
+        value = float(os.environ.get("FUSION_DD_DASK_RECONNECT", RECONNECT_SECONDS))
+    except ValueError:
+        return RECONNECT_SECONDS
+    return value if value > 0 else RECONNECT_SECONDS
+
+
+def ended_in_trial_dir(request: TrialRequest) -> TrialResult | None:
+    """The result of a training whose supervisor wrote its status file, read from the trial
+    directory (no process is looked for: it ended and said how)."""
+    from .trial import adopt_trial
+
+    running = adopt_trial(request.trial_dir)
+    if running is None:
+        return None
+    return _wait_with_watchers(request, running)
+
+
 def connect_timeout() -> float:
     """Seconds to wait for the scheduler: 10, or dask's ``distributed.comm.timeouts.connect`` when
     shorter (dask's own default, 30 s, is long for a command that says it cannot reach it)."""
@@ -446,6 +446,18 @@ def connect_timeout() -> float:
     except (KeyError, TypeError, ValueError):
         configured = None
     return min(10.0, float(configured)) if configured else 10.0
+
+
+def _address_in(scheduler_file: str) -> str:
+    """The scheduler's address from dask's scheduler file (``dask scheduler --scheduler-file``)."""
+    data = _read_json(Path(scheduler_file).expanduser())
+    address = (data or {}).get("address")
+    if not isinstance(address, str) or not address:
+        raise UsageError(
+            f"train.scheduler_file {scheduler_file}: no scheduler address in it (is the file there and written "
+            "by 'dask scheduler --scheduler-file FILE'?)"
+        )
+    return address
 
 
 class DaskLauncher:
@@ -461,9 +473,12 @@ class DaskLauncher:
         devices: Sequence[Sequence[str]] | None = None,
         *,
         timeout: float | None = None,
+        scheduler_file: str | None = None,
     ) -> None:
         distributed = require_dask()
         self._distributed = distributed
+        if not address and scheduler_file:
+            address = _address_in(scheduler_file)
         self.address = address
         self.state_dir = Path(state_dir)
         self.device_env = device_env
@@ -485,10 +500,72 @@ class DaskLauncher:
         self._alive: set[str] = set()
         self._alive_at = -1e9
         self._salt = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:10]
+        self.scheduler_file = scheduler_file
+        self.scheduler_gone = False
+        self.reconnect_seconds = reconnect_seconds()
+        self._reconnect_lock = threading.Lock()
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.close()
+
+    # -- the connection to the scheduler ---------------------------------------------
+
+    def connection_lost(self) -> bool:
+        """Whether the client has lost the scheduler (dask closes a client it cannot reconnect)."""
+        return str(getattr(self.client, "status", "running")) not in ("running", "connecting", "newly-created")
+
+    def ensure_connected(self) -> None:
+        """Reconnect to the scheduler when the connection is lost, for at most ``reconnect_seconds``,
+        saying so with the time waited; raises ``SchedulerGone`` after that (and from then on).
+
+        With ``train.scheduler_file`` the file is read again on every attempt: a scheduler
+        started anew writes its (new) address there.
+        """
+        if self.scheduler_gone:
+            raise SchedulerGone(self._gone_message())
+        if not self.connection_lost():
+            return
+        with self._reconnect_lock:
+            if self.scheduler_gone:
+                raise SchedulerGone(self._gone_message())
+            if not self.connection_lost():
+                return
+            started = time.monotonic()
+            said = -1e9
+            while True:
+                waited = time.monotonic() - started
+                if time.monotonic() - said >= 5.0:
+                    said = time.monotonic()
+                    print(f"fusion-dd: lost the dask scheduler at {self.address}; reconnecting "
+                          f"({waited:.0f}s of {self.reconnect_seconds:.0f}s)", file=sys.stderr, flush=True)
+                try:
+                    address = _address_in(self.scheduler_file) if self.scheduler_file else self.address
+                    client = self._distributed.Client(address, timeout=min(5.0, self.reconnect_seconds),
+                                                      set_as_default=False)
+                except Exception:  # noqa: BLE001 - not there yet
+                    client = None
+                if client is not None:
+                    old, self.client, self.address = self.client, client, address
+                    with contextlib.suppress(Exception):
+                        old.close()
+                    with self._alive_lock:
+                        self._alive_at = -1e9
+                    self._cleaner_registered = False
+                    print(f"fusion-dd: reconnected to the dask scheduler at {address} after {waited:.0f}s",
+                          file=sys.stderr, flush=True)
+                    return
+                if time.monotonic() - started >= self.reconnect_seconds:
+                    self.scheduler_gone = True
+                    raise SchedulerGone(self._gone_message())
+                time.sleep(1.0)
+
+    def _gone_message(self) -> str:
+        return (
+            f"the dask scheduler at {self.address} is gone (no connection for {self.reconnect_seconds:.0f}s); "
+            "trainings already running go on: start a scheduler (and its workers) again and run "
+            "'fusion-dd resume --scheduler ADDRESS', which takes their results and trains nothing twice"
+        )
 
     # -- the cluster ---------------------------------------------------------------
 
@@ -564,6 +641,7 @@ class DaskLauncher:
 
     def slots(self) -> list[tuple[str, ...]]:
         """One slot per device of the cluster (``devices``), each proven to see the state directory."""
+        self.ensure_connected()
         found = self.devices()
         addresses = {e["address"]: e for e in found}
         self._prove_shared_state(sorted(set(addresses) - self._proven), {a: {"name": e["name"]} for a, e in addresses.items()})
@@ -587,10 +665,7 @@ class DaskLauncher:
         """A token written here must read back the same on every worker: the state directory is shared."""
         if not addresses:
             return
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        token = secrets.token_hex(16)
-        path = self.state_dir / f"{PROOF_PREFIX}{token[:8]}"
-        path.write_text(token, encoding="utf-8")
+        path, token = write_token(self.state_dir)
         try:
             seen = self.client.run(read_token, str(path.resolve()), workers=addresses)
         finally:
@@ -598,25 +673,24 @@ class DaskLauncher:
                 path.unlink()
         blind = sorted(str(infos[a].get("name", a)) for a in addresses if seen.get(a) != token)
         if blind:
-            raise UsageError(
-                f"state directory {self.state_dir.resolve()}: dask worker(s) {', '.join(blind)} cannot see it at the same "
-                "path; every worker must share it (e.g. a network file system mounted at the same path), because "
-                "trainings write their logs, claims and results there; or give a --state-dir they all share"
-            )
+            raise UsageError(not_shared_message(self.state_dir, f"dask worker(s) {', '.join(blind)}"))
         self._proven.update(addresses)
 
     def key_of(self, request: TrialRequest) -> str:
         """Stable per search and trial (a retry is a new trial, so also per attempt)."""
         return f"fusion-dd-{self._salt}-{request.spec.trial_id}"
 
-    def _pick_worker(self, slot: str) -> str:
+    def _pick_worker(self, slot: str, cancel: threading.Event | None = None) -> str | None:
         """The slot's worker if it is alive and free, else any free device worker (a restarted one).
 
         Waits while every device worker is busy (a dead worker's slot shares the
         live ones); fails only when the cluster has had no usable worker for a minute.
+        None when ``cancel`` is set while it waits.
         """
         empty_since: float | None = None
         while True:
+            if cancel is not None and cancel.is_set():
+                return None
             address = self._slots.get(slot)
             if address is not None and self.worker_alive(address):
                 with self._lock:
@@ -626,6 +700,8 @@ class DaskLauncher:
             problem = None
             try:
                 self.slots()
+            except SchedulerGone:
+                raise
             except UsageError as exc:
                 problem = exc
             with self._lock:
@@ -643,7 +719,10 @@ class DaskLauncher:
                 empty_since = time.monotonic()
             elif time.monotonic() - empty_since >= 60.0:
                 raise problem
-            time.sleep(0.5)
+            if cancel is not None:
+                cancel.wait(0.5)
+            else:
+                time.sleep(0.5)
 
     def release(self, address: str) -> None:
         with self._lock:
@@ -651,15 +730,20 @@ class DaskLauncher:
 
     # -- the seam ----------------------------------------------------------------------
 
-    def start(self, request: TrialRequest) -> DaskHandle:
+    def start(self, request: TrialRequest, cancel: threading.Event | None = None) -> Any:
         """Submit the trial's task to its slot's worker; return once the task has claimed the trial.
 
         A worker that leaves before its task claimed the trial ran nothing of it: the task is
-        withdrawn and submitted again (same trial, a new key) to another device worker.
+        withdrawn and submitted again (same trial, a new key) to another device worker. When
+        ``cancel`` is set meanwhile (Ctrl-C), the cancel request is written first, so that a task
+        that claims afterwards does not train, then the task is cancelled with dask's own
+        ``client.cancel``; the handle returned then reports the trial cancelled.
         """
         slot = ",".join(request.spec.device)
         for submission in range(1, 1000):
-            address = self._pick_worker(slot)
+            address = self._pick_worker(slot, cancel)
+            if address is None:
+                return _Finished(TrialResult(cancelled=True), self._placement(self.key_of(request), {}))
             key = self.key_of(request) + ("" if submission == 1 else f"-r{submission}")
             try:
                 future = self.client.submit(
@@ -674,10 +758,13 @@ class DaskLauncher:
                     allow_other_workers=False,
                 )
                 self._distributed.fire_and_forget(future)
-                claim = self._wait_claim(request, future, key, worker=address)
+                claim = self._wait_claim(request, future, key, worker=address, cancel=cancel)
             except BaseException:
                 self.release(address)
                 raise
+            if claim is _CANCELLED:
+                self.release(address)
+                return _Finished(TrialResult(cancelled=True), self._placement(key, {}))
             if claim is not None:
                 return _ReleasingHandle(self, future, request, self._placement(key, claim), address)
             with contextlib.suppress(Exception):
@@ -686,12 +773,14 @@ class DaskLauncher:
         raise RuntimeError(f"trial {request.spec.trial_id}: no dask worker stayed long enough to start it")
 
     def _wait_claim(
-        self, request: TrialRequest, future: Any, key: str = "", worker: str = ""
-    ) -> dict[str, Any] | None:
+        self, request: TrialRequest, future: Any, key: str = "", worker: str = "",
+        cancel: threading.Event | None = None,
+    ) -> Any:
         """Block until the task has claimed the trial: then it runs, and its placement is known.
 
         None when it never will: without a future (a re-attached task) once the scheduler no
         longer holds ``key``; with ``worker``, once that worker has been gone for a while.
+        ``_CANCELLED`` when ``cancel`` was set first: the task is cancelled and will not train.
         """
         path = request.trial_dir / CLAIM_FILE
         last_check = time.monotonic()
@@ -700,6 +789,13 @@ class DaskLauncher:
             claim = _read_json(path)
             if claim is not None:
                 return claim
+            if cancel is not None and cancel.is_set():
+                request_cancel(request.trial_dir)  # first: a claim written after this refuses to train
+                if future is not None:
+                    with contextlib.suppress(Exception):
+                        self.client.cancel([future], force=True)
+                claim = _read_json(path)
+                return claim if claim is not None else _CANCELLED
             now = time.monotonic()
             if now - last_check >= 1.0:
                 last_check = now
@@ -711,6 +807,10 @@ class DaskLauncher:
                         return _read_json(path)
                 else:
                     gone_since = None
+            if future is not None and future.done() and _ended_with_the_connection(future, self):
+                self.ensure_connected()  # bounded; then the task is followed by its key
+                future = None
+                continue
             if future is not None and future.done():
                 claim = _read_json(path)
                 if claim is not None:
@@ -765,6 +865,11 @@ class DaskLauncher:
         if claim is None:
             return None  # never claimed and the scheduler does not hold it: it never ran
         if (request.trial_dir / STATUS_FILE).exists():
+            # The training ended and said how (its task may have been lost with a scheduler):
+            # its result is read from the shared trial directory, no worker needed.
+            ended = ended_in_trial_dir(request)
+            if ended is not None:
+                return _Finished(ended, place)
             return self._check_on_worker(request, place, None)
         worker = str(claim.get("worker", ""))
         if worker and self.worker_alive(worker):
@@ -789,10 +894,36 @@ class DaskLauncher:
         return (request.trial_dir / CLAIM_FILE).exists() or (request.trial_dir / SUPERVISOR_FILE).exists()
 
 
+def _require_scheduler(train: Any, source: Any) -> None:
+    """Refused when the search starts, not while the file is read: --scheduler may give the address."""
+    if not train.scheduler and not getattr(train, "scheduler_file", None):
+        raise UsageError(
+            f"{source}: train.launcher: dask needs the scheduler: train.scheduler (an address such as "
+            "tcp://host:8786), train.scheduler_file, or --scheduler on the command line"
+        )
+
+
+def dask_launcher_for(config: Any) -> "DaskLauncher":
+    """The dask launcher of a search's configuration (``train.scheduler`` or ``train.scheduler_file``)."""
+    train = config.train
+    _require_scheduler(train, getattr(config, "source", "the config"))
+    return DaskLauncher(
+        train.scheduler,
+        config.state_dir,
+        train.device_env,
+        train.devices if train.devices_given else None,
+        scheduler_file=getattr(train, "scheduler_file", None),
+    )
+
+
 def cluster_devices(train: Any, state_dir: Path) -> list[dict[str, Any]]:
     """The devices a search with this ``train`` section would use (``DaskLauncher.devices``), for
     ``--dry-run``: nothing is written (the shared-state proof runs when the search starts)."""
-    launcher = DaskLauncher(train.scheduler, state_dir, train.device_env, train.devices if train.devices_given else None)
+    _require_scheduler(train, "the config")
+    launcher = DaskLauncher(
+        train.scheduler, state_dir, train.device_env, train.devices if train.devices_given else None,
+        scheduler_file=getattr(train, "scheduler_file", None),
+    )
     try:
         return launcher.devices()
     finally:

@@ -263,15 +263,8 @@ class LocalLauncher:
 
 
 def launcher_for(config: Any) -> Launcher:
-    """The launcher ``train.launcher`` names: this machine, or a dask cluster (optional extra)."""
-    train = config.train
-    if getattr(train, "launcher", "local") == "dask":
-        from .dask_launcher import DaskLauncher
+    """The launcher ``train.launcher`` names: this machine, a dask cluster, Slurm jobs (optional
+    extras), or one another package registers (:mod:`fusion_dd.runner.registry`)."""
+    from .registry import make_launcher
 
-        return DaskLauncher(
-            train.scheduler,
-            config.state_dir,
-            train.device_env,
-            train.devices if train.devices_given else None,
-        )
-    return LocalLauncher()
+    return make_launcher(config)

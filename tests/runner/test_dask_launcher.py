@@ -10,6 +10,7 @@ kill and resume tests skip with the reason (probed once); the others run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -545,6 +546,49 @@ def test_ctrl_c_stops_every_remote_training_and_frees_the_devices(tmp_path, clus
     assert all(isinstance(future.result(timeout=10), int) for future in futures)
 
 
+@pytest.mark.cluster
+def test_ctrl_c_while_the_tasks_wait_for_busy_workers_exits_at_once_and_nothing_trains_afterwards(tmp_path, cluster):
+    """Another client's tasks hold both device workers: the search's tasks are submitted and wait."""
+    release = distributed.Event(f"release-{time.time()}", client=cluster.client)
+    name = release.name
+
+    def hold() -> bool:
+        from distributed import Event
+
+        return Event(name).wait(120)
+
+    blockers = [cluster.client.submit(hold, key=f"hold-{device}-{time.time()}", pure=False, resources={"device": 1})
+                for device in DEVICES]
+    wait_until(lambda: all(f.status == "pending" for f in blockers) and len(cluster.client.processing()) == 2
+               and all(len(tasks) == 1 for tasks in cluster.client.processing().values()), 30, "the holders never ran")
+    dask_config(tmp_path, cluster, "")
+    journal_path = tmp_path / ".fusion-dd" / "journal.jsonl"
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: journal_path.exists() and journal_path.read_text().count('"trial_started"') == 2, 60,
+                   "the references were never submitted")
+        asked = time.monotonic()
+        coordinator.send_signal(signal.SIGINT)
+        _, stderr = coordinator.communicate(timeout=60)
+        took = time.monotonic() - asked
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+        release.set()
+    assert coordinator.returncode == 130, stderr
+    assert took < 2 + 5, took  # kill_grace + 5 s
+    assert [f.result(timeout=60) for f in blockers] == [True, True]
+    # Both devices free again: a probe on each runs only after whatever was queued there before it.
+    probes = [cluster.client.submit(os.getpid, key=f"probe-{device}-{time.time()}", pure=False, resources={"device": 1})
+              for device in DEVICES]
+    assert all(isinstance(probe.result(timeout=60), int) for probe in probes)
+    assert launched_trial_ids(tmp_path) == [], "a training started after fusion-dd exited"
+    assert not list((tmp_path / ".fusion-dd" / "trials").glob("*/claim.json"))
+    cancelled = {r["trial_id"] for r in journal(tmp_path) if r["type"] == "trial_cancelled"}
+    assert cancelled == {"0001", "0002"}
+
+
 def test_without_dask_the_launcher_is_refused_in_one_line(tmp_path):
     blocker = tmp_path / "blocker" / "distributed"
     blocker.mkdir(parents=True)
@@ -558,32 +602,53 @@ def test_without_dask_the_launcher_is_refused_in_one_line(tmp_path):
     assert result.stderr.strip().count("\n") == 0 and "fusion-dd[dask]" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize(
-    ("train", "message"),
-    [
-        ({"launcher": "slurm"}, "train.launcher: must be one of local, dask"),
-        ({"launcher": "dask"}, "train.launcher: dask needs the scheduler's address"),
-    ],
-)
-def test_a_launcher_the_config_cannot_use_is_refused_naming_the_key(tmp_path, train, message):
+def test_a_launcher_nobody_provides_is_refused_naming_the_key_and_the_known_ones(tmp_path):
     from fusion_dd.config import load_config
     from fusion_dd.errors import UsageError
 
     config = write_config(tmp_path, "--culprits", CULPRIT)
     document = yaml.safe_load(config.read_text())
-    document["train"].update(train)
+    document["train"].update(launcher="cloud")
     config.write_text(yaml.safe_dump(document))
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(UsageError, match="train.launcher: must be one of local, dask, slurm"):
         load_config(config)
 
 
-def test_scheduler_on_the_command_line_means_the_dask_launcher(tmp_path):
+def test_the_dask_launcher_from_the_file_takes_its_scheduler_from_the_command_line(tmp_path):
+    """``train.launcher: dask`` without an address is fine until the search starts: --scheduler may give it."""
     from fusion_dd.config import load_config
+    from fusion_dd.errors import UsageError
+    from fusion_dd.runner.launcher import launcher_for
 
-    config = load_config(write_config(tmp_path, "--culprits", CULPRIT))
-    assert config.train.launcher == "local"
-    chosen = config.with_overrides(scheduler="tcp://127.0.0.1:8786").train
+    config = write_config(tmp_path, "--culprits", CULPRIT)
+    document = yaml.safe_load(config.read_text())
+    document["train"].update(launcher="dask")
+    config.write_text(yaml.safe_dump(document))
+    loaded = load_config(config)
+    with pytest.raises(UsageError, match="train.launcher: dask needs the scheduler"):
+        launcher_for(loaded)
+    chosen = loaded.with_overrides(scheduler="tcp://127.0.0.1:8786").train
     assert (chosen.launcher, chosen.scheduler) == ("dask", "tcp://127.0.0.1:8786")
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2 and "train.launcher: dask needs the scheduler" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "launch.log").exists()
+
+
+def test_a_scheduler_file_gives_the_address_and_one_without_it_is_refused_in_one_line(tmp_path):
+    from fusion_dd.config import load_config
+    from fusion_dd.errors import UsageError
+    from fusion_dd.runner.dask_launcher import _address_in
+
+    (tmp_path / "scheduler.json").write_text(json.dumps({"address": "tcp://127.0.0.1:8786"}))
+    assert _address_in(str(tmp_path / "scheduler.json")) == "tcp://127.0.0.1:8786"
+    with pytest.raises(UsageError, match="no scheduler address in it"):
+        _address_in(str(tmp_path / "missing.json"))
+    config = write_config(tmp_path, "--culprits", CULPRIT)
+    document = yaml.safe_load(config.read_text())
+    document["train"].update(launcher="dask", scheduler_file="scheduler.json", scheduler="tcp://x:1")
+    config.write_text(yaml.safe_dump(document))
+    with pytest.raises(UsageError, match="train.scheduler_file: give either"):
+        load_config(config)
 
 
 def test_the_local_launcher_never_gives_up_a_training_another_launcher_may_still_run(tmp_path):
@@ -644,9 +709,12 @@ def test_resume_asks_the_scheduler_first_then_the_recorded_worker(tmp_path):
     assert adopt(None, {"tcp://w:1"}) == ("checked", ["tcp://w:1"])
     # ...lost with it when it is gone (its watcher stopped the training)...
     assert adopt("forgotten", set()) == (None, [])
-    # ...unless the training ended: then any worker reads its result from the shared directory.
-    (spec.trial_dir / "status.json").write_text("{}")
-    assert adopt(None, set()) == ("checked", [None])
+    # ...unless the training ended: then its result is read here, from the shared directory (no worker needed).
+    (spec.trial_dir / "status.json").write_text(json.dumps({"exit_code": 0, "start": 1.0, "end": 2.0}))
+    (spec.trial_dir / "output.log").write_text("a=0.25\n")
+    ended, checked = adopt(None, set())
+    result = ended.wait()
+    assert checked == [] and not result.cancelled and result.value == 0.25, result
     # A result the task kept is taken as it is, from any state.
     (spec.trial_dir / RESULT_FILE).write_text(json.dumps({"cancelled": False, "kind": "metric", "value": 0.5}))
     finished, checked = adopt(None, set())
@@ -671,3 +739,167 @@ def test_a_task_takes_only_a_dead_workers_trainings_on_its_device_for_leftovers(
         for child in children:
             child.kill()
             child.wait()
+
+
+class _Proxy:
+    """A TCP proxy on 127.0.0.1 in front of the scheduler, whose connections the test can cut."""
+
+    def __init__(self, target: str) -> None:
+        import threading
+
+        host, port = target.removeprefix("tcp://").rsplit(":", 1)
+        self.target = (host, int(port))
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"tcp://127.0.0.1:{self.server.getsockname()[1]}"
+        self.open: list[socket.socket] = []
+        self.refusing = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            if self.refusing.is_set():
+                client.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            self.open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def cut(self, seconds: float) -> None:
+        """Drop every connection and refuse new ones for ``seconds``."""
+        self.refusing.set()
+        for connection in self.open:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        self.open.clear()
+        time.sleep(seconds)
+        self.refusing.clear()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.cluster
+def test_a_network_cut_of_a_second_between_coordinator_and_scheduler_journals_no_crash(tmp_path, cluster):
+    proxy = _Proxy(cluster.address)
+    try:
+        config = dask_config(tmp_path, cluster, "time.sleep(3)\n")
+        document = yaml.safe_load(config.read_text())
+        document["train"]["scheduler"] = proxy.address  # the coordinator's connection goes through the proxy
+        config.write_text(yaml.safe_dump(document))
+        coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: len(launched_trial_ids(tmp_path)) >= 2, 60, "nothing ran")
+            proxy.cut(1.0)
+            _, stderr = coordinator.communicate(timeout=240)
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+                coordinator.wait()
+    finally:
+        proxy.close()
+    assert coordinator.returncode == 0, stderr
+    assert_found(tmp_path)
+    crashes = [r for r in journal(tmp_path) if r["type"] == "trial_finished" and r["kind"] == "crash"]
+    assert crashes == [], crashes
+    assert sorted(launched_trial_ids(tmp_path)) == sorted(set(launched_trial_ids(tmp_path)))  # none trained twice
+
+
+@pytest.mark.cluster
+def test_the_scheduler_killed_mid_training_stops_the_search_in_one_line_and_resume_trains_nothing_twice(tmp_path):
+    if distributed is None or not DASK.exists():
+        pytest.skip("dask.distributed is not installed (pip install 'fusion-dd[dask]')")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen([str(DASK), *argv], env={**cli_env(), **(env or {})}, stdout=subprocess.DEVNULL,
+                                   stderr=open(tmp_path / f"dask-{len(processes)}.log", "wb"), start_new_session=True)
+        processes.append(process)
+        return process
+
+    def scheduler() -> subprocess.Popen[bytes]:
+        process = start("scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")
+        wait_until(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, 60, "no scheduler")
+        return process
+
+    def workers() -> None:
+        for device in DEVICES:
+            start("worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--resources", "device=1",
+                  "--name", f"npu{device}", "--no-dashboard", env={"ASCEND_DEVICE_ID": device})
+        with distributed.Client(address, timeout=30, set_as_default=False) as client:
+            client.wait_for_workers(len(DEVICES), timeout=60)
+
+    search = tmp_path / "search"
+    search.mkdir()
+    try:
+        first = scheduler()
+        workers()
+        config = write_config(search, "--culprits", CULPRIT)
+        document = yaml.safe_load(config.read_text())
+        document["rules"] = FEW_RULES
+        del document["train"]["devices"]
+        document["train"].update(launcher="dask", scheduler=address, kill_grace=2)
+        said = f'open({str(search / "started.log")!r}, "a").write(os.environ["FUSION_DD_TRIAL_ID"] + "\\n")\n'
+        command = document["train"]["command"]
+        command[command.index(str(FAKE_TRAIN))] = str(wrapper_script(search / "wrapped.py", said + "time.sleep(4)\n"))
+        config.write_text(yaml.safe_dump(document))
+        coordinator = subprocess.Popen(
+            [sys.executable, "-m", "fusion_dd.cli", "search"], cwd=search, env=cli_env({"FUSION_DD_DASK_RECONNECT": "5"}),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            try:
+                wait_until(lambda: len(launched_trial_ids(search)) == 2, 90, "the references never started")
+            except AssertionError:
+                coordinator.kill()
+                raise AssertionError(coordinator.communicate()[1]) from None
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(timeout=30)
+            _, stderr = coordinator.communicate(timeout=120)
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+                coordinator.wait()
+        assert coordinator.returncode == 2, stderr
+        last = stderr.strip().splitlines()[-1]
+        assert f"the dask scheduler at {address} is gone" in last and "fusion-dd resume" in last, stderr
+        assert "Traceback" not in stderr
+        losses = [r for r in journal(search) if r["type"] == "trial_cancelled"
+                  or (r["type"] == "trial_finished" and r["kind"] != "metric")]
+        assert losses == [], "the lost scheduler was journaled as a loss of trainings"
+        # A new scheduler at the same address; the workers come back to it, or new ones do.
+        scheduler()
+        for process in processes[1:3]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        workers()
+        result = run_fusion_dd("resume", "--scheduler", address, cwd=search)
+        assert result.returncode == 0, result.stderr
+        assert_found(search)
+        assert sorted(launched_trial_ids(search)) == sorted(set(launched_trial_ids(search))), "a trial trained twice"
+    finally:
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)

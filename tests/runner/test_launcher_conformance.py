@@ -74,14 +74,30 @@ BEHAVIOURS: dict[str, tuple[list[str], Callable[[TrialContext], int | None]]] = 
     ),
 }
 
-LAUNCHERS = ["local", "inprocess"]
+#: The Slurm launcher runs the same fake training as a Slurm job (on a real Slurm, else skipped).
+LAUNCHERS = ["local", "inprocess", pytest.param("slurm", marks=pytest.mark.cluster)]
+
+
+def _launcher(kind: str, tmp_path: Path, function: Callable[[TrialContext], int | None]):
+    if kind == "local":
+        return LocalLauncher()
+    if kind == "inprocess":
+        return InProcessLauncher(function)
+    from fusion_dd.config import SlurmConfig
+    from fusion_dd.runner.slurm_launcher import SlurmLauncher
+    from tests.runner.test_slurm_launcher import slurm_refusal
+
+    refusal = slurm_refusal()
+    if refusal is not None:
+        pytest.skip(refusal)
+    return SlurmLauncher(SlurmConfig(max_jobs=1, mem="200M", cpus_per_task=1), tmp_path)
 
 
 def _start(kind: str, tmp_path: Path, behaviour: str, **overrides):
     options, function = BEHAVIOURS[behaviour]
     spec = fake_trial_spec(tmp_path, "0001", *options, switch_text=SWITCH, device=("3",), **overrides)
     request = TrialRequest(spec=spec, metric=METRIC)
-    launcher = LocalLauncher() if kind == "local" else InProcessLauncher(function)
+    launcher = _launcher(kind, tmp_path, function)
     try:
         return launcher.start(request), spec.trial_dir
     finally:
@@ -116,7 +132,8 @@ def test_a_nan_loss_is_a_precision_failure(kind: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", LAUNCHERS)
 def test_a_cancel_stops_a_running_training(kind: str, tmp_path: Path) -> None:
     handle, trial_dir = _start(kind, tmp_path, "slow", grace=5.0)
-    assert eventually(lambda: "step 1 " in (trial_dir / "output.log").read_text(), within=60)
+    log = trial_dir / "output.log"  # a cluster job writes it once it runs
+    assert eventually(lambda: log.exists() and "step 1 " in log.read_text(), within=60)
     cancel = threading.Event()
     cancel.set()
     result = handle.wait(cancel)
@@ -137,5 +154,9 @@ def test_the_training_sees_its_switch_file_and_variables(kind: str, tmp_path: Pa
     resolved = trial_dir.resolve()
     assert f"env FUSION_DD_TRIAL_DIR={resolved}" in output
     assert f"env FUSION_DD_SWITCH_FILE={resolved / 'fusion_switch.cfg'}" in output
-    assert "env ASCEND_DEVICE_ID=3" in output
+    if kind == "slurm":
+        # A Slurm job's device is the one Slurm granted (none here: no gres asked), never the slot's name.
+        assert "env ASCEND_DEVICE_ID=<unset>" in output
+    else:
+        assert "env ASCEND_DEVICE_ID=3" in output
     assert json.loads((trial_dir / "fusion_switch.cfg").read_text()) == json.loads(SWITCH)
