@@ -230,7 +230,8 @@ class PieceCursor:
     A match is taken in the first piece that holds it whole: one that touches
     the end of a piece that is not the line's last may go on, and is looked for
     again in the next piece, which repeats the last :data:`OVERLAP` characters.
-    (Only a single match longer than the overlap can be missed.)
+    (Only a single match longer than the overlap can be missed, or read as a shorter
+    match that starts inside it.)
     """
 
     def __init__(self, pattern: re.Pattern[str]) -> None:

@@ -58,7 +58,7 @@ from .cluster import (
     write_token,
 )
 from .launcher import Placement, TrialRequest, TrialResult
-from .slurm_job import CLAIM_TAKEN, NOT_SHARED, REQUEST_FILE
+from .slurm_job import CLAIM_TAKEN, NOT_SHARED, REQUEST_FILE, STOPPED_FILE
 from .supervisor import STATUS_FILE, SUPERVISOR_FILE, write_json_atomic
 
 JOB_FILE = "slurm_job.json"
@@ -71,6 +71,12 @@ TIME_MARGIN_SECONDS = 300.0
 POLL_SECONDS = 1.0
 #: After a job ended, how long its result may take to appear (a network file system's cache).
 RESULT_GRACE_SECONDS = 10.0
+#: How long a job that left the running states is watched for coming back as requeued: briefly
+#: after an ordinary end, longer when its job said Slurm stopped it (``scancel``, preemption or a
+#: requeue look alike from inside the job; only a requeue makes it pending again, and a loaded
+#: controller can take seconds to show that).
+REQUEUE_WATCH_SECONDS = 2.0
+REQUEUE_WATCH_STOPPED_SECONDS = 20.0
 
 
 def time_limit(configured: str | None, timeout: float | None, grace: float) -> str | None:
@@ -211,10 +217,14 @@ class SlurmHandle:
         moment later, a requeued job is pending again, so it is the same trial continuing."""
         if self._cancel_sent:
             return False
-        time.sleep(2.0)
-        with contextlib.suppress(slurm.SlurmUnavailable):
-            facts = slurm.job_facts(self.job_id)
-            return facts is not None and facts.get("JobState") in slurm.ACTIVE_STATES
+        stopped = (self.request.trial_dir / STOPPED_FILE).exists()
+        deadline = time.monotonic() + (REQUEUE_WATCH_STOPPED_SECONDS if stopped else REQUEUE_WATCH_SECONDS)
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            with contextlib.suppress(slurm.SlurmUnavailable):
+                facts = slurm.job_facts(self.job_id)
+                if facts is not None and facts.get("JobState") in slurm.ACTIVE_STATES:
+                    return True
         return False
 
     def _wait_gone_from_queue(self) -> None:

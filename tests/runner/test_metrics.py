@@ -275,10 +275,11 @@ def test_a_log_read_in_small_pieces_gives_every_match_once_as_a_whole_read_does(
     """
     text = "".join(parts)
     expected = [match for line in text.split("\n") for match in re.finditer(r"accuracy: (\S+)", line)]
-    assume(all(len(match.group(0)) < 16 for match in expected))
+    spec = MetricSpec.from_text(r"accuracy: (\S+)")
+    losses = [match for line in text.split("\n") for match in spec.loss_pattern.finditer(line)]
+    assume(all(len(match.group(0)) < 16 for match in [*expected, *losses]))
     path = tmp_path_factory.mktemp("log") / "output.log"
     path.write_bytes(text.encode())
-    spec = MetricSpec.from_text(r"accuracy: (\S+)")
     whole = metrics_module._scan_log(path, spec)
     saved = metrics_module.LINE_CAP, metrics_module.OVERLAP, metrics_module._BLOCK_BYTES
     try:
