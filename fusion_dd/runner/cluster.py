@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .launcher import TrialRequest, TrialResult, result_of
+from .launcher import Placement, TrialRequest, TrialResult, result_of
 from .supervisor import write_json_atomic
 
 CLAIM_FILE = "claim.json"
@@ -188,3 +188,18 @@ __all__ = [
     "wait_with_watchers",
     "write_token",
 ]
+
+
+class FinishedHandle:
+    """The handle of a trial that ended while no coordinator waited (or was cancelled before it
+    ran): its result is known already, so waiting returns it and cancelling does nothing."""
+
+    def __init__(self, result: TrialResult, placement: Placement) -> None:
+        self.result = result
+        self.placement = placement
+
+    def wait(self, cancel: threading.Event | None = None) -> TrialResult:
+        return self.result
+
+    def cancel(self) -> None:
+        pass

@@ -72,6 +72,7 @@ from .cluster import (
     CLAIM_FILE,
     RESULT_FILE,
     ClaimTaken,
+    FinishedHandle,
     cancel_requested,
     claim as _claim,
     keep_result as _keep_result,
@@ -743,7 +744,7 @@ class DaskLauncher:
         for submission in range(1, 1000):
             address = self._pick_worker(slot, cancel)
             if address is None:
-                return _Finished(TrialResult(cancelled=True), self._placement(self.key_of(request), {}))
+                return FinishedHandle(TrialResult(cancelled=True), self._placement(self.key_of(request), {}))
             key = self.key_of(request) + ("" if submission == 1 else f"-r{submission}")
             try:
                 future = self.client.submit(
@@ -764,7 +765,7 @@ class DaskLauncher:
                 raise
             if claim is _CANCELLED:
                 self.release(address)
-                return _Finished(TrialResult(cancelled=True), self._placement(key, {}))
+                return FinishedHandle(TrialResult(cancelled=True), self._placement(key, {}))
             if claim is not None:
                 return _ReleasingHandle(self, future, request, self._placement(key, claim), address)
             with contextlib.suppress(Exception):
@@ -852,7 +853,7 @@ class DaskLauncher:
         claim = _read_json(request.trial_dir / CLAIM_FILE)
         place = self._placement(key, claim or dict(placement or {}))
         if kept is not None:
-            return _Finished(kept, place)
+            return FinishedHandle(kept, place)
         state = self.task_state(key)
         if state is not None and state not in ("erred", "forgotten", "released"):
             # Still held: re-attach to the same task (it claims, or has claimed, the trial).
@@ -869,7 +870,7 @@ class DaskLauncher:
             # its result is read from the shared trial directory, no worker needed.
             ended = ended_in_trial_dir(request)
             if ended is not None:
-                return _Finished(ended, place)
+                return FinishedHandle(ended, place)
             return self._check_on_worker(request, place, None)
         worker = str(claim.get("worker", ""))
         if worker and self.worker_alive(worker):
@@ -942,20 +943,6 @@ class _ReleasingHandle(DaskHandle):
             return super().wait(cancel)
         finally:
             self.launcher.release(self._address)
-
-
-class _Finished:
-    """A trial whose task ended while no coordinator waited: its kept result."""
-
-    def __init__(self, result: TrialResult, placement: Placement) -> None:
-        self.result = result
-        self.placement = placement
-
-    def wait(self, cancel: threading.Event | None = None) -> TrialResult:
-        return self.result
-
-    def cancel(self) -> None:
-        pass
 
 
 __all__ = [

@@ -49,6 +49,7 @@ from . import slurm_commands as slurm
 from .cluster import (
     CLAIM_FILE,
     ClaimTaken,
+    FinishedHandle,
     loaded_result,
     lost,
     not_shared_message,
@@ -241,20 +242,6 @@ class SlurmHandle:
             time.sleep(0.3)
 
 
-class _Finished:
-    """A trial whose job ended while no coordinator waited: its kept result."""
-
-    def __init__(self, result: TrialResult, placement: Placement) -> None:
-        self.result = result
-        self.placement = placement
-
-    def wait(self, cancel: threading.Event | None = None) -> TrialResult:
-        return self.result
-
-    def cancel(self) -> None:
-        pass
-
-
 class SlurmLauncher:
     """Trials as Slurm batch jobs; see the module docstring."""
 
@@ -369,7 +356,7 @@ class SlurmLauncher:
         job_id = self._recorded_job(request, placement)
         kept = loaded_result(request.trial_dir)
         if kept is not None:
-            return _Finished(kept, SlurmPlacement("slurm", "", None, job_id, ()))
+            return FinishedHandle(kept, SlurmPlacement("slurm", "", None, job_id, ()))
         if job_id is None:
             return None
         try:
@@ -380,7 +367,7 @@ class SlurmLauncher:
             return SlurmHandle(self, request, job_id)
         kept = loaded_result(request.trial_dir)
         if kept is not None:
-            return _Finished(kept, SlurmPlacement("slurm", "", None, job_id, ()))
+            return FinishedHandle(kept, SlurmPlacement("slurm", "", None, job_id, ()))
         return None
 
     def ever_started(self, request: TrialRequest) -> bool:
