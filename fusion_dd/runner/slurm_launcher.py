@@ -72,12 +72,13 @@ TIME_MARGIN_SECONDS = 300.0
 POLL_SECONDS = 1.0
 #: After a job ended, how long its result may take to appear (a network file system's cache).
 RESULT_GRACE_SECONDS = 10.0
-#: How long a job that left the running states is watched for coming back as requeued: briefly
+#: How long a job that left the running states is watched for being requeued (pending again, or
+#: a higher restart count, which Slurm raises at once): briefly
 #: after an ordinary end, longer when its job said Slurm stopped it (``scancel``, preemption or a
 #: requeue look alike from inside the job; only a requeue makes it pending again, and a loaded
 #: controller can take seconds to show that).
 REQUEUE_WATCH_SECONDS = 2.0
-REQUEUE_WATCH_STOPPED_SECONDS = 20.0
+REQUEUE_WATCH_STOPPED_SECONDS = 30.0
 
 
 def time_limit(configured: str | None, timeout: float | None, grace: float) -> str | None:
@@ -218,13 +219,20 @@ class SlurmHandle:
         moment later, a requeued job is pending again, so it is the same trial continuing."""
         if self._cancel_sent:
             return False
-        stopped = (self.request.trial_dir / STOPPED_FILE).exists()
-        deadline = time.monotonic() + (REQUEUE_WATCH_STOPPED_SECONDS if stopped else REQUEUE_WATCH_SECONDS)
-        while time.monotonic() < deadline:
+        stopped = read_json(self.request.trial_dir / STOPPED_FILE)
+        begun = time.monotonic()
+        while time.monotonic() - begun < (REQUEUE_WATCH_STOPPED_SECONDS if stopped else REQUEUE_WATCH_SECONDS):
             time.sleep(0.5)
+            stopped = stopped or read_json(self.request.trial_dir / STOPPED_FILE)  # written as the run ends
             with contextlib.suppress(slurm.SlurmUnavailable):
                 facts = slurm.job_facts(self.job_id)
-                if facts is not None and facts.get("JobState") in slurm.ACTIVE_STATES:
+                if facts is None:
+                    continue
+                if facts.get("JobState") in slurm.ACTIVE_STATES:
+                    return True
+                # Slurm counts the requeue at once: more restarts than the stopped run had is proof.
+                restarts = facts.get("Restarts", "")
+                if stopped and restarts.isdigit() and int(restarts) > int(stopped.get("restarts", 0)):
                     return True
         return False
 
