@@ -232,9 +232,9 @@ def bench_startup(work: Path, runs: int = 5) -> dict[str, Any]:
 
 def _build_journal(directory: Path, names: list[str], culprits: list[str], budget: int) -> dict[str, Any]:
     """Run a whole search in-process with instant trainings (no processes); returns the report."""
-    from fusion_dd import engine as engine_module
+    from fusion_dd.coordinator import engine as engine_module
     from fusion_dd.runner import launcher as launcher_module
-    from fusion_dd.config import load_config
+    from fusion_dd.config.settings import load_config
     from fusion_dd.runner.supervisor import LAUNCH_FILE, LOG_FILE, STATUS_FILE, write_json_atomic
     from fusion_dd.runner.trial import SWITCH_FILE, RunningTrial, TrialSpec
 

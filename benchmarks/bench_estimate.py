@@ -11,7 +11,7 @@ Each case is a whole search through the CLI, in a fresh temporary directory:
   (tests/fakes/fake_train.py), on 1 and on 2 devices, culprit positions from seeds.
 
 Afterwards the journal is cut after every finished training (each point where the
-live view computes a new estimate) and ``fusion_dd.estimate.estimate`` is asked what
+live view computes a new estimate) and ``fusion_dd.coordinator.estimate.estimate`` is asked what
 is left. The truth at that point: the trainings the search launched later plus those
 running then (all of them, localization included: they all cost time and budget).
 An update counts as contained when ``low <= truth <= high`` of the printed range; a
@@ -42,8 +42,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fusion_dd.demo import SCENARIOS  # noqa: E402
-from fusion_dd.estimate import estimate  # noqa: E402
-from fusion_dd.rules import catalog  # noqa: E402
+from fusion_dd.coordinator.estimate import estimate  # noqa: E402
+from fusion_dd.core.rules import catalog  # noqa: E402
 from fusion_dd.store.journal import JOURNAL_NAME, read_records  # noqa: E402
 from fusion_dd.store.state import replay  # noqa: E402
 

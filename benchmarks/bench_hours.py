@@ -68,8 +68,8 @@ def _loss(step: int, damage: int | None) -> float:
 
 def _search(directory: Path, culprits: dict[str, int], early_stop: dict[str, Any]) -> dict[str, Any]:
     """One whole search in-process with stand-in trainings; returns its report."""
-    from fusion_dd import engine as engine_module
-    from fusion_dd.config import load_config
+    from fusion_dd.coordinator import engine as engine_module
+    from fusion_dd.config.settings import load_config
     from fusion_dd.runner import early_stop as early_stop_module
     from fusion_dd.runner import launcher as launcher_module
     from fusion_dd.runner.supervisor import LAUNCH_FILE, LOG_FILE, STATUS_FILE, write_json_atomic

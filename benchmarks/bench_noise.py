@@ -48,8 +48,8 @@ for entry in (REPO, REPO / "benchmarks"):
 
 from bench_search import TARGETS, Case, correct, plant
 
-from fusion_dd.config import Tolerance
-from fusion_dd.scoring import Measurement, check_preconditions
+from fusion_dd.config.settings import Tolerance
+from fusion_dd.core.scoring import Measurement, check_preconditions
 from fusion_dd.search import STRATEGIES, NoisePolicy, find_culprits
 from fusion_dd.search.oracle import Outcome
 from fusion_dd.search.simulate import (

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from fusion_dd.closure import close
-from fusion_dd.rules import Rule, Section
+from fusion_dd.coordinator.closure import close
+from fusion_dd.core.rules import Rule, Section
 from tests.support.fake_training import call_fusion_dd, run_fusion_dd
 
 FAKE = textwrap.dedent(

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from fusion_dd.cli import main
-from fusion_dd.config import load_config, parse_devices
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import Section
+from fusion_dd.config.settings import load_config, parse_devices
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import Section
 
 GOOD = """\
 rules:
@@ -179,7 +179,7 @@ def test_a_percentage_tolerance_of_a_zero_baseline_is_refused(tmp_path):
 
 
 def test_the_summary_prints_the_tolerance_once_with_its_unit():
-    from fusion_dd.report import _tolerance_text
+    from fusion_dd.report.build import _tolerance_text
 
     assert _tolerance_text({"tolerance": 0.018, "tolerance_setting": "2%"}) == "2% of the baseline = 0.018"
     assert _tolerance_text({"tolerance": 0.5, "tolerance_setting": "0.5"}) == "0.5 in the metric's units"

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_dd.report import finished_report
-from fusion_dd.config import load_config
-from fusion_dd.engine import Engine
-from fusion_dd.rules import Rule, Section, catalog
+from fusion_dd.report.build import finished_report
+from fusion_dd.config.settings import load_config
+from fusion_dd.coordinator.engine import Engine
+from fusion_dd.core.rules import Rule, Section, catalog
 from fusion_dd.search.oracle import Outcome
 from fusion_dd.store.journal import JOURNAL_NAME, read_records
 from fusion_dd.store.state import TrialState, replay
@@ -108,7 +108,7 @@ def test_a_journal_of_this_version_replays_to_the_questions_and_answer_of_the_ru
 ) -> None:
     """Configurations as masks, the answer without its trial list: cut before search_finished, the
     journal alone replays every question from its cache (nothing trained) to the same answer."""
-    from fusion_dd.rebuild import rebuild
+    from fusion_dd.coordinator.replay import rebuild
 
     config = load_config(config_path)
     result = Engine(config).run()

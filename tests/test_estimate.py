@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fusion_dd.cli.progress import ConsoleEvents
-from fusion_dd.estimate import estimate
+from fusion_dd.coordinator.estimate import estimate
 from fusion_dd.store.journal import read_records
 from fusion_dd.store.state import replay
 from tests.support.cli import CULPRIT, GRAPH, UB, write_config
@@ -157,7 +157,7 @@ def test_a_cluster_search_is_estimated_at_the_width_of_its_journaled_devices_wit
     def boom(config):
         raise AssertionError("a replay connected to the cluster")
 
-    monkeypatch.setattr("fusion_dd.engine.launcher_for", boom)
+    monkeypatch.setattr("fusion_dd.coordinator.engine.launcher_for", boom)
 
     def on_cluster(devices: int):
         document = json.loads(json.dumps(middle))

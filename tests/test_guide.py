@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_dd.config import parse_config
-from fusion_dd.errors import UsageError
-from fusion_dd.guide import partners, rank, record, refined, report_entry, summary_lines
+from fusion_dd.config.settings import parse_config
+from fusion_dd.core.errors import UsageError
+from fusion_dd.analysis.guide import partners, rank, record, refined, report_entry, summary_lines
 from fusion_dd.store.journal import read_records
 from tests.support.cli import CULPRIT, GRAPH, launches, write_config
 from tests.support.dumping import DUMP_TRAIN, started, write

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion_dd import html_report
+from fusion_dd.report import html as html_report
 from tests.support import REPO
 from tests.support.cli import CULPRIT, GRAPH, UB, write_config
 from tests.support.fake_training import cli_env, run_fusion_dd

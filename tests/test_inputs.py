@@ -226,8 +226,8 @@ def test_trial_files_a_training_replaced_read_as_unreadable(tmp_path):
 
 
 def test_safe_read_bounds(tmp_path):
-    from fusion_dd.errors import UsageError
-    from fusion_dd.safe_read import MAX_JSON_DEPTH, loads_json, read_bytes
+    from fusion_dd.core.errors import UsageError
+    from fusion_dd.core.safe_read import MAX_JSON_DEPTH, loads_json, read_bytes
 
     at_limit = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
     nested = loads_json(at_limit, "x", "thing")

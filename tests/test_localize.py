@@ -1,4 +1,4 @@
-"""fusion_dd.localize in-process: the plan, the journaled comparisons, and that a replay recomputes nothing."""
+"""fusion_dd.report.localize in-process: the plan, the journaled comparisons, and that a replay recomputes nothing."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from fusion_dd.config import LocalizeConfig
+from fusion_dd.config.settings import LocalizeConfig
 from fusion_dd.integrations import dump_tensors
-from fusion_dd.localize import Localizer, attach, plan, summary_lines
+from fusion_dd.report.localize import Localizer, attach, plan, summary_lines
 from fusion_dd.store.state import SearchState, replay
 
 RULES = ["A", "B", "C", "D"]

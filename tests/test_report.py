@@ -1,4 +1,4 @@
-"""``build_report`` and the summary on hand-made search states (fusion_dd/report.py).
+"""``build_report`` and the summary on hand-made search states (fusion_dd/report/build.py).
 
 A report must be derivable from the journal alone; these tests hand it a state
 replayed from records and a search result, and check what it says about the
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_dd.config import SearchConfig, load_config
-from fusion_dd.report import STATUS_TEXT, build_report, summary_lines
-from fusion_dd.rules import Rule, Section
-from fusion_dd.scoring import Preconditions, Threshold
+from fusion_dd.config.settings import SearchConfig, load_config
+from fusion_dd.report.build import STATUS_TEXT, build_report, summary_lines
+from fusion_dd.core.rules import Rule, Section
+from fusion_dd.core.scoring import Preconditions, Threshold
 from fusion_dd.search.culprits import CulpritSearch, CulpritSet
 from fusion_dd.search.oracle import Outcome
 from fusion_dd.store.state import encode_float, replay

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fusion_dd.html_report import _cost_facts
-from fusion_dd.report import _add_cost, cost_lines
+from fusion_dd.report.html import _cost_facts
+from fusion_dd.report.build import _add_cost, cost_lines
 from fusion_dd.store.state import replay
 from tests.support.states import search_started, trial
 

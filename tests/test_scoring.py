@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from fusion_dd.config import Tolerance
-from fusion_dd.scoring import Measurement, Threshold, check_preconditions, combine_runs, resolve_tolerance
+from fusion_dd.config.settings import Tolerance
+from fusion_dd.core.scoring import Measurement, Threshold, check_preconditions, combine_runs, resolve_tolerance
 from fusion_dd.search.oracle import Outcome
 
 
@@ -103,7 +103,7 @@ def test_tolerance_zero_is_bitwise_both_ways():
 
 
 def test_a_percentage_of_a_zero_baseline_is_a_usage_error():
-    from fusion_dd.errors import UsageError
+    from fusion_dd.core.errors import UsageError
 
     with pytest.raises(UsageError, match=r"score.tolerance: 2% of the baseline is nothing.*absolute tolerance"):
         check_preconditions([Measurement("metric", 0.0)], [Measurement("metric", 1e-6)], tolerance=Tolerance("relative", 0.02), goal="min")

@@ -1,4 +1,4 @@
-"""Where a search trains, remembered across sessions (fusion_dd/session_context.py): pure functions."""
+"""Where a search trains, remembered across sessions (fusion_dd/config/session.py): pure functions."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fusion_dd.config import parse_config
-from fusion_dd.errors import UsageError
-from fusion_dd.session_context import Given, context_of, hint_flags, journaled_context, remembered
+from fusion_dd.config.settings import parse_config
+from fusion_dd.core.errors import UsageError
+from fusion_dd.config.session import Given, context_of, hint_flags, journaled_context, remembered
 
 DOCUMENT = {
     "rules": {"GraphFusion": ["PadFusionPass"]},

@@ -1,4 +1,4 @@
-"""The SVG toolkit of the HTML report (fusion_dd/svg.py): ticks, scales, escaping, layout."""
+"""The SVG toolkit of the HTML report (fusion_dd/report/svg.py): ticks, scales, escaping, layout."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from fusion_dd import svg
+from fusion_dd.report import svg
 
 ODD = 'Fuse<Add&Mul>"q\'Pass'
 

@@ -9,7 +9,7 @@ off". A backend turns that into what its compiler reads and back:
   compile cache is shared);
 * ``hooks``: the artifact hooks that turn a trial's files into journaled facts
   (CANN: ``fusion_result.json`` as the proof the switch file was applied, and
-  how often each rule fused), see ``fusion_dd.hooks``;
+  how often each rule fused), see ``fusion_dd.core.hooks``;
 * ``realize``: the configuration really trained when one is asked for (CANN:
   AutoFuse's reduce and concat do nothing while AutoFuse is off);
 * ``chooser``: which rule of an interacting set to switch off, given the all-on
@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..hooks import ArtifactHook
-from ..rules import Rule
+from ..core.hooks import ArtifactHook
+from ..core.rules import Rule
 from ..search.culprits import Chooser
 
 

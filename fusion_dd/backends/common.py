@@ -16,7 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ..rules import Rule
+from ..core.rules import Rule
 from ..search.culprits import Chooser, choose_off_by_effect, default_choose_off
 
 
@@ -73,7 +73,7 @@ def switch_facts(
     ignored: str,
     effects: dict[str, int] | None,
 ) -> dict[str, Any]:
-    """Facts for the journal in the engine's vocabulary (see ``fusion_dd.hooks``).
+    """Facts for the journal in the engine's vocabulary (see ``fusion_dd.core.hooks``).
 
     ``applied``: None when the trial left no evidence, False when it shows no
     switch took effect, True when at least one did. ``fired_off``: switched-off

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..hooks import TrialFiles
-from ..rules import Rule, Section
+from ..core.hooks import TrialFiles
+from ..core.rules import Rule, Section
 from . import FIX_NAMES, Rendered
 from .common import PlainListBackend, shipped_names, shown_names, switches_applied, switches_ignored, switches_unverified
 

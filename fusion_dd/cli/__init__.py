@@ -20,24 +20,24 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 import typer
 
 from .. import __version__
-from ..config import DEFAULT_CONFIG_NAME, SearchConfig, check_device_ids, load_config, parse_config, parse_devices
-from ..errors import UsageError
+from ..config.settings import DEFAULT_CONFIG_NAME, SearchConfig, check_device_ids, load_config, parse_config, parse_devices
+from ..core.errors import UsageError
 from ..store.journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
 from ..runner.broken import STATUS as TRAINING_BROKEN
 from ..runner.broken import broken_lines
 from ..compare.help import COMPARE_HELP
-from ..preflight import preflight, trial_values
-from ..report import display_path, summary_lines
+from ..coordinator.preflight import preflight, trial_values
+from ..report.build import display_path, summary_lines
 from ..store.state import launched_count, replay
 from .status_view import status_lines
 from ..backends.cann.switch import render_switch
 from ..runner.trial import PLACEHOLDERS, resolve_relative, substitute, substitute_command
 
 if TYPE_CHECKING:
-    from ..engine import SearchResult
+    from ..coordinator.engine import SearchResult
 
-# The engine's exit codes (fusion_dd.engine), spelled here so that ``--help`` and the
+# The engine's exit codes (fusion_dd.coordinator.engine), spelled here so that ``--help`` and the
 # read-only commands need not import the engine (issue 10: a fast CLI start).
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -103,8 +103,8 @@ def _load(
 
 
 def _given(devices: str | None, jobs: int | None, launcher: str | None, scheduler: str | None) -> Any:
-    """Which parts of where the search trains this command line sets (fusion_dd.session_context)."""
-    from ..session_context import Given
+    """Which parts of where the search trains this command line sets (fusion_dd.config.session)."""
+    from ..config.session import Given
 
     return Given(devices=devices is not None or jobs is not None, launcher=launcher is not None or scheduler is not None)
 
@@ -117,7 +117,7 @@ def _remember(config: SearchConfig, given: Any, localize_only: bool = False) -> 
     launcher than the journal's is refused (UsageError). A finished search trains
     nothing (unless it localizes), so it is left as it is.
     """
-    from ..session_context import journaled_context, remembered
+    from ..config.session import journaled_context, remembered
 
     try:
         records = read_records(config.state_dir / JOURNAL_NAME)
@@ -170,7 +170,7 @@ def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:
 
 
 def _warn(config: SearchConfig) -> None:
-    from ..preflight import goal_warnings
+    from ..coordinator.preflight import goal_warnings
 
     _print_warnings([*config.warnings, *goal_warnings(config)], shown=20)
 
@@ -184,8 +184,8 @@ def run_engine(config: SearchConfig, localize_only: bool = False, note: str | No
     _warn(config)
     say = lambda line: typer.echo(f"fusion-dd: {line}", err=True)  # noqa: E731
     # rules.from: all_on and rules.closure train before the journal; its search_started record then keeps
-    # the candidates, and the all-on training is journaled as the all-on reference (fusion_dd.closure).
-    from ..closure import prepare
+    # the candidates, and the all-on training is journaled as the all-on reference (fusion_dd.coordinator.closure).
+    from ..coordinator.closure import prepare
 
     prepared = prepare(config, say)
     config = prepared.config
@@ -196,7 +196,7 @@ def run_engine(config: SearchConfig, localize_only: bool = False, note: str | No
     # The estimate is of search trainings: a localize-only session has none to estimate.
     events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
     _install_sigterm()
-    from ..engine import Engine
+    from ..coordinator.engine import Engine
 
     engine = None
     try:
@@ -244,7 +244,7 @@ def _write_html_report(state_dir: Path, report: dict[str, Any], state: Any = Non
     if os.environ.get("FUSION_DD_HTML", "1").strip() == "0":
         return None
     try:
-        from ..html_report import HTML_NAME, write_html
+        from ..report.html import HTML_NAME, write_html
 
         page, journal = state_dir / HTML_NAME, state_dir / JOURNAL_NAME
         if _newer_than(page, journal):
@@ -398,7 +398,7 @@ def _dry_run_localize(config: SearchConfig) -> None:
 
 def _dry_run_guide(config: SearchConfig) -> None:
     """What guides the search (search.guide, search.suspects), and the ranking a resumed search journaled."""
-    from ..guide import summary_lines as guide_lines
+    from ..analysis.guide import summary_lines as guide_lines
 
     echo = typer.echo
     settings = config.search
@@ -420,7 +420,7 @@ def _dry_run_guide(config: SearchConfig) -> None:
     except (UsageError, OSError, KeyError, TypeError, ValueError):
         return
     if state.guide is not None:
-        from ..guide import report_entry
+        from ..analysis.guide import report_entry
 
         shown = report_entry(state.guide, list(state.refined.values()), [rule.name for rule in config.rules])
         echo("the search in the state directory journaled its guide (a resume replays it):")
@@ -531,7 +531,7 @@ def localize(
     loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
     loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler), localize_only=True)
     result = run_engine(loaded, localize_only=True, note=note)
-    from ..engine import EXIT_BUDGET
+    from ..coordinator.engine import EXIT_BUDGET
 
     missing = (result.report.get("localization") or {}).get("status") == "incomplete"
     raise typer.Exit(result.exit_code or (EXIT_BUDGET if missing else 0))
@@ -618,7 +618,7 @@ def rules(
 
 def _rules_closure(config_path: Path | None, output_format: str = "yaml") -> None:
     """``fusion-dd rules --closure``: the config's candidates plus what fires in their all-off baseline."""
-    from ..closure import run_closure
+    from ..coordinator.closure import run_closure
 
     loaded = _load(config_path, budget=None, devices=None, jobs=None, state_dir=None)
     closure = run_closure(loaded, lambda line: typer.echo(f"fusion-dd: {line}", err=True))
@@ -635,7 +635,7 @@ def _rule_listing(compiler: str, rules: list, output_format: str, note: str, **e
     """
     import json
 
-    from ..rules import Section
+    from ..core.rules import Section
 
     def names_of(items: list) -> list[str]:
         return [getattr(item, "name", item) for item in items]
@@ -665,7 +665,7 @@ def _rule_listing(compiler: str, rules: list, output_format: str, note: str, **e
 def _compiler_rules(compiler: str, sources: list[Path], output_format: str = "yaml") -> None:
     """``fusion-dd rules --compiler onnxruntime|xla``: the rules that fired in these logs or dumps, as config."""
     from ..backends import COMPILERS
-    from ..compiler_rules import _from_artifacts
+    from ..backends.rules_section import _from_artifacts
 
     if compiler not in COMPILERS:
         raise UsageError(f"--compiler: {compiler!r} is not one of {', '.join(COMPILERS)}")
@@ -747,7 +747,7 @@ def init(
         argv = shlex.split(command) if command is not None else None
         names: list[str] = []
         if sources:
-            from ..compiler_rules import _from_artifacts
+            from ..backends.rules_section import _from_artifacts
 
             class _Reader:
                 def error(self, key: str, problem: str) -> UsageError:
@@ -853,7 +853,7 @@ def demo_comparison(report: dict[str, Any], planted: Any, damaged: Any = ()) -> 
 
 def _demo_localization(report: dict[str, Any], expected: list[frozenset[str]], damaged: list[Any]) -> list[str]:
     """The layer each planted culprit was localized to, next to the layers the scenario damaged."""
-    from ..localize import layer_scopes
+    from ..report.localize import layer_scopes
 
     by_set = {
         frozenset(rule["name"] for rule in culprit["rules"]): culprit.get("localization") or {}

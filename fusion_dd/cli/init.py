@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from ..rules import AUTOFUSE_POINTS, Rule, Section
+from ..core.rules import AUTOFUSE_POINTS, Rule, Section
 
 # framework -> (device variable, the line the training needs)
 FRAMEWORKS: dict[str, tuple[str, str]] = {

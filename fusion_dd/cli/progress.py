@@ -9,7 +9,7 @@ every second by a small ticker thread. Elsewhere (CI, nohup, a log file): one
 plain line per event, nothing redrawn; the estimate is a plain line too, printed
 when its range changes.
 
-The estimate (fusion_dd.estimate) replays the journal, so it is computed on its
+The estimate (fusion_dd.coordinator.estimate) replays the journal, so it is computed on its
 own thread, never on the engine's: once the session launched its first training
 (a resume replays the search first), then after each finished trial.
 """
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..rules import Rule
+from ..core.rules import Rule
 from ..runner.metrics import parse_number
 from ..search.oracle import Outcome
 from ..store.state import TrialState
@@ -129,7 +129,7 @@ class ConsoleEvents:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self._state_dir: Path | None = None
-        self._estimate: Any = None  # fusion_dd.estimate.Estimate, once computed
+        self._estimate: Any = None  # fusion_dd.coordinator.estimate.Estimate, once computed
         self._estimate_said: tuple[tuple[int, int], str] | None = None
         self._wanted = threading.Event()
         self._estimator: threading.Thread | None = None
@@ -181,7 +181,7 @@ class ConsoleEvents:
 
     def _final_estimate(self, answered: bool) -> None:
         """The estimate once the session ended (0 when the search has its answer), as a plain line."""
-        from ..estimate import Estimate, estimate_from_dir
+        from ..coordinator.estimate import Estimate, estimate_from_dir
 
         try:
             if answered:
@@ -208,7 +208,7 @@ class ConsoleEvents:
     # -- the estimate ------------------------------------------------------------
 
     def _estimate_loop(self) -> None:
-        from ..estimate import estimate_from_dir
+        from ..coordinator.estimate import estimate_from_dir
 
         while True:
             self._wanted.wait()
@@ -242,7 +242,7 @@ class ConsoleEvents:
             self._stop.wait(rest)
 
     def estimate(self) -> Any:
-        """The latest estimate (fusion_dd.estimate.Estimate), or None before the first one."""
+        """The latest estimate (fusion_dd.coordinator.estimate.Estimate), or None before the first one."""
         with self._lock:
             return self._estimate
 

@@ -17,15 +17,15 @@ from pathlib import Path
 import typer
 
 from ..store.journal import JOURNAL_NAME, read_records
-from ..rebuild import config_of, rebuild
-from ..report import REPORT_NAME, display_path, summary_lines, write_outputs
+from ..coordinator.replay import config_of, rebuild
+from ..report.build import REPORT_NAME, display_path, summary_lines, write_outputs
 from ..store.state import replay
 from .status_view import coordinator_pid
 
 
 def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
     """Rebuild and show the report; returns the exit code (0: the report was rebuilt)."""
-    from ..errors import UsageError
+    from ..core.errors import UsageError
 
     journal = state_dir / JOURNAL_NAME
     if not journal.exists():
@@ -64,7 +64,7 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
             "it rewrites report.json itself as trials finish"
         )
     if html is not None:
-        from ..html_report import write_html
+        from ..report.html import write_html
 
         write_html(html, report, records, state_dir)
         notes.append(f"HTML report: {display_path(html)}")

@@ -10,9 +10,9 @@ import fcntl
 import time
 from pathlib import Path
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from ..store.journal import JOURNAL_NAME, LOCK_NAME, read_records
-from ..report import finished_report, summary_lines
+from ..report.build import finished_report, summary_lines
 from ..store.state import SearchState, TrialState, replay
 from ..runner.trial import supervised_state
 
@@ -156,8 +156,8 @@ def _occupancy(running: list[TrialState]) -> list[str]:
 
 
 def _estimate_text(state_dir: Path) -> str:
-    """The trainings probably left and the finishing time (fusion_dd.estimate), or why there is none."""
-    from ..estimate import estimate_from_dir
+    """The trainings probably left and the finishing time (fusion_dd.coordinator.estimate), or why there is none."""
+    from ..coordinator.estimate import estimate_from_dir
 
     try:
         found = estimate_from_dir(state_dir)
@@ -187,8 +187,8 @@ __all__ = ["status_lines", "coordinator_pid", "SearchState", "TrialState"]
 
 
 def _where_flags(state: SearchState) -> str:
-    """The last session's devices and launcher as the hint's flags (fusion_dd.session_context)."""
-    from ..session_context import flags_text, hint_flags, journaled_context
+    """The last session's devices and launcher as the hint's flags (fusion_dd.config.session)."""
+    from ..config.session import flags_text, hint_flags, journaled_context
 
     context, _ = journaled_context(state.sessions)
     start = state.start_record or {}

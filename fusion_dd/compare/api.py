@@ -29,7 +29,7 @@ from typing import Any
 
 from ..ascend.graph import GraphModel
 from ..ascend.layout import LayoutError
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .metrics import Metrics, Thresholds, compare_arrays, compare_statistics, tensor_statistics
 from .pairing import Pair, pair_tensors
 from .sources import DumpedTensor, DumpGroup, FileProblem, scan, select

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .api import Comparison, compare_dumps, load_graph_dumps
 from .metrics import Thresholds
 from .render import csv_text, json_text, text_lines, write_reports

@@ -52,9 +52,9 @@ from ..ascend.dump import (
     read_mapping,
 )
 from ..ascend import discover
-from ..errors import UsageError
+from ..core.errors import UsageError
 from ..integrations.dump import ORDER_FILE
-from ..safe_read import MiB
+from ..core.safe_read import MiB
 
 #: Largest ``.npy``/``.npz`` fusion-dd loads (they are read whole; memory-mapped for .npy).
 MAX_NPY_BYTES = 64 * 1024 * MiB

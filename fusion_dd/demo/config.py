@@ -12,10 +12,10 @@ from pathlib import Path
 import yaml
 
 from ..backends.cann.autofuse import ENABLE, FLAGS_ENV
-from ..config import DEFAULT_CONFIG_NAME
+from ..config.settings import DEFAULT_CONFIG_NAME
 from . import candidate_rules, train_command
-from ..errors import UsageError
-from ..rules import Section
+from ..core.errors import UsageError
+from ..core.rules import Section
 
 
 def write_demo_config(

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fusion_dd.rules import Section
+from fusion_dd.core.rules import Section
 
 from .pipeline import FusionStats
 

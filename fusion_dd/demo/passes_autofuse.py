@@ -44,8 +44,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fusion_dd.backends.cann.autofuse import DISABLE_PASS, ENABLE, ENABLE_PASS, FLAGS_ENV, parse_flags
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import AUTOFUSE_POINTS
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import AUTOFUSE_POINTS
 
 from .graph import Graph, Node
 from .passes_base import ELEMENTWISE, MEANS, SUMS, Faults, fuse_kernel, sole

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.rules import Rule, Section
 
 from .graph import Graph, Node
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import struct
 
-from fusion_dd.rules import Section
+from fusion_dd.core.rules import Section
 
 from .dtypes import FP16, FP32
 from .graph import Graph, Node

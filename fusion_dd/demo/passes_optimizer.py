@@ -8,7 +8,7 @@ loss-scale division and ApplyMomentum. They run after the model's graph passes.
 
 from __future__ import annotations
 
-from fusion_dd.rules import Section
+from fusion_dd.core.rules import Section
 
 from .graph import Graph
 from .passes_base import (

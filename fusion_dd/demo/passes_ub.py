@@ -9,7 +9,7 @@ gradient computation of the matmuls and GELU they name.
 
 from __future__ import annotations
 
-from fusion_dd.rules import Section
+from fusion_dd.core.rules import Section
 
 from .dtypes import FP16
 from .graph import Graph, Node

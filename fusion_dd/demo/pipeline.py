@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.rules import Rule, Section
 
 from .graph import Graph
 from .passes_base import (

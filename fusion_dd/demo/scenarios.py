@@ -15,8 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import AUTOFUSE_POINTS, Rule
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import AUTOFUSE_POINTS, Rule
 
 from .passes_autofuse import FAULT_AUTOFUSE_REDUCE_FP16
 from .passes_base import (

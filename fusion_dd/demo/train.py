@@ -22,8 +22,8 @@ import os
 import sys
 from pathlib import Path
 
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import Rule
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import Rule
 from fusion_dd.backends.cann.switch import SwitchFile, load_switch_file
 
 from .passes_autofuse import AutoFuseSwitch

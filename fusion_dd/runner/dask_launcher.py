@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from .dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .launcher import Placement, TrialRequest, TrialResult, this_host
 from .cluster import (
     CANCEL_FILE,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .horizon import PassAt, band_width
 from .metrics import LongLine, PieceCursor, parse_number
 from .supervisor import LOG_FILE
@@ -553,7 +553,7 @@ def read_curve(
 
 
 class LossCurveHook:
-    """Journal a reference training's loss curve when it ends (an artifact hook, ``fusion_dd.hooks``).
+    """Journal a reference training's loss curve when it ends (an artifact hook, ``fusion_dd.core.hooks``).
 
     Early stopping compares every later training with the baseline's curve; as
     a journaled fact it survives resume without reading the baseline's files

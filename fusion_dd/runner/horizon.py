@@ -5,7 +5,7 @@ visible: the all-on training's loss leaves the baseline's band at some step.
 A configuration whose loss has stayed inside the band for well beyond that step
 is very likely healthy, so the search may take it as a pass and stop it there
 (a *speculative* pass: the fix is still verified by a full training, see
-``fusion_dd.engine``). This module computes that step, the *horizon*; it is pure
+``fusion_dd.coordinator.engine``). This module computes that step, the *horizon*; it is pure
 and has no clock, no files and no processes.
 
 The band is the divergence rule's (``early_stop.divergence`` with ``relative``),
@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 #: The band for early passes when ``early_stop.divergence`` is not set: 10% above
 #: the baseline's loss at the same step.

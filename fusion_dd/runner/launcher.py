@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from .broken import log_tail
 from .early_stop import EarlyStopRule, make_monitor
-from ..hooks import ArtifactHook, TrialFiles, collect_artifacts
+from ..core.hooks import ArtifactHook, TrialFiles, collect_artifacts
 from .metrics import MetricSpec, classify, read_metric
 from ..store.state import encode_float
 from .forkserver import ForkServer
@@ -240,7 +240,7 @@ class LocalLauncher:
             running = adopt_trial(request.trial_dir, request.spec.binding)
             return None if running is None else LocalHandle(running, request, self._placement(request, None))
         if placement and placement.get("launcher") not in (None, "local"):
-            from ..errors import UsageError
+            from ..core.errors import UsageError
 
             # Another launcher runs it, maybe still: only that launcher can tell, and a training
             # still running must never be trained again.

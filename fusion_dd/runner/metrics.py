@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .trial import TrialRun
 
 #: Default for :attr:`MetricSpec.loss_pattern`: ``loss 0.3``, ``loss=nan``,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 ENTRY_POINT_GROUP = "fusion_dd.launchers"
 BUILT_IN = ("local", "dask", "slurm")

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 #: Job states in which the job may still run (Slurm's long names, as squeue %T prints them).
 ACTIVE_STATES = frozenset(

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from . import slurm_commands as slurm
 from .cluster import (
     CLAIM_FILE,

@@ -67,7 +67,7 @@ def _log_lines(path: Any) -> Iterable[str]:
 
 
 class SpeedHook:
-    """Journal a training's speed from its output (an artifact hook, ``fusion_dd.hooks``)."""
+    """Journal a training's speed from its output (an artifact hook, ``fusion_dd.core.hooks``)."""
 
     name = "speed"
 

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import fusion_dd
 
 from . import shell, strays
-from ..errors import UsageError
-from ..safe_read import SMALL_FILE_BYTES, loads_json, read_text
+from ..core.errors import UsageError
+from ..core.safe_read import SMALL_FILE_BYTES, loads_json, read_text
 from .wakeup import CancelEvent, watch_exit
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class TrialSpec:
     # The compiler backend's environment defaults (CANN: ASCEND_WORK_PATH={trial_dir});
     # placeholders allowed; a value the user or the inherited environment set wins.
     env_defaults: Mapping[str, str] = field(default_factory=dict)
-    # A localization training (``fusion_dd.localize``): ``{dump_dir}`` is
+    # A localization training (``fusion_dd.report.localize``): ``{dump_dir}`` is
     # ``{trial_dir}/dump``, created before the training starts.
     dumps: bool = False
     # Which search and which configuration this trial is (trial_binding): written into the

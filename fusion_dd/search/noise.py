@@ -59,7 +59,7 @@ The rules, and why:
   false PASS of a true lone culprit makes it a pair). One culprit costs nothing
   more; each further set or pair a training or two.
 - **The references count.** The engine settles the two references (all off,
-  all on) by majority before the search (``fusion_dd.scoring.reference_decision``);
+  all on) by majority before the search (``fusion_dd.core.scoring.reference_decision``);
   when their own trainings disagreed, the run has shown noise before its first
   question, so every claim needs three agreeing trainings from the start. With
   noise seen, a fix is only claimed verified (``verified``) and an answer only

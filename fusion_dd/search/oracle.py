@@ -14,25 +14,14 @@ them; the strategies keep asking plain questions and never see a repeat.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
+from fusion_dd.core.outcome import Outcome as Outcome  # the strategies name it from here
+
 T = TypeVar("T", bound=Hashable)
 Config = frozenset
-
-
-class Outcome(str, enum.Enum):
-    """The verdict on one configuration.
-
-    UNRESOLVED (crash, timeout, no metric) is treated like PASS by the strategies,
-    as Zeller and Hildebrandt define ddmin.
-    """
-
-    PASS = "pass"
-    FAIL = "fail"
-    UNRESOLVED = "unresolved"
 
 
 class Oracle(Protocol[T]):

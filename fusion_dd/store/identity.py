@@ -21,8 +21,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
-from ..safe_read import SMALL_FILE_BYTES, loads_json, read_text
+from ..core.errors import UsageError
+from ..core.safe_read import SMALL_FILE_BYTES, loads_json, read_text
 from .atomic import write_json_atomic
 
 IDENTITY_NAME = "search_id.json"

@@ -15,7 +15,7 @@ ignores.
 Record types (``type`` field): ``search_started``, ``session_started``,
 ``trial_started``, ``trial_launched``, ``trial_finished``, ``trial_cancelled``,
 ``device_retired``, ``search_stopped``, ``search_finished``, ``legacy_sealed``,
-``localized`` (one comparison of a culprit set's dumps, ``fusion_dd.localize``).
+``localized`` (one comparison of a culprit set's dumps, ``fusion_dd.report.localize``).
 
 Integrity: every line carries ``crc``, the CRC-32 of the canonical JSON of the
 rest of the record, so a line edited into different but valid JSON is refused
@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 JOURNAL_NAME = "journal.jsonl"
 LOCK_NAME = "lock"

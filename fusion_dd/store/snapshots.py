@@ -1,7 +1,7 @@
 """Keep a running search's ``report.json`` fresh without the search ever waiting for it.
 
 A snapshot of the report is rebuilt by replaying the whole journal
-(:mod:`fusion_dd.rebuild`), so its cost grows with the search. Written by the
+(:mod:`fusion_dd.coordinator.replay`), so its cost grows with the search. Written by the
 trial that just finished, it made every trial wait for a replay of all the
 trials before it: with instant trainings (a compiler run of 0.3 s) nine tenths
 of a search's wall time went to snapshots, and the cost per trial grew with the

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..scoring import Measurement
+from ..core.scoring import Measurement
 
 ConfigKey = tuple[frozenset[str], int]  # (names of the rules switched on, repeat)
 RESOLVED_KINDS = ("metric", "nonfinite", "diverged", "early_pass")
@@ -27,7 +27,7 @@ EARLY_PASS = "early_pass"
 PROOF_ROLE = "proof"
 #: The role of a full training of another minimum fix (``fix.prefer: speed``).
 ALTERNATIVE_ROLE = "alternative"
-#: The role of localization trainings (``fusion_dd.localize``): dumped trainings of a
+#: The role of localization trainings (``fusion_dd.report.localize``): dumped trainings of a
 #: configuration are other trainings than the search's, so they are kept out of the
 #: search's cache (same key, different training) and have their own.
 LOCALIZE_ROLE = "localize"
@@ -186,7 +186,7 @@ class SearchState:
     # (``localized`` records) by the culprit set's sorted rule names.
     _localize_by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
     localized: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
-    # The prior of a guided search (``guide`` record, fusion_dd.guide): journaled once, replayed on resume.
+    # The prior of a guided search (``guide`` record, fusion_dd.analysis.guide): journaled once, replayed on resume.
     guide: dict[str, Any] | None = None
     # The rankings of later searches from their fix candidates' dumps (``guide_refined``), by
     # the sorted rule names of the search's start: journaled once each, replayed on resume.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fusion_dd.ascend import check_switch_applied, find_fusion_results, read_trial_results
 from fusion_dd.ascend.fusion_result import parse_fusion_result
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.rules import Rule, Section
 
 A = Rule("ConvBatchnormFusionPass", Section.GRAPH)
 B = Rule("TbeEltwiseFusionPass", Section.UB)

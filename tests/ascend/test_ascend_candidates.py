@@ -10,8 +10,8 @@ import yaml
 
 from fusion_dd.ascend import collect_candidates, format_rules, load_graph, read_fusion_result
 from fusion_dd.backends.cann.switch import parse_switch_text
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import Rule, Section
 
 
 def names(candidates, section):

@@ -9,8 +9,8 @@ import pytest
 from fusion_dd.ascend import read_fusion_result
 from fusion_dd.ascend.discover import fusion_results_in
 from fusion_dd.ascend.fusion_result import PassStats, looks_like_fusion_result, parse_fusion_result
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import Rule, Section
 from tests.support import REPO
 
 REAL = REPO / "tests" / "fixtures" / "ascend-real"

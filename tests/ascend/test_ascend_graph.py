@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from fusion_dd.ascend import load_graph, load_graphs, rules_of
 from fusion_dd.ascend.ge_schema import FIELDS, message_class
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import Rule, Section
 
 TDNN_GRAPH = {
     "BatchNormPreprocessFusionPass",

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from fusion_dd.ascend import closest_names, collect_candidates, validate_names
 from fusion_dd.ascend.validate import _within_edits, likely_typos
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.rules import Rule, Section
 
 
 def kinds(warnings):

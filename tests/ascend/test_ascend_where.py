@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fusion_dd.ascend import format_locations, layers, load_graph, rule_locations, ub_kernels, where
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.rules import Rule, Section
 
 
 def test_tdnn_layers_of_graph_and_ub_rules(ascend_fixtures):

@@ -8,11 +8,11 @@ import pytest
 
 from fusion_dd.backends import backend_for, fix_env_of
 from fusion_dd.backends.ort import DISABLED_ENV, OrtBackend, check, known_names, parse_log_lines
-from fusion_dd.config import parse_config
-from fusion_dd.errors import UsageError
-from fusion_dd.hooks import TrialFiles, collect_artifacts, effects_of, fired_although_off_of, switch_check_of
+from fusion_dd.config.settings import parse_config
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.hooks import TrialFiles, collect_artifacts, effects_of, fired_although_off_of, switch_check_of
 from fusion_dd.integrations import ort_session_kwargs, ort_session_options
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.rules import Rule, Section
 from tests.support import FIXTURES
 
 COMPILERS = FIXTURES / "compilers"

@@ -9,10 +9,10 @@ import yaml
 
 from fusion_dd.backends import backend_for, fix_env_of
 from fusion_dd.backends.xla import XlaBackend, check, dumped_pass_names, known_passes, merge_flags, parse_debug_options, parse_dump
-from fusion_dd.config import parse_config
-from fusion_dd.errors import UsageError
-from fusion_dd.hooks import TrialFiles, collect_artifacts, effects_of, switch_check_of
-from fusion_dd.rules import Rule, Section
+from fusion_dd.config.settings import parse_config
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.hooks import TrialFiles, collect_artifacts, effects_of, switch_check_of
+from fusion_dd.core.rules import Rule, Section
 from tests.support import FIXTURES
 
 COMPILERS = FIXTURES / "compilers"

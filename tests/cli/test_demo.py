@@ -70,7 +70,7 @@ def test_the_later_search_is_ranked_by_the_failing_fix_candidates_dump(report, d
     other rule (it makes no bad op) is asked as a partner: the whole default demo in at most 17 trainings
     (16, plus the fix's second training that "verified" rests on)."""
     result, state = demo
-    from fusion_dd.rebuild import rebuild_from_dir
+    from fusion_dd.coordinator.replay import rebuild_from_dir
     from fusion_dd.store.journal import read_records
 
     refined = [r for r in read_records(state / "journal.jsonl") if r.get("type") == "guide_refined"]
@@ -151,7 +151,7 @@ def test_the_demo_writes_its_html_report_and_says_where(report, demo) -> None:
 
 
 def test_the_demo_html_report_says_where_each_culprit_broke_in_the_summarys_words(report, demo) -> None:
-    from fusion_dd.localize import culprit_sentence
+    from fusion_dd.report.localize import culprit_sentence
 
     result, state = demo
     page = check_html_report(state / "report.html", state)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_dd.config import load_config
-from fusion_dd.errors import UsageError
+from fusion_dd.config.settings import load_config
+from fusion_dd.core.errors import UsageError
 from tests.support.cli import GRAPH
 from tests.support.dumping import PAIR, SINGLE, started, write
 from tests.support.fake_training import call_fusion_dd, run_fusion_dd

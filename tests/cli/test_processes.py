@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_dd.rules import catalog
+from fusion_dd.core.rules import catalog
 from tests.support.fake_training import call_fusion_dd, fake_command, run_fusion_dd, start_fusion_dd
 from tests.support.processes import eventually, group_gone, pid_gone
 

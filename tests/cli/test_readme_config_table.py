@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from fusion_dd.config import _SCHEMA
+from fusion_dd.config.settings import _SCHEMA
 from tests.support import REPO
 
 REFERENCE = REPO / "docs" / "configuration.md"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from fusion_dd.backends.cann.switch import load_switch_file
-from fusion_dd.rules import Section
+from fusion_dd.core.rules import Section
 from tests.support.cli import CULPRIT, GRAPH, UB, launches, write_config
 from tests.support.fake_training import run_fusion_dd
 

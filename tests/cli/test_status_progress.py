@@ -17,8 +17,8 @@ import pytest
 
 from fusion_dd.cli.progress import ConsoleEvents
 from fusion_dd.cli.status_view import coordinator_pid, status_lines
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import Rule, Section
 from fusion_dd.search.oracle import Outcome
 from fusion_dd.store.journal import Journal
 from fusion_dd.store.state import replay

@@ -16,8 +16,8 @@ from fusion_dd.demo import (
     candidate_rules,
     train_command,
 )
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import AUTOFUSE_POINTS, Section, catalog
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import AUTOFUSE_POINTS, Section, catalog
 
 
 def test_default_scenario_has_an_independent_culprit_and_an_interacting_pair() -> None:

@@ -22,8 +22,8 @@ from fusion_dd.demo.passes_autofuse import (
     AutoFuseSwitch,
 )
 from fusion_dd.demo.pipeline import compile_graph
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import AUTOFUSE_POINTS, Rule, Section
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import AUTOFUSE_POINTS, Rule, Section
 
 ELEMWISE, REDUCE, CONCAT = POINTS = [Rule(name, Section.AUTOFUSE) for name in AUTOFUSE_POINTS]
 LAYERNORM = Rule("LayerNormFusionPass", Section.GRAPH)

@@ -20,7 +20,7 @@ from fusion_dd.demo.network import (
 )
 from fusion_dd.demo.pipeline import compile_graph
 from fusion_dd.demo.scenarios import SCENARIOS
-from fusion_dd.rules import Rule
+from fusion_dd.core.rules import Rule
 
 RULES = candidate_rules(QUICK_SCENARIO)
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$")

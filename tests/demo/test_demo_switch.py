@@ -13,7 +13,7 @@ from fusion_dd.backends.cann.switch import parse_switch_text, render_switch
 from fusion_dd.demo import DEFAULT_SCENARIO, candidate_rules
 from fusion_dd.demo.pipeline import known_rules
 from fusion_dd.demo.train import switch_decision
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.rules import Rule, Section
 
 RULES = candidate_rules(DEFAULT_SCENARIO)
 

@@ -344,7 +344,7 @@ def test_dry_run_lists_the_cluster_devices_or_says_in_one_line_that_it_cannot_re
     assert refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
     assert f"--scheduler {address}: cannot connect to the dask scheduler" in refused.stderr
     # An address dask cannot parse is refused before a Client exists (a failed one hangs at exit).
-    from fusion_dd.errors import UsageError
+    from fusion_dd.core.errors import UsageError
     from fusion_dd.runner.dask_launcher import DaskLauncher
 
     def no_client(*args, **kwargs):
@@ -603,8 +603,8 @@ def test_without_dask_the_launcher_is_refused_in_one_line(tmp_path):
 
 
 def test_a_launcher_nobody_provides_is_refused_naming_the_key_and_the_known_ones(tmp_path):
-    from fusion_dd.config import load_config
-    from fusion_dd.errors import UsageError
+    from fusion_dd.config.settings import load_config
+    from fusion_dd.core.errors import UsageError
 
     config = write_config(tmp_path, "--culprits", CULPRIT)
     document = yaml.safe_load(config.read_text())
@@ -616,8 +616,8 @@ def test_a_launcher_nobody_provides_is_refused_naming_the_key_and_the_known_ones
 
 def test_the_dask_launcher_from_the_file_takes_its_scheduler_from_the_command_line(tmp_path):
     """``train.launcher: dask`` without an address is fine until the search starts: --scheduler may give it."""
-    from fusion_dd.config import load_config
-    from fusion_dd.errors import UsageError
+    from fusion_dd.config.settings import load_config
+    from fusion_dd.core.errors import UsageError
     from fusion_dd.runner.launcher import launcher_for
 
     config = write_config(tmp_path, "--culprits", CULPRIT)
@@ -635,8 +635,8 @@ def test_the_dask_launcher_from_the_file_takes_its_scheduler_from_the_command_li
 
 
 def test_a_scheduler_file_gives_the_address_and_one_without_it_is_refused_in_one_line(tmp_path):
-    from fusion_dd.config import load_config
-    from fusion_dd.errors import UsageError
+    from fusion_dd.config.settings import load_config
+    from fusion_dd.core.errors import UsageError
     from fusion_dd.runner.dask_launcher import _address_in
 
     (tmp_path / "scheduler.json").write_text(json.dumps({"address": "tcp://127.0.0.1:8786"}))
@@ -653,7 +653,7 @@ def test_a_scheduler_file_gives_the_address_and_one_without_it_is_refused_in_one
 
 def test_the_local_launcher_never_gives_up_a_training_another_launcher_may_still_run(tmp_path):
     """Resuming a dask search with the local launcher must not train again what may still run on a worker."""
-    from fusion_dd.errors import UsageError
+    from fusion_dd.core.errors import UsageError
     from fusion_dd.runner.launcher import LocalLauncher, TrialRequest
     from fusion_dd.runner.metrics import MetricSpec
     from fusion_dd.runner.trial import TrialSpec

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusion_dd.errors import UsageError
+from fusion_dd.core.errors import UsageError
 from fusion_dd.runner.early_stop import (
     Baseline,
     EarlyStopRule,
@@ -520,7 +520,7 @@ def test_a_failing_monitor_is_switched_off_and_the_training_runs_on(tmp_path: Pa
 
 
 def test_the_baseline_curve_is_journaled_by_a_hook_and_capped(tmp_path: Path) -> None:
-    from fusion_dd.hooks import TrialFiles
+    from fusion_dd.core.hooks import TrialFiles
     from fusion_dd.runner.early_stop import MAX_CURVE_POINTS, LossCurveHook
 
     lines = "".join(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\n" for step in range(12000))

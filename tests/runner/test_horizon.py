@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fusion_dd.errors import UsageError
+from fusion_dd.core.errors import UsageError
 from fusion_dd.runner.horizon import DEFAULT_PASS_BAND, MIN_FRACTION, PassAt, band_width, departure, horizon
 
 BASELINE = [(step, 1.0) for step in range(1, 1001)]

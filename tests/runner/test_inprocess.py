@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from fusion_dd.config import load_config
-from fusion_dd.engine import Engine
-from fusion_dd.rules import Section, catalog
+from fusion_dd.config.settings import load_config
+from fusion_dd.coordinator.engine import Engine
+from fusion_dd.core.rules import Section, catalog
 from fusion_dd.runner.inprocess import InProcessLauncher, TrialContext
 from fusion_dd.store.journal import JOURNAL_NAME, read_records
 from fusion_dd.store.state import replay

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from fusion_dd.config import load_config
-from fusion_dd.engine import Engine
+from fusion_dd.config.settings import load_config
+from fusion_dd.coordinator.engine import Engine
 from fusion_dd.runner.launcher import LocalLauncher, Placement, TrialRequest, TrialResult, result_of
 from fusion_dd.runner.metrics import MetricSpec
 from fusion_dd.runner.trial import TrialRun

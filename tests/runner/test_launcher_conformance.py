@@ -83,7 +83,7 @@ def _launcher(kind: str, tmp_path: Path, function: Callable[[TrialContext], int 
         return LocalLauncher()
     if kind == "inprocess":
         return InProcessLauncher(function)
-    from fusion_dd.config import SlurmConfig
+    from fusion_dd.config.settings import SlurmConfig
     from fusion_dd.runner.slurm_launcher import SlurmLauncher
     from tests.runner.test_slurm_launcher import slurm_refusal
 

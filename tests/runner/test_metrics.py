@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fusion_dd.errors import UsageError
+from fusion_dd.core.errors import UsageError
 from fusion_dd.runner.metrics import MetricSpec, classify, parse_number, read_metric
 from fusion_dd.runner.trial import TrialRun
 

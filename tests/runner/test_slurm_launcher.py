@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_dd.config import load_config
-from fusion_dd.errors import UsageError
+from fusion_dd.config.settings import load_config
+from fusion_dd.core.errors import UsageError
 from tests.support.cli import CULPRIT, GRAPH, write_config
 from tests.support.fake_training import FAKE_TRAIN, run_fusion_dd, start_fusion_dd, wrapper_script
 from tests.support.journal_configs import decoded
@@ -142,7 +142,7 @@ def test_the_time_limit_is_the_trainings_timeout_with_room_for_its_grace_or_the_
 
 
 def test_the_job_script_asks_for_what_train_slurm_says_and_runs_the_job_body(tmp_path):
-    from fusion_dd.config import SlurmConfig
+    from fusion_dd.config.settings import SlurmConfig
     from fusion_dd.runner.launcher import TrialRequest
     from fusion_dd.runner.metrics import MetricSpec
     from fusion_dd.runner.slurm_launcher import job_script

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fusion_dd.hooks import TrialFiles
+from fusion_dd.core.hooks import TrialFiles
 from fusion_dd.runner.speed import SpeedHook, compare_speeds, speed_from_lines, speed_line, steps_per_second
 
 SAMPLES = re.compile(r"(\S+) samples/s")

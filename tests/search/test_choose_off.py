@@ -1,6 +1,6 @@
 """Which rule of an interacting set is switched off: the one whose loss costs the least fusion."""
 
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.rules import Rule, Section
 from fusion_dd.search.culprits import choose_off_by_effect, default_choose_off
 
 CAST = Rule("CastRemoveFusionPass", Section.GRAPH)

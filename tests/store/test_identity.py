@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fusion_dd.errors import UsageError
+from fusion_dd.core.errors import UsageError
 from fusion_dd.store.identity import (
     IDENTITY_NAME,
     check_journal_belongs,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion_dd.errors import UsageError
+from fusion_dd.core.errors import UsageError
 from fusion_dd.store import journal as journal_module
 from fusion_dd.store.journal import Journal, JournalLost, move_aside, read_records
 from fusion_dd.store.state import launched_count, replay

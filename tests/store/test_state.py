@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.rules import Rule, Section
 from fusion_dd.store.state import config_names, decode_float, definition_changes, encode_float, replay
 from tests.support.states import cancelled, finished, launched, search_started, session_started, started, trial
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from fusion_dd.rules import catalog
+from fusion_dd.core.rules import catalog
 from tests.support.fake_training import FAKE_TRAIN, fake_command, read_launches, start_fusion_dd, wrapper_script
 
 # Named here rather than taken from the head of the catalog: the fake training seeds its noise

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
 
-from fusion_dd import html_report
+from fusion_dd.report import html as html_report
 
 from tests.support.journal_configs import decoded
 

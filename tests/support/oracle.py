@@ -1,6 +1,6 @@
 """An in-memory lab behind ``TrainingOracle``: a journal cache and a launcher, no processes.
 
-The training oracle (fusion_dd/training_oracle.py) reads finished trainings
+The training oracle (fusion_dd/coordinator/training_oracle.py) reads finished trainings
 through ``cached`` and trains through ``launch``; the engine backs both with
 the journal and real supervised trainings. ``TrainingLab`` backs them with a
 dict and a function, so the oracle's bookkeeping can be tested on its own and
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from fusion_dd.rules import Rule, Section
-from fusion_dd.scoring import Threshold
+from fusion_dd.core.rules import Rule, Section
+from fusion_dd.core.scoring import Threshold
 from fusion_dd.search.oracle import Observation, Outcome
 from fusion_dd.search.simulate import NoiseModel, as_outcome
 from fusion_dd.store.state import ConfigKey, TrialState
-from fusion_dd.training_oracle import TrainingOracle
+from fusion_dd.coordinator.training_oracle import TrainingOracle
 
 THRESHOLD = Threshold(baseline=1.0, tolerance=0.25, goal="max")  # fails below 0.75
 MARGIN = 0.05

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ...rules import AUTOFUSE_POINTS, Rule, Section
+from ...core.rules import AUTOFUSE_POINTS, Rule, Section
 
 FLAGS_ENV = "AUTOFUSE_FLAGS"
 ENABLE = "--enable_autofuse"

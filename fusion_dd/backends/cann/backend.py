@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ...ascend import check_switch_applied, read_trial_results
-from ...hooks import TrialFiles
-from ...rules import Rule, Section
+from ...core.hooks import TrialFiles
+from ...core.rules import Rule, Section
 from ...search.culprits import Chooser, choose_off_by_effect, preferring
 from .switch import SwitchFile, render_switch
 from .. import Rendered

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import UsageError
-from ...rules import Rule, Section
-from ...safe_read import SMALL_FILE_BYTES, loads_json, read_text
+from ...core.errors import UsageError
+from ...core.rules import Rule, Section
+from ...core.safe_read import SMALL_FILE_BYTES, loads_json, read_text
 
 ALL = "ALL"
 _TOP_LEVEL_KEYS = ("Switch", "Priority", "ExceptionalPassOfO1Level")

@@ -8,7 +8,7 @@ import pytest
 
 from fusion_dd.backends.cann import CannBackend
 from fusion_dd.backends.cann.autofuse import parse_flags, realize, render_flags, user_enables_autofuse
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.rules import Rule, Section
 
 ELEMWISE, REDUCE, CONCAT = (Rule(name, Section.AUTOFUSE) for name in ("elemwise", "reduce", "concat"))
 GRAPH = Rule("ConvToFullyConnectionFusionPass", Section.GRAPH)

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusion_dd.backends.cann.switch import load_switch_file, parse_switch_text, render_switch
-from fusion_dd.errors import UsageError
-from fusion_dd.rules import Rule, Section
+from fusion_dd.core.errors import UsageError
+from fusion_dd.core.rules import Rule, Section
 
 CONV = Rule("ConvBatchnormFusionPass", Section.GRAPH)
 SOFTMAX = Rule("SoftmaxFusionPass", Section.GRAPH)
@@ -104,7 +104,7 @@ def test_a_rule_hashes_as_its_fields_and_survives_another_process() -> None:
     assert pickle.loads(pickle.dumps(rule)) == rule
     code = (
         "import pickle, sys; rule = pickle.loads(sys.stdin.buffer.read()); "
-        "from fusion_dd.rules import Rule; print({rule: 1}[Rule(rule.name, rule.section)])"
+        "from fusion_dd.core.rules import Rule; print({rule: 1}[Rule(rule.name, rule.section)])"
     )
     out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(rule), capture_output=True, check=True)
     assert out.stdout.strip() == b"1"

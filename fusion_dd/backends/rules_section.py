@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
-from .rules import Rule, Section
+from ..core.errors import UsageError
+from ..core.rules import Rule, Section
 
 #: Keys of ``rules:`` that only CANN has.
 CANN_KEYS = ("GraphFusion", "UBFusion", "AutoFuse", "base_cfg", "graphs")
@@ -42,7 +42,7 @@ def name_problem(name: object, compiler: str) -> str | None:
 
 def _group(name: str, compiler: str) -> Section:
     if compiler == "xla":
-        from .backends.xla import group_of
+        from .xla import group_of
 
         return group_of(name)
     return Section.ONNXRUNTIME
@@ -50,16 +50,16 @@ def _group(name: str, compiler: str) -> Section:
 
 def _known(compiler: str) -> frozenset[str]:
     if compiler == "onnxruntime":
-        from .backends.ort import known_names
+        from .ort import known_names
 
         return known_names()
-    from .backends.xla import known_passes
+    from .xla import known_passes
 
     return known_passes()
 
 
 def _ort_variant(name: str) -> bool:
-    from .backends.ort import is_known
+    from .ort import is_known
 
     return is_known(name)
 
@@ -78,7 +78,7 @@ def _from_artifacts(reader: Any, raw: Any, base_dir: Path, compiler: str) -> tup
         if not path.exists():
             raise reader.error("rules.from", f"not found: {path}")
         if compiler == "onnxruntime":
-            from .backends.ort import read_log
+            from .ort import read_log
 
             if not path.is_file():
                 raise reader.error("rules.from", f"{path}: not a log file (give the output of a run with ONNX Runtime's log at info level)")
@@ -91,7 +91,7 @@ def _from_artifacts(reader: Any, raw: Any, base_dir: Path, compiler: str) -> tup
                 )
             known |= ran
         else:
-            from .backends.xla import dumped_pass_names, parse_dump
+            from .xla import dumped_pass_names, parse_dump
 
             if not path.is_dir():
                 raise reader.error("rules.from", f"{path}: not a directory (give an --xla_dump_to directory)")
@@ -162,7 +162,7 @@ def read_compiler_rules(
         close = difflib.get_close_matches(name, sorted(known), n=1) if policy != "ignore" else []
         hint = f"; did you mean {close[0]}?" if close else ""
         if compiler == "onnxruntime":
-            from .backends.ort import RULE_NAME_OF_CLASS
+            from .ort import RULE_NAME_OF_CLASS
 
             if name in RULE_NAME_OF_CLASS:  # the rewrite rule's class, not its name
                 hint = f"; did you mean {RULE_NAME_OF_CLASS[name]}? ({name} is the rule's C++ class, its name differs)"
@@ -171,7 +171,7 @@ def read_compiler_rules(
     warnings.extend(_unknown(reader, unknown, policy, compiler))
     rules = [Rule(name, _group(name, compiler)) for name in names]
     if compiler == "onnxruntime":
-        from .backends.ort import UNSWITCHABLE
+        from .ort import UNSWITCHABLE
 
         stuck = [rule.name for rule in rules if rule.name in UNSWITCHABLE]
         if stuck:

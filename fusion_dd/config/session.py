@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .config import SearchConfig, TrainConfig, parse_devices
-from .errors import UsageError
+from .settings import SearchConfig, TrainConfig, parse_devices
+from ..core.errors import UsageError
 
 
 @dataclass(frozen=True)

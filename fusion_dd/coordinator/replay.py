@@ -20,16 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .runner.broken import TrainingBroken
-from .config import DEFAULT_CONFIG_NAME, SearchConfig, parse_config
+from ..runner.broken import TrainingBroken
+from ..config.settings import DEFAULT_CONFIG_NAME, SearchConfig, parse_config
 from .engine import EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_OK, Engine, SearchResult, SwitchIgnored
-from .errors import UsageError
-from .store.journal import JOURNAL_NAME, read_records
-from .runner.launcher import LocalLauncher
-from .report import REPORT_NAME, finished_report
-from .scoring import Preconditions
-from .search.culprits import CulpritSearch
-from .store.state import ConfigKey, SearchState, TrialState, replay
+from ..core.errors import UsageError
+from ..store.journal import JOURNAL_NAME, read_records
+from ..runner.launcher import LocalLauncher
+from ..report.build import REPORT_NAME, finished_report
+from ..core.scoring import Preconditions
+from ..search.culprits import CulpritSearch
+from ..store.state import ConfigKey, SearchState, TrialState, replay
 
 # Statuses that are an answer: the replay reached the end of the search.
 ANSWERS = ("found", "no_failure", "baseline_fails", "too_noisy")
@@ -103,7 +103,7 @@ def config_of(state: SearchState, state_dir: Path) -> SearchConfig:
         # rules.from: all_on and closure found candidates the document does not list: the journal's are the search's.
         from dataclasses import replace
 
-        from .rules import Rule, Section
+        from ..core.rules import Rule, Section
 
         journaled = state.definition.get("rules") or []
         config = replace(config, rules=tuple(Rule(item["name"], Section.parse(item["section"])) for item in journaled))

@@ -14,18 +14,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .config import SearchConfig
-from .session_context import flags_text, resume_flags
-from .rules import Rule
-from .scoring import Preconditions, Threshold, combine_runs
-from .search.culprits import CulpritSearch
-from .search.oracle import Outcome
-from .store.state import LOCALIZE_ROLE, SearchState, TrialState
-from .store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
-from .backends import fix_name_of
-from .backends.cann.switch import SwitchFile, render_switch
-from .hooks import fired_although_off_of, switch_check_of, known_to_compiler_of, unknown_to_compiler_of
+from .. import __version__
+from ..config.settings import SearchConfig
+from ..config.session import flags_text, resume_flags
+from ..core.rules import Rule
+from ..core.scoring import Preconditions, Threshold, combine_runs
+from ..search.culprits import CulpritSearch
+from ..search.oracle import Outcome
+from ..store.state import LOCALIZE_ROLE, SearchState, TrialState
+from ..store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
+from ..backends import fix_name_of
+from ..backends.cann.switch import SwitchFile, render_switch
+from ..core.hooks import fired_although_off_of, switch_check_of, known_to_compiler_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
 FIX_NAME = "fusion_switch.cfg"  # CANN's; other compilers' fixes are named by fusion_dd.backends.FIX_NAMES
@@ -270,7 +270,7 @@ def build_report(
                 "the fix itself passed a full training"
             )
         report["inconsistencies"] = [_inconsistency_json(item) for item in result.inconsistencies]
-    # Where this session trains (fusion_dd.session_context): the hint, run as printed, goes on there.
+    # Where this session trains (fusion_dd.config.session): the hint, run as printed, goes on there.
     where = flags_text(resume_flags(config.train, config.document))
     if status == "budget_exhausted":
         report["continue_with"] = (
@@ -302,7 +302,7 @@ def build_report(
     _add_cost(report, state)
     _add_speed(report, config, state, result)
     if result is not None and result.culprit_sets and config.fix.prefer == "cheapest":
-        from .search.alternatives import minimum_hitting_sets
+        from ..search.alternatives import minimum_hitting_sets
 
         chosen = frozenset(rule for culprit in result.culprit_sets for rule in culprit.switched_off)
         others = minimum_hitting_sets(
@@ -315,7 +315,7 @@ def build_report(
 
 def trial_speed(trial: TrialState, from_output: bool) -> float | None:
     """The trial's speed: its ``metric.speed_pattern`` reading, else its steps per second of wall time."""
-    from .runner.speed import steps_per_second
+    from ..runner.speed import steps_per_second
 
     finished = trial.finished or {}
     if from_output:
@@ -326,7 +326,7 @@ def trial_speed(trial: TrialState, from_output: bool) -> float | None:
 
 def _add_speed(report: dict[str, Any], config: SearchConfig, state: SearchState, result: CulpritSearch | None) -> None:
     """The fix's measured speed against all-on and the baseline, each with the trainings behind it."""
-    from .runner.speed import compare_speeds
+    from ..runner.speed import compare_speeds
 
     from_output = config.metric.speed_pattern is not None
     everything = frozenset(rule.name for rule in config.rules)
@@ -467,7 +467,7 @@ def _switch_reason(trial: TrialState) -> str | None:
 
 def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state: SearchState) -> None:
     """Per stopped trial and in total: the steps and seconds a full-length (baseline) training would have run."""
-    from .runner.early_stop import estimate_savings, read_curve
+    from ..runner.early_stop import estimate_savings, read_curve
 
     stopped = {
         trial.trial_id: trial.finished["early_stop"]
@@ -562,7 +562,7 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
     reasons = [reason for reason in (_switch_reason(trial) for trial in state.trials.values()) if reason]
     # "No training left a fusion_result.json" only when that is what every trial's reason says: an
     # unreadable file, or a compiler without fusion_result.json, is named with its own reason.
-    from .ascend.applied import NO_RESULT
+    from ..ascend.applied import NO_RESULT
 
     specific = [reason for reason in reasons if reason != NO_RESULT]
     if counts and not counts.get("applied"):
@@ -584,8 +584,8 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
 
 def _add_layers(report: dict[str, Any], graphs: Sequence[str]) -> None:
     """Name the network layers each culprit rule fused, from graph dumps of an all-on run."""
-    from .ascend import graph_paths, load_graphs, rule_locations
-    from .errors import UsageError
+    from ..ascend import graph_paths, load_graphs, rule_locations
+    from ..core.errors import UsageError
 
     try:
         locations = rule_locations(load_graphs(graph_paths(graphs)))
@@ -743,7 +743,7 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
 
         lines.extend(localization_lines(report))
     if report.get("guide"):
-        from .guide import summary_lines as guide_lines
+        from ..analysis.guide import summary_lines as guide_lines
 
         culprit_names = [[rule["name"] for rule in culprit["rules"]] for culprit in culprits]
         lines.extend(["", *("  " + line for line in guide_lines(report["guide"], culprit_names))])
@@ -801,7 +801,7 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             "fix.prefer: speed trains such alternatives and hands over the fastest that passes"
         )
     if report.get("status") == "found" and report.get("speed"):
-        from .runner.speed import speed_line
+        from ..runner.speed import speed_line
 
         said = speed_line(report["speed"])
         if said:

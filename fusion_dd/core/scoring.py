@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import UsageError
-from .search.oracle import Outcome
+from .outcome import Outcome
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
-from .rules import Rule, Section
+from ..core.errors import UsageError
+from ..core.rules import Rule, Section
 
 MAX_ROUNDS = 5
 CLOSURE_FILE = "closure.json"
@@ -176,11 +176,11 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
     first device of ``train.devices``, on this machine (with ``train.launcher:
     dask`` too: these trainings come before the search and its cluster).
     """
-    from .backends import backend_for
-    from .hooks import fired_of
-    from .runner.launcher import LocalLauncher, TrialRequest
-    from .runner.metrics import MetricSpec
-    from .runner.trial import TrialSpec
+    from ..backends import backend_for
+    from ..core.hooks import fired_of
+    from ..runner.launcher import LocalLauncher, TrialRequest
+    from ..runner.metrics import MetricSpec
+    from ..runner.trial import TrialSpec
 
     backend = backend_for(config)
     rendered = backend.render(candidates, enabled)
@@ -215,7 +215,7 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
 
 def _stop_if_unreadable(artifacts: Mapping[str, Any] | None, what: str) -> None:
     """Nothing fired, but a hook could not read its file: "nothing fired" would be a guess, so stop, naming it."""
-    from .hooks import fired_of
+    from ..core.hooks import fired_of
 
     errors = [str(facts["error"]) for facts in (artifacts or {}).values() if isinstance(facts, Mapping) and facts.get("error")]
     if errors and not fired_of(artifacts):
@@ -229,7 +229,7 @@ def _stop_if_ignored(artifacts: Mapping[str, Any], closure_added: set[str], what
     those are all rules closure added, they are rules CANN cannot switch off
     (its "forbidden to close" list), which closure drops: no stop.
     """
-    from .hooks import fired_although_off_of, switch_check_of
+    from ..core.hooks import fired_although_off_of, switch_check_of
 
     status, message = switch_check_of(artifacts)
     if status != "ignored":
@@ -247,8 +247,8 @@ def run_closure(
 
     ``given``: the candidates the user listed (default: all of ``config.rules``); the others may be dropped.
     """
-    from .backends import backend_for
-    from .hooks import fired_although_off_of, fired_of
+    from ..backends import backend_for
+    from ..core.hooks import fired_although_off_of, fired_of
 
     backend = backend_for(config)
     sections: dict[str, str] = {}
@@ -310,8 +310,8 @@ def journaled_rules(state_dir: Path) -> list[Rule] | None:
 
     An unreadable journal gives None: the engine reads it next and says what is wrong.
     """
-    from .store.journal import JOURNAL_NAME, read_records
-    from .store.state import replay
+    from ..store.journal import JOURNAL_NAME, read_records
+    from ..store.state import replay
 
     path = Path(state_dir) / JOURNAL_NAME
     if not path.exists():
@@ -366,9 +366,9 @@ def candidates_from_all_on(config: Any, say: Callable[[str], None]) -> tuple[Any
     rendering and the training's result) before the search starts, so an
     interrupted start trains it not again. Returns the config and that record.
     """
-    from .store.atomic import write_json_atomic
-    from .backends import backend_for
-    from .hooks import fired_of
+    from ..store.atomic import write_json_atomic
+    from ..backends import backend_for
+    from ..core.hooks import fired_of
 
     path = Path(config.state_dir) / FROM_ALL_ON_FILE
     backend = backend_for(config)
@@ -439,8 +439,8 @@ def _adopted_all_on(config: Any, record: Mapping[str, Any], say: Callable[[str],
     candidates now, before the journal exists, so that the fusion counts that
     steer the search's choices cover every candidate.
     """
-    from .backends import backend_for
-    from .hooks import TrialFiles, collect_artifacts, switch_check_of
+    from ..backends import backend_for
+    from ..core.hooks import TrialFiles, collect_artifacts, switch_check_of
 
     if config.score.all_on_metric is not None or not isinstance(record.get("result"), Mapping):
         return []  # no all-on training needed, or a record of an older fusion-dd without the result
@@ -490,7 +490,7 @@ def _adopted_all_on(config: Any, record: Mapping[str, Any], say: Callable[[str],
 def closed_config(config: Any, say: Callable[[str], None], given: Iterable[str] | None = None) -> Any:
     """``rules.closure: true``: the config with the closure's rules added (and the candidates not
     ``given`` by hand that fire although switched off dropped); closure.json makes it stable on resume."""
-    from .store.atomic import write_json_atomic
+    from ..store.atomic import write_json_atomic
 
     given = set(given) if given is not None else {rule.name for rule in config.rules}
     path = Path(config.state_dir) / CLOSURE_FILE

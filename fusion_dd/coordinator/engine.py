@@ -22,44 +22,44 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import __version__
-from .config import SearchConfig
-from .errors import UsageError
-from .runner.early_stop import LossCurveHook, envelope, read_curve
-from .runner.executor import Device, DevicePool, Pools, run_batch
-from .runner.wakeup import CancelEvent
-from .store.journal import JOURNAL_NAME, TRIALS_DIR, Journal
-from .runner.metrics import MetricSpec
-from .report import FIX_NAME, REPORT_NAME, build_report, display_path, finished_report, journaled_answer, write_outputs
-from .store.snapshots import Snapshots
-from .rules import Rule
-from .scoring import UNEVALUABLE, Measurement, Preconditions, check_preconditions
-from .search import STRATEGIES, guided
-from .search.culprits import CulpritSearch, find_culprits
-from .search.lanes import LanePlan
-from .search.noise import NoisePolicy
-from .search.oracle import Outcome
-from .store.state import ConfigKey, SearchState, TrialState, definition_changes, replay
-from .runner.trial import ForeignTrial, TrialSpec, trial_binding
-from .store.identity import SEARCH_ID_KEY, check_journal_belongs, journaled_id, new_search_id, record_state_dir_id
-from .runner.launcher import Launcher, TrialRequest, TrialResult, launcher_for
-from .backends import CompilerBackend, backend_for, fix_env_of
-from .hooks import effects_of, fired_although_off_of, known_to_compiler_of, switch_check_of, unknown_to_compiler_of
-from .runner.broken import STATUS as TRAINING_BROKEN
-from .runner.broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
-from .runner.broken import report_details
+from .. import __version__
+from ..config.settings import SearchConfig
+from ..core.errors import UsageError
+from ..runner.early_stop import LossCurveHook, envelope, read_curve
+from ..runner.executor import Device, DevicePool, Pools, run_batch
+from ..runner.wakeup import CancelEvent
+from ..store.journal import JOURNAL_NAME, TRIALS_DIR, Journal
+from ..runner.metrics import MetricSpec
+from ..report.build import FIX_NAME, REPORT_NAME, build_report, display_path, finished_report, journaled_answer, write_outputs
+from ..store.snapshots import Snapshots
+from ..core.rules import Rule
+from ..core.scoring import UNEVALUABLE, Measurement, Preconditions, check_preconditions
+from ..search import STRATEGIES, guided
+from ..search.culprits import CulpritSearch, find_culprits
+from ..search.lanes import LanePlan
+from ..search.noise import NoisePolicy
+from ..search.oracle import Outcome
+from ..store.state import ConfigKey, SearchState, TrialState, definition_changes, replay
+from ..runner.trial import ForeignTrial, TrialSpec, trial_binding
+from ..store.identity import SEARCH_ID_KEY, check_journal_belongs, journaled_id, new_search_id, record_state_dir_id
+from ..runner.launcher import Launcher, TrialRequest, TrialResult, launcher_for
+from ..backends import CompilerBackend, backend_for, fix_env_of
+from ..core.hooks import effects_of, fired_although_off_of, known_to_compiler_of, switch_check_of, unknown_to_compiler_of
+from ..runner.broken import STATUS as TRAINING_BROKEN
+from ..runner.broken import BrokenTraining, TrainingBroken, diagnose_references, is_start_error, launched_command
+from ..runner.broken import report_details
 from .preflight import preflight
-from .session_context import context_of
+from ..config.session import context_of
 from .training_oracle import TrainingOracle
-from . import guide as guidance
-from . import localize as localization
-from .store.state import LOCALIZE_ROLE
-from .store.state import EARLY_PASS, PROOF_ROLE
-from .runner.horizon import departure, horizon
-from .runner.speed import SpeedHook
-from .report import trial_speed
-from .search.alternatives import fastest, minimum_hitting_sets
-from .store.state import ALTERNATIVE_ROLE
+from ..analysis import guide as guidance
+from ..report import localize as localization
+from ..store.state import LOCALIZE_ROLE
+from ..store.state import EARLY_PASS, PROOF_ROLE
+from ..runner.horizon import departure, horizon
+from ..runner.speed import SpeedHook
+from ..report.build import trial_speed
+from ..search.alternatives import fastest, minimum_hitting_sets
+from ..store.state import ALTERNATIVE_ROLE
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -127,7 +127,7 @@ class Engine:
     ) -> None:
         self.config = config
         # Journal records of a reference trained before the journal existed (the all-on training of
-        # rules.from: all_on, fusion_dd.closure): journaled right after search_started of a new search.
+        # rules.from: all_on, fusion_dd.coordinator.closure): journaled right after search_started of a new search.
         self._adopt = list(adopt)
         # Whether the trainings an earlier session left running were adopted and waited for
         # (or stopped): until then, a stop must stop them too.
@@ -174,7 +174,7 @@ class Engine:
         self._fix_candidates: set[frozenset[str]] = set()
         # joblib's thread pools, open from the first batch to the end of the run (not one per question).
         self._pools = Pools()
-        # What of where this session trains came from the journal (fusion_dd.session_context), said once
+        # What of where this session trains came from the journal (fusion_dd.config.session), said once
         # the session starts: after every refusal, so that a refused session says only why.
         self.context_note: str | None = None
 
@@ -355,7 +355,7 @@ class Engine:
             if repeat == 0 and self._references_dump() and (
                 role in ("baseline", "all_on") or (role in ("search", PROOF_ROLE) and names in self._fix_candidates)
             ):
-                # Also a dumped training of its configuration (fusion_dd.guide): the references for
+                # Also a dumped training of its configuration (fusion_dd.analysis.guide): the references for
                 # the guide's ranking, a fix candidate for localization (the same training, dumped).
                 record["dumps"] = True
             assert self._journal is not None
@@ -401,7 +401,7 @@ class Engine:
         """Everything a launcher needs to run this trial, and nothing of the engine."""
         rendered = self.backend.render(self.rules, self._config_rules(trial.config))
         dumps = trial.role == LOCALIZE_ROLE and self.config.localize is not None
-        # search.guide: dumps: the references' first training dumps one step too (fusion_dd.guide).
+        # search.guide: dumps: the references' first training dumps one step too (fusion_dd.analysis.guide).
         guide_dumps = self.state.dumped(trial.trial_id)
         spec = TrialSpec(
             trial_id=trial.trial_id,
@@ -548,12 +548,12 @@ class Engine:
     def _snapshot_report(self) -> None:
         """Rewrite report.json after finished trials, so a dead search never leaves a stale one.
 
-        Rebuilt from the journal by replay (fusion_dd.rebuild), like ``fusion-dd
+        Rebuilt from the journal by replay (fusion_dd.coordinator.replay), like ``fusion-dd
         report``, on the background thread of :class:`Snapshots`; a failure costs
         the snapshot, never the search.
         """
-        from .rebuild import rebuild
-        from .report import write_report
+        from .replay import rebuild
+        from ..report.build import write_report
 
         try:
             assert self._journal is not None
@@ -824,7 +824,7 @@ class Engine:
         return baseline, all_on
 
     def _preflight(self) -> None:
-        """Stop before any training when the command cannot run (see fusion_dd.preflight)."""
+        """Stop before any training when the command cannot run (see fusion_dd.coordinator.preflight)."""
         result = preflight(self.config)
         if result.errors:
             raise TrainingBroken(
@@ -1187,7 +1187,7 @@ class Engine:
         hiding = frozenset(rule for rule in best if rule not in singles)
         return replace(result, fix=universe - best, culprit_sets=sets, may_hide=hiding)
 
-    # -- the guide (fusion_dd.guide) ----------------------------------------------------------
+    # -- the guide (fusion_dd.analysis.guide) ----------------------------------------------------------
 
     def _references_dump(self) -> bool:
         """Whether the references themselves dump: guide on dumps, and dumping changes only the environment.
@@ -1242,7 +1242,7 @@ class Engine:
         return [self.rule_by_name[name] for name in recorded.get("ranking") or [] if name in self.rule_by_name]
 
     def _partners(self) -> dict[Rule, list[Rule]]:
-        """The journaled partners of the first suspects (``fusion_dd.guide.partners``), as rules."""
+        """The journaled partners of the first suspects (``fusion_dd.analysis.guide.partners``), as rules."""
         dumps = (self.state.guide or {}).get("dumps") or {}
         return self._rules_of_partners(dumps.get("partners") or {})
 
@@ -1341,7 +1341,7 @@ class Engine:
             )
         return evidence
 
-    # -- localization (fusion_dd.localize) ------------------------------------------------
+    # -- localization (fusion_dd.report.localize) ------------------------------------------------
 
     def _localize(self, targets: Sequence[localization.Target]) -> bool:
         """Dumped trainings and comparisons for these culprit sets; False when the budget ran out."""

@@ -6,7 +6,7 @@ Written at the end of every run (``report.html`` in the state directory), by
 end times, devices); the loss curves are read from the trials' metrics files
 when the page is built: a report shows them, no decision rests on them.
 
-The plots are SVG written here with the small toolkit of ``fusion_dd.svg`` and
+The plots are SVG written here with the small toolkit of ``fusion_dd.report.svg`` and
 inlined, so the page opens offline in any browser: no raster image, no script,
 no dependency, and milliseconds instead of the second or two that matplotlib
 cost at the end of every search. Each plotted trial is an SVG group (with a
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import svg
-from .store.state import SearchState, TrialState, replay
+from ..store.state import SearchState, TrialState, replay
 
 HTML_NAME = "report.html"
 
@@ -152,7 +152,7 @@ def _devices(state: SearchState, busy: dict[str, float]) -> list[str]:
 
 def _curves(report: dict[str, Any], state: SearchState, state_dir: Path) -> list[dict[str, Any]]:
     """Loss curves of the baseline, all-on, each culprit set's probe and the fix, from the trials' files."""
-    from .runner.early_stop import read_curve
+    from ..runner.early_stop import read_curve
 
     everything = frozenset(rule["name"] for rule in report.get("candidates") or [])
     wanted: list[tuple[str, frozenset[str]]] = [("baseline", frozenset()), ("all on", everything)]
@@ -588,7 +588,7 @@ def _answer(report: dict[str, Any]) -> list[str]:
         if note is not None:
             parts.append(f'<p class="note" id="localization">{_e(note)}</p>')
     if report.get("status") == "found":
-        from .report import fix_statement, fix_verdict
+        from .build import fix_statement, fix_verdict
 
         parts.append(
             f'<p id="fix"><b>Fix</b> (<code>{_e(report.get("fix_config"))}</code>, {_e(fix_verdict(report))}): '
@@ -624,7 +624,7 @@ def _localization(culprit: dict[str, Any]) -> str:
 
 def _guide(report: dict[str, Any]) -> list[str]:
     """The guide's ranking as a table: the suspects asked first and why, the culprits marked."""
-    from .guide import SHOWN, ranking_rows
+    from ..analysis.guide import SHOWN, ranking_rows
 
     guide = report.get("guide")
     if not guide:

@@ -18,13 +18,13 @@ from typing import Any
 
 import yaml
 
-from .runner.early_stop import EarlyStopRule
-from .errors import UsageError
-from .runner.metrics import DEFAULT_LOSS_PATTERN
-from .rules import AUTOFUSE_POINTS, Rule, Section, name_problem
-from .safe_read import SMALL_FILE_BYTES, read_text, too_deep
-from .scoring import Tolerance
-from .backends.cann.switch import SwitchFile, load_switch_file
+from ..runner.early_stop import EarlyStopRule
+from ..core.errors import UsageError
+from ..runner.metrics import DEFAULT_LOSS_PATTERN
+from ..core.rules import AUTOFUSE_POINTS, Rule, Section, name_problem
+from ..core.safe_read import SMALL_FILE_BYTES, read_text, too_deep
+from ..core.scoring import Tolerance
+from ..backends.cann.switch import SwitchFile, load_switch_file
 
 DEFAULT_CONFIG_NAME = "fusion-dd.yaml"
 #: The two reference trainings and at least one more: a smaller budget can never answer.
@@ -484,7 +484,7 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
         rules, warnings = _read_rules(reader, rules_section, base_dir)
         graphs = _read_graphs(reader, rules_section, base_dir)
     else:
-        from .compiler_rules import read_compiler_rules
+        from ..backends.rules_section import read_compiler_rules
 
         base_cfg_path, base_cfg, graphs = None, None, ()
         rules, warnings = read_compiler_rules(reader, rules_section, base_dir, compiler)
@@ -539,7 +539,7 @@ def _read_fix(reader: _Reader, section: Mapping[str, Any]) -> FixConfig:
 
 def _read_compiler(reader: _Reader, section: Mapping[str, Any]) -> str:
     """``rules.compiler``: cann (default), onnxruntime or xla; ``rules.names`` belongs to the last two."""
-    from .backends import COMPILERS
+    from ..backends import COMPILERS
 
     compiler = section.get("compiler", "cann")
     if compiler not in COMPILERS:
@@ -598,7 +598,7 @@ def _check_placeholders(reader: _Reader, text: str, key: str, dumps: bool = Fals
 
     ``dumps``: a ``localize.*`` value, where ``{dump_dir}`` is known too.
     """
-    from .runner.trial import DUMP_PLACEHOLDERS, PLACEHOLDERS, unknown_placeholders
+    from ..runner.trial import DUMP_PLACEHOLDERS, PLACEHOLDERS, unknown_placeholders
 
     if "\x00" in text:
         raise reader.error(key, "contains a NUL character, which no command line or environment can carry")
@@ -647,7 +647,7 @@ def _read_rules(
     unknown: list[tuple[str, str]] = []  # (config key, message) of names neither catalog nor artifacts know
     fired: set[str] | None = None
     known_sections: dict[str, set[Section]] = {}
-    from_all_on = section.get("from") == "all_on"  # the all-on training gives them (fusion_dd.closure)
+    from_all_on = section.get("from") == "all_on"  # the all-on training gives them (fusion_dd.coordinator.closure)
     if section.get("from") is not None and not from_all_on:
         candidates = _rules_from_artifacts(reader, section["from"], base_dir, keep_unfired, _listed_sections(section))
         rules.extend(candidates.rules)
@@ -675,8 +675,8 @@ def _read_rules(
                 raise reader.error(key, f"duplicate rule {name!r} (also in {listed_keys[name]})")
             listed_keys[name] = f"{key}[{index}]"
             listed.append(Rule(name, section_enum))
-    from .ascend import validate_names
-    from .ascend.validate import SUGGESTED_NAMES
+    from ..ascend import validate_names
+    from ..ascend.validate import SUGGESTED_NAMES
 
     # Spelling suggestions cost milliseconds per name, and "ignore" shows none of them.
     suggest = 0 if policy == "ignore" else SUGGESTED_NAMES
@@ -764,7 +764,7 @@ def _rules_from_artifacts(
     A name a rule list there gives without a section takes the section ``listed``
     gives it (``rules.GraphFusion`` / ``rules.UBFusion`` of the same config).
     """
-    from .ascend import collect_candidates
+    from ..ascend import collect_candidates
 
     if isinstance(raw, str):
         raw = [raw]
@@ -993,7 +993,7 @@ LAUNCHERS = ("local", "dask", "slurm")
 
 def _known_launchers() -> tuple[str, ...]:
     """The built-in launchers and those other packages register (fusion_dd.runner.registry)."""
-    from .runner.registry import launcher_names
+    from ..runner.registry import launcher_names
 
     return launcher_names()
 
@@ -1106,7 +1106,7 @@ def _read_margin(reader: _Reader, raw: Any) -> float | None:
 
 
 def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
-    from .search import DEFAULT_STRATEGY, STRATEGIES
+    from ..search import DEFAULT_STRATEGY, STRATEGIES
 
     strategy = section.get("strategy", DEFAULT_STRATEGY)
     if strategy not in STRATEGIES:

@@ -1,7 +1,7 @@
 """How many trainings a search probably still needs, and when it will probably finish.
 
 The number comes from the search's own decision layer, not from a formula: the
-journal is replayed (``fusion_dd.rebuild``) and the search is then continued in
+journal is replayed (``fusion_dd.coordinator.replay``) and the search is then continued in
 memory against hypothetical trainings, for a few hypotheses about where the
 failure lies, counting the trainings each continuation launches. The basis is
 said with the number:
@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .runner.broken import TrainingBroken
+from ..runner.broken import TrainingBroken
 from .engine import SwitchIgnored
-from .store.journal import JOURNAL_NAME, read_records
-from .rebuild import ANSWERS, _Replay, config_of
-from .scoring import Threshold
-from .store.state import ConfigKey, SearchState, TrialState, replay
+from ..store.journal import JOURNAL_NAME, read_records
+from .replay import ANSWERS, _Replay, config_of
+from ..core.scoring import Threshold
+from ..store.state import ConfigKey, SearchState, TrialState, replay
 
 HYPOTHESES = 6
 

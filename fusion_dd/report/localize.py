@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import LocalizeConfig
-from .errors import UsageError
-from .store.state import LOCALIZE_ROLE, ConfigKey, SearchState, TrialState
-from .runner.trial import DUMP_PLACEHOLDERS, TrialSpec, substitute
+from ..config.settings import LocalizeConfig
+from ..core.errors import UsageError
+from ..store.state import LOCALIZE_ROLE, ConfigKey, SearchState, TrialState
+from ..runner.trial import DUMP_PLACEHOLDERS, TrialSpec, substitute
 
 #: How many of the worst ops ``culprits[i].localization.top`` lists.
 TOP_OPS = 5
@@ -162,7 +162,7 @@ class Localizer:
         record["problems"] = len(comparison.problems)
         out = self.state_dir / LOCALIZE_DIR / on.trial_id
         try:
-            from .compare.render import write_reports
+            from ..compare.render import write_reports
 
             write_reports(comparison, out)
             record["compare"] = str(out.relative_to(self.state_dir))
@@ -192,7 +192,7 @@ class Localizer:
         return self._comparison(on, off)
 
     def _comparison(self, on: TrialState, off: TrialState) -> Any:
-        from .compare import compare_dumps
+        from ..compare import compare_dumps
 
         dirs = []
         for trial in (on, off):
@@ -209,9 +209,9 @@ class Localizer:
         return compare_dumps(dirs[0], dirs[1], graphs[0], graphs[1], self.config.step)
 
     def _graphs(self, trial: TrialState, dump: Path) -> Any:
-        from .ascend import graph_paths
-        from .ascend.discover import graph_dumps_in
-        from .compare import load_graph_dumps
+        from ..ascend import graph_paths
+        from ..ascend.discover import graph_dumps_in
+        from ..compare import load_graph_dumps
 
         trial_dir = self.state_dir / trial.trial_dir
         if self.config.graphs is None:
@@ -273,7 +273,7 @@ def attach(
     report["trainings"] = state.launched
     listed = {entry.get("trial_id") for entry in report.get("trials") or []}
     if "trials" in report:
-        from .report import _trial_entry
+        from .build import _trial_entry
 
         report["trials"] = list(report["trials"]) + [
             _trial_entry(trial, None, False) for trial in state.trials.values() if trial.trial_id not in listed

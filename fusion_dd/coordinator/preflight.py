@@ -26,8 +26,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import SearchConfig
-from .runner.trial import looks_like_script, resolve_relative, substitute
+from ..config.settings import SearchConfig
+from ..runner.trial import looks_like_script, resolve_relative, substitute
 
 _PER_TRIAL = ("{trial_dir}", "{switch_file}", "{metrics_file}")
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
-from .rules import Rule
-from .scoring import Threshold
-from .search.lanes import LanePlan
-from .search.oracle import BudgetExhausted, Observation, Outcome
-from .store.state import ConfigKey, TrialState
+from ..core.rules import Rule
+from ..core.scoring import Threshold
+from ..search.lanes import LanePlan
+from ..search.oracle import BudgetExhausted, Observation, Outcome
+from ..store.state import ConfigKey, TrialState
 
 # Launch a batch of (configuration, repeat) keys, in order; once a finished
 # training satisfies ``stop_after`` the later ones may be cancelled. Results are
