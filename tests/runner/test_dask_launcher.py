@@ -493,6 +493,50 @@ def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_
 
 
 @pytest.mark.cluster
+def test_a_worker_that_closes_gracefully_leaves_its_training_to_finish_and_its_result_is_kept(tmp_path, cluster):
+    """Retired (as ``adapt`` or an operator does), the worker says it is closing: its watcher stays
+    with the training, which ends as it would have, once, and its result is the trial's."""
+    slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") == "0001": time.sleep(12)\n'
+    dask_config(tmp_path, cluster, slow)
+    trial_dir = tmp_path / ".fusion-dd" / "trials" / "0001"
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    name = ""
+    try:
+        wait_until(lambda: "0001" in launched_trial_ids(tmp_path), 60, "trial 0001 never started")
+        claim = json.loads((trial_dir / "claim.json").read_text())
+        name = claim["worker_name"]
+        cluster.client.retire_workers(workers=[claim["worker"]], close_workers=True)
+        wait_until(lambda: (trial_dir / "detached.json").exists(), 30, "the watcher never stayed with the training")
+        # dask waits a while for the task's thread, then the process ends (a nanny kills it): here at once.
+        with contextlib.suppress(AssertionError):
+            os.kill(cluster.worker_pid(name), signal.SIGKILL)
+        wait_until(lambda: not any(info.get("name") == name for info in
+                                   cluster.client.scheduler_info(n_workers=-1)["workers"].values()), 30, "not retired")
+        assert not (trial_dir / "status.json").exists(), "the training ended before its worker did: no test"
+        assert trial_processes(trial_dir), "the training died with its closing worker"
+        _, stderr = coordinator.communicate(timeout=180)
+        assert coordinator.returncode == 0, stderr
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+        if name:
+            if name in cluster.workers:
+                cluster.stop_worker(name, wait=False)
+            cluster.start_worker(name.removeprefix("npu"))
+            cluster.wait_for(len(DEVICES))
+    assert_found(tmp_path)
+    ids = launched_trial_ids(tmp_path)
+    assert len(ids) == len(set(ids)), "a trial directory saw two trainings"
+    records = journal(tmp_path)
+    kept = next(r for r in records if r["type"] == "trial_finished" and r["trial_id"] == "0001")
+    assert kept["kind"] == "metric", kept
+    assert json.loads((trial_dir / "status.json").read_text())["exit_code"] == 0
+    baseline = [r["trial_id"] for r in records if r["type"] == "trial_started" and r["config"] == []]
+    assert baseline == ["0001"], "the kept training was trained again as a new trial"
+
+
+@pytest.mark.cluster
 def test_a_killed_coordinator_resumes_by_adopting_the_running_trainings(tmp_path, cluster, separate_pid_namespaces):
     slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") in ("0001", "0002"): time.sleep(6)\n'
     dask_config(tmp_path, cluster, slow)
