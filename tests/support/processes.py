@@ -24,6 +24,11 @@ def eventually(condition: Callable[[], bool], within: float = 20.0) -> bool:
     return condition()
 
 
+def wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
+    """``eventually``, failing the test with ``what`` when ``condition`` never held."""
+    assert eventually(condition, within), what
+
+
 def _stat_fields(entry: Path) -> list[str] | None:
     try:
         return (entry / "stat").read_text().rsplit(") ", 1)[1].split()
