@@ -317,6 +317,56 @@ def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_
     assert baseline[0] == "0001" and len(baseline) == 2  # retried as a new trial
 
 
+def _running_worker(trials: Path) -> str | None:
+    """The name of a worker whose training runs now (claimed, no status yet), if any."""
+    for claim in sorted(trials.glob("*/claim.json")):
+        if not (claim.parent / "status.json").exists():
+            with contextlib.suppress(OSError, ValueError):
+                return json.loads(claim.read_text())["worker_name"]
+    return None
+
+
+@pytest.mark.cluster
+def test_a_worker_killed_for_good_after_four_trainings_is_survived_within_a_bound(tmp_path, cluster):
+    """Three workers without the preload, as the README allows; one SIGKILLed mid-training after
+    four trainings started, and never restarted: the other two finish the search, right."""
+    cluster.start_worker("2")
+    killed = ""
+    try:
+        cluster.wait_for(len(DEVICES) + 1)
+        dask_config(tmp_path, cluster, "time.sleep(2)\n")
+        trials = tmp_path / ".fusion-dd" / "trials"
+        coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: len(started_trials(tmp_path)) >= 4 and _running_worker(trials) is not None, 120,
+                       "four trainings never started")
+            killed = _running_worker(trials) or ""
+            os.kill(cluster.worker_pid(killed), signal.SIGKILL)
+            killed_at, asked = time.time(), time.monotonic()
+            _, stderr = coordinator.communicate(timeout=240)
+            took = time.monotonic() - asked
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+                coordinator.wait()
+        assert coordinator.returncode == 0, stderr
+    finally:
+        for name in {killed, "npu2"} - {""}:
+            cluster.stop_worker(name, wait=False)
+        if killed and killed != "npu2":
+            cluster.start_worker(killed.removeprefix("npu"))
+        cluster.wait_for(len(DEVICES))
+    assert took < 180, took  # a dead worker's slot is shared by the live ones, not waited for
+    assert_found(tmp_path)
+    ids = started_trials(tmp_path)
+    assert len(ids) == len(set(ids)), "a trial directory saw two trainings"
+    records = journal(tmp_path)
+    lost = [r for r in records if r["type"] == "trial_finished" and r["kind"] == "crash"]
+    assert len(lost) == 1 and "died" in lost[0]["reason"], lost
+    claims = [json.loads(path.read_text()) for path in (tmp_path / ".fusion-dd" / "trials").glob("*/claim.json")]
+    assert not [c for c in claims if c["time"] > killed_at and c["worker_name"] == killed], "sent to the dead worker"
+
+
 @pytest.mark.cluster
 def test_a_worker_that_closes_gracefully_leaves_its_training_to_finish_and_its_result_is_kept(tmp_path, cluster):
     """Retired (as ``adapt`` or an operator does), the worker says it is closing: its watcher stays
