@@ -660,6 +660,35 @@ def test_a_task_takes_only_a_dead_workers_trainings_on_its_device_for_leftovers(
             child.wait()
 
 
+def test_a_detached_training_is_no_leftover_while_its_watcher_lives_and_a_task_waits_for_it(tmp_path):
+    """A training whose worker closed and whose watcher stays with it (detached.json) is spared by
+    starting workers and waited for by tasks; once its watcher is gone it is an orphan like any."""
+    from fusion_dd.runner.dask_launcher import _clear_device
+    from fusion_dd.runner.dask_worker import DEVICE_MARK_ENV, WORKER_MARK_ENV, detached_trainings, leftovers, process_mark
+
+    def training(trial_dir: Path) -> subprocess.Popen[bytes]:
+        trial_dir.mkdir()
+        marks = {DEVICE_MARK_ENV: "76", WORKER_MARK_ENV: "999999999:0", "FUSION_DD_TRIAL_DIR": str(trial_dir)}
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, **marks})
+
+    kept, orphan = training(tmp_path / "kept"), training(tmp_path / "orphan")
+    (tmp_path / "kept" / "detached.json").write_text(json.dumps({"reaper": process_mark(os.getpid())}))
+    (tmp_path / "orphan" / "detached.json").write_text(json.dumps({"reaper": "999999999:0"}))  # its watcher died
+    try:
+        assert leftovers("76") == [orphan.pid]
+        assert detached_trainings("76") == [kept.pid]
+        # A task for this device waits while the detached training runs, and gives up once cancelled.
+        own = tmp_path / "own"
+        own.mkdir()
+        (own / "cancel.request").write_text("{}")
+        assert _clear_device("76", f"FUSION_DD_TRIAL_DIR={own}", 0.1, own) is False
+        assert kept.poll() is None
+    finally:
+        for child in (kept, orphan):
+            child.kill()
+            child.wait()
+
+
 class _Proxy:
     """A TCP proxy on 127.0.0.1 in front of the scheduler, whose connections the test can cut."""
 
