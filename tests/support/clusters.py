@@ -20,7 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.fake_training import cli_env
+import pytest
+import yaml
+
+from tests.support.cli import CULPRIT, write_config
+from tests.support.fake_training import FAKE_TRAIN, cli_env, wrapper_script
+from tests.support.searches import FEW_RULES
 
 try:
     import distributed
@@ -203,3 +208,37 @@ class DaskCluster:
         self.scheduler.wait(timeout=30)
         if self.client is not None:
             self.client.close()
+
+
+def localhost_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """The ``cluster`` fixture's body (tests/conftest.py): one localhost dask cluster per test module.
+
+    Workers in PID namespaces of their own where unshare is allowed (the kill and resume tests need it).
+    """
+    refusal = dask_refusal()
+    if refusal is not None:
+        pytest.skip(refusal)
+    started = DaskCluster(tmp_path_factory.mktemp("cluster"), pid_namespaces=unshare_refusal(*PID_NAMESPACES) is None)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def dask_config(
+    tmp_path: Path, cluster: "DaskCluster", prelude: str | None = None, *train_args: str, small: bool = True, **train: object
+) -> Path:
+    """The CLI tests' config, run on the cluster; ``prelude`` makes some trainings slow (see wrapper_script)."""
+    config = write_config(tmp_path, "--culprits", CULPRIT, *train_args)
+    document = yaml.safe_load(config.read_text())
+    if small:
+        document["rules"] = FEW_RULES
+    del document["train"]["devices"]  # every worker with a device resource
+    document["train"].update(launcher="dask", scheduler=cluster.address, kill_grace=2, **train)
+    if prelude is not None:
+        # Each training says it started (before the prelude's sleep) in started.log.
+        said = f'open({str(tmp_path / "started.log")!r}, "a").write(os.environ["FUSION_DD_TRIAL_ID"] + "\\n")\n'
+        command = document["train"]["command"]
+        command[command.index(str(FAKE_TRAIN))] = str(wrapper_script(tmp_path / "wrapped_train.py", said + prelude))
+    config.write_text(yaml.safe_dump(document))
+    return config
