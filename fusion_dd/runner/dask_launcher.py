@@ -20,6 +20,9 @@ Why these pieces:
   *worker*: dask has given the device to someone else. A tiny watcher process
   (``fusion_dd.runner.dask_reaper``) holds a pipe from the worker; when the pipe
   closes without a "done", the worker died and the watcher stops the training.
+  A worker that *closes* (retired, its nanny or its scheduler gone) is not a death:
+  the task tells the watcher to stay with the training (``detached.json``), and the
+  coordinator takes the outcome from the trial directory when it ends.
   A worker that starts (a restarted one included) first kills leftovers on its
   device whose worker is gone (``fusion_dd.runner.dask_worker``: a plugin the
   coordinator registers, or ``--preload``); a task also waits for (then kills)
