@@ -128,3 +128,12 @@ def fake_train_path() -> Path:
 def cli() -> Callable[..., object]:
     """Runs ``fusion-dd ARGS`` in a subprocess: ``cli("search", cwd=tmp_path)``."""
     return run_fusion_dd
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A localhost dask cluster (scheduler and one worker per device) for the tests of one module;
+    skipped, saying why, without dask. Imported only when asked for: dask is slow to import."""
+    from tests.support.clusters import localhost_cluster
+
+    yield from localhost_cluster(tmp_path_factory)

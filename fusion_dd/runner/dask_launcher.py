@@ -20,6 +20,9 @@ Why these pieces:
   *worker*: dask has given the device to someone else. A tiny watcher process
   (``fusion_dd.runner.dask_reaper``) holds a pipe from the worker; when the pipe
   closes without a "done", the worker died and the watcher stops the training.
+  A worker that *closes* (retired, its nanny or its scheduler gone) is not a death:
+  the task tells the watcher to stay with the training (``detached.json``), and the
+  coordinator takes the outcome from the trial directory when it ends.
   A worker that starts (a restarted one included) first kills leftovers on its
   device whose worker is gone (``fusion_dd.runner.dask_worker``: a plugin the
   coordinator registers, or ``--preload``); a task also waits for (then kills)
@@ -64,6 +67,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .dask_reaper import DETACHED_FILE
 from .dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
 from ..core.errors import UsageError
 from .launcher import Placement, TrialRequest, TrialResult, this_host
@@ -91,6 +95,8 @@ from .supervisor import STATUS_FILE, SUPERVISOR_FILE
 LEFTOVER_WAIT = 15.0
 #: A worker gone from the scheduler this long means its training is lost (a nanny restarts in less).
 WORKER_GONE_SECONDS = 5.0
+#: A detached training whose watcher has not touched ``detached.json`` for this long is lost.
+DETACHED_SILENCE = 30.0
 INSTALL_HINT = "pip install 'fusion-dd[dask]'"
 
 
@@ -145,20 +151,28 @@ def _device_leftovers(device: str, own_marker: str) -> list[int]:
     return leftovers(device, sparing=(name, value))
 
 
-def _clear_device(device: str, own_marker: str, wait: float) -> None:
-    """Before a training starts here: leftovers of earlier ones on this device (a crashed worker's
-    orphan being stopped by its watcher) get ``wait`` seconds to end, then SIGKILL."""
+def _clear_device(device: str, own_marker: str, wait: float, trial_dir: Path | None = None) -> bool:
+    """Before a training starts here: a detached training on this device (its worker closed, its
+    result still wanted) is waited for, as long as it runs; leftovers of earlier ones (a crashed
+    worker's orphan being stopped by its watcher) get ``wait`` seconds to end, then SIGKILL.
+    False when this trial was cancelled meanwhile."""
+    from .dask_worker import detached_trainings
+
+    while detached_trainings(device):
+        if trial_dir is not None and cancel_requested(trial_dir):
+            return False
+        time.sleep(0.5)
     deadline = time.monotonic() + wait
     while True:
         left = _device_leftovers(device, own_marker)
         if not left:
-            return
+            return True
         if time.monotonic() >= deadline:
             for pid in left:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
-            return
+            return True
         time.sleep(0.2)
 
 
@@ -175,6 +189,24 @@ def _start_reaper(trial_dir: Path, supervisor_pid: int) -> subprocess.Popen[byte
         start_new_session=True,
         close_fds=True,
     )
+
+
+#: Worker states in which it is leaving the cluster on its own (not a crash): its training goes on.
+_LEAVING = ("closing_gracefully", "closing", "closed", "failed")
+
+
+def _detach_when_leaving(worker: Any, reaper: subprocess.Popen[bytes], done: threading.Event) -> None:
+    """Tell the watcher to stay with the training once this worker is closing (retired, its nanny
+    closing, its scheduler gone): such a worker says so before it goes, a killed one cannot, and
+    the training's result is still wanted (see ``fusion_dd.runner.dask_reaper``)."""
+    while not done.wait(0.2):
+        status = getattr(getattr(worker, "status", None), "name", "")
+        if status in _LEAVING:
+            with contextlib.suppress(OSError, ValueError):
+                assert reaper.stdin is not None
+                reaper.stdin.write(b"detach\n")
+                reaper.stdin.flush()
+            return
 
 
 def _reaper_done(reaper: subprocess.Popen[bytes] | None) -> None:
@@ -195,6 +227,7 @@ def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
     trial_dir = Path(request.spec.trial_dir)
     device = os.environ.get(device_env)
     worker_address = worker_name = ""
+    worker = None
     with contextlib.suppress(Exception):
         from distributed import get_worker
 
@@ -233,15 +266,20 @@ def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
     if cancel_requested(trial_dir):  # the cancel raced the claim: the claim refuses to train
         return TrialResult(cancelled=True)
     marker = f"FUSION_DD_TRIAL_DIR={trial_dir.resolve()}"
-    _clear_device(device, marker, LEFTOVER_WAIT)
+    if not _clear_device(device, marker, LEFTOVER_WAIT, trial_dir):
+        return TrialResult(cancelled=True)
     running = start_trial(spec)
     reaper = None
+    done = threading.Event()
     try:
         reaper = _start_reaper(running.trial_dir, running.pid or 0)
+        if worker is not None:
+            threading.Thread(target=_detach_when_leaving, args=(worker, reaper, done), daemon=True).start()
         result = _wait_with_watchers(request, running)
         _keep_result(running.trial_dir, result)
         return result
     finally:
+        done.set()
         _reaper_done(reaper)
 
 
@@ -295,6 +333,7 @@ class DaskHandle:
         self.placement = placement
         self._cancel_sent = False
         self._started = time.time()
+        self._beat: tuple[float | None, float] = (None, 0.0)
 
     def cancel(self) -> None:
         """Ask the task to stop its training (it SIGTERMs the supervisor; grace; group killed).
@@ -337,23 +376,47 @@ class DaskHandle:
                     if self._cancel_sent:
                         return TrialResult(cancelled=True)
                     if not (self.request.trial_dir / STATUS_FILE).exists() and (
-                        not worker or self.launcher.worker_alive(worker)
+                        not worker or self.launcher.worker_alive(worker) or self._detached_alive()
                     ):
                         # The scheduler does not hold the task (a new scheduler) but the training's
-                        # worker is there: the training may still run. Its status file will say.
+                        # worker is there, or its watcher stays with it: the training may still
+                        # run. Its status file will say.
                         gone_since = None
                         continue
+                    if (self.request.trial_dir / DETACHED_FILE).exists():
+                        return _lost(f"its dask worker closed and the training went silent (no sign of it for "
+                                     f"{DETACHED_SILENCE:.0f}s) without a result", self._started)
                     return _lost("the dask task ended without a result (see the worker's log)", self._started)
                 if not worker or self.launcher.worker_alive(worker):
                     gone_since = None
                 elif gone_since is None:
                     gone_since = now
                 elif now - gone_since >= WORKER_GONE_SECONDS and not (self.future is not None and self.future.done()):
+                    if self._detached_alive():
+                        # The worker closed and left the training running: follow it in its directory.
+                        if self.future is not None:
+                            with contextlib.suppress(Exception):
+                                self.launcher.client.cancel([self.future], force=True)  # pinned to a gone worker
+                        self.future = None
+                        continue
                     return self._worker_died(worker)
             if cancel is not None:
                 cancel.wait(0.1)
             else:
                 time.sleep(0.1)
+
+    def _detached_alive(self) -> bool:
+        """Whether the training goes on without its worker: ``detached.json`` there and touched by
+        its watcher lately (seen changing from here: no clock of another host is compared)."""
+        try:
+            beat = (self.request.trial_dir / DETACHED_FILE).stat().st_mtime
+        except OSError:
+            return False
+        now = time.monotonic()
+        if beat != self._beat[0]:
+            self._beat = (beat, now)
+            return True
+        return now - self._beat[1] < DETACHED_SILENCE
 
     def _from_trial_dir(self) -> TrialResult | None:
         """The outcome the trial directory proves: the kept result, or, once the supervisor wrote the
@@ -875,6 +938,10 @@ class DaskLauncher:
         worker = str(claim.get("worker", ""))
         if worker and self.worker_alive(worker):
             return self._check_on_worker(request, place, worker)
+        if (request.trial_dir / DETACHED_FILE).exists():
+            # Its worker closed and left the training running with its watcher: follow it in its
+            # directory (lost only once the watcher goes silent without a status).
+            return DaskHandle(self, None, request, place, key=key)
         return None  # its worker is gone, and its watcher stopped the training with it
 
     def _check_on_worker(self, request: TrialRequest, place: DaskPlacement, worker: str | None) -> DaskHandle:

@@ -17,7 +17,9 @@ training a dask task starts carries (``fusion_dd.runner.dask_launcher.run_trial`
 and start time of the worker process that started it). A local search's
 trainings, anything else on the host, and the trainings of live workers (this
 one's included, when the plugin is registered on a running worker) are never
-touched.
+touched; nor is a training whose worker *closed* (retired, its nanny or its
+scheduler gone) and said so: its watcher stays with it (``detached.json``), and
+its result is still wanted.
 
 Two ways to run it, both before the worker takes a task:
 
@@ -34,6 +36,7 @@ Linux only (``/proc``); elsewhere it finds nothing to kill.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -44,6 +47,8 @@ try:
     from distributed.diagnostics.plugin import WorkerPlugin
 except ImportError:  # fusion-dd without the dask extra: the marks below are still needed
     WorkerPlugin = object  # type: ignore[misc,assignment]
+
+from .dask_reaper import DETACHED_FILE
 
 #: The device id of a training a dask task started (its worker's device).
 DEVICE_MARK_ENV = "FUSION_DD_DASK_DEVICE"
@@ -114,14 +119,35 @@ def device_trainings(device: str) -> list[tuple[int, dict[str, str]]]:
     return found
 
 
+def detached(trial_dir: str | None) -> bool:
+    """Whether the training of ``trial_dir`` goes on without its worker, with its watcher beside it
+    (``fusion_dd.runner.dask_reaper``: its worker closed; the coordinator still wants its result)."""
+    if not trial_dir:
+        return False
+    try:
+        with open(os.path.join(trial_dir, DETACHED_FILE), encoding="utf-8") as handle:
+            mark = json.load(handle).get("reaper")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(mark, str) and _alive(mark)
+
+
+def detached_trainings(device: str) -> list[int]:
+    """Trainings on ``device`` that go on without their worker (``detached``): a task waits for them."""
+    return [pid for pid, environ in device_trainings(device) if detached(environ.get("FUSION_DD_TRIAL_DIR"))]
+
+
 def leftovers(device: str, sparing: tuple[str, str] | None = None) -> list[int]:
     """Trainings on ``device`` whose worker is gone: nobody will wait for them, and the device is needed.
 
+    A detached training (its worker closed and said so) is not one: its result is still wanted.
     ``sparing``: ``(NAME, VALUE)``; a process with that in its environment is not one (a task's own trial).
     """
     found = []
     for pid, environ in device_trainings(device):
         if environ.get(WORKER_MARK_ENV) and _alive(environ[WORKER_MARK_ENV]):
+            continue
+        if detached(environ.get("FUSION_DD_TRIAL_DIR")):
             continue
         if sparing is not None and environ.get(sparing[0]) == sparing[1]:
             continue
@@ -185,6 +211,8 @@ __all__ = [
     "WORKER_MARK_ENV",
     "clean_device",
     "dask_setup",
+    "detached",
+    "detached_trainings",
     "device_trainings",
     "kill_leftovers",
     "leftovers",

@@ -24,7 +24,6 @@ from tests.support.fake_training import (
     start_fusion_dd,
 )
 from tests.support.processes import eventually
-from tests.runner.test_dask_launcher import cluster  # noqa: F401 - the localhost cluster fixture
 
 
 def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
@@ -398,10 +397,10 @@ def placements_after_last_session(state: Path) -> set[str]:
 
 
 @pytest.mark.cluster
-def test_interrupted_on_a_dask_cluster_a_bare_resume_and_the_printed_hint_go_on_on_the_cluster(tmp_path, cluster):  # noqa: F811
+def test_interrupted_on_a_dask_cluster_a_bare_resume_and_the_printed_hint_go_on_on_the_cluster(tmp_path, cluster):
     import yaml
 
-    from tests.runner.test_dask_launcher import dask_config
+    from tests.support.clusters import dask_config
 
     config = dask_config(tmp_path, cluster, None, "--sleep", "0.3", small=False)
     document = yaml.safe_load(config.read_text())

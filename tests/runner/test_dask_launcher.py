@@ -12,253 +12,47 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.cli import CULPRIT, GRAPH, write_config
-from tests.support.journal_configs import decoded
+from tests.support.cli import CULPRIT, write_config
+from tests.support.clusters import (
+    DASK,
+    DEVICES,
+    PID_NAMESPACES,
+    DaskCluster,
+    dask_config,
+    dask_refusal,
+    distributed,
+    trial_processes,
+    unshare_refusal,
+)
 from tests.support.fake_training import FAKE_TRAIN, cli_env, run_fusion_dd, start_fusion_dd, wrapper_script
-
-try:
-    import distributed
-except ImportError:  # the cluster tests skip; the refusal without dask is tested all the same
-    distributed = None
-
-DEVICES = ("0", "1")
-DASK = Path(sys.executable).parent / "dask"
-
-
-@functools.lru_cache(maxsize=None)
-def unshare_refusal(*argv: str) -> str | None:
-    """Why ``unshare ARGV true`` cannot run here, None when it can (probed once per argv)."""
-    what = " ".join(["unshare", *argv])
-    if shutil.which("unshare") is None:
-        return "the unshare command is missing"
-    try:
-        done = subprocess.run(["unshare", *argv, "true"], capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{what}: {exc}"
-    if done.returncode != 0:
-        said = done.stderr.decode(errors="replace").strip().splitlines()
-        return f"{what} is not allowed here ({said[-1] if said else f'exit code {done.returncode}'})"
-    return None
-
-
-PID_NAMESPACES = ("-p", "-f", "--mount-proc")
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                stat = Path(f"/proc/{name}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(") ", 1)[1].split()[1]) == pid:
-                found.append(int(name))
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    result, stack = [], [pid]
-    while stack:
-        for child in _children(stack.pop()):
-            result.append(child)
-            stack.append(child)
-    return result
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def trial_processes(marker_dir: Path) -> list[int]:
-    """Live (non-zombie) processes of trainings under ``marker_dir``, seen from here (the parent namespace)."""
-    found = []
-    needle = f"FUSION_DD_TRIAL_DIR={marker_dir}".encode()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{name}/environ").read_bytes()
-            state = Path(f"/proc/{name}/stat").read_text().rsplit(") ", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and any(item.startswith(needle) for item in environ.split(b"\0")):
-            found.append(int(name))
-    return found
-
-
-class Cluster:
-    """A scheduler and one worker per device, all on 127.0.0.1."""
-
-    def __init__(self, root: Path, pid_namespaces: bool) -> None:
-        self.root = root
-        self.pid_namespaces = pid_namespaces
-        self.workers: dict[str, subprocess.Popen[bytes]] = {}
-        file = root / "scheduler.json"
-        self.scheduler = subprocess.Popen(
-            [str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-             "--scheduler-file", str(file)],
-            stdout=subprocess.DEVNULL, stderr=open(root / "scheduler.log", "wb"), start_new_session=True,
-        )
-        self.client = None
-        try:
-            deadline = time.monotonic() + 60
-            while not file.exists() or not file.read_text().strip():
-                assert time.monotonic() < deadline and self.scheduler.poll() is None, "the scheduler did not start"
-                time.sleep(0.1)
-            self.address = json.loads(file.read_text())["address"]
-            self.client = distributed.Client(self.address, timeout=30, set_as_default=False)
-            for device in DEVICES:
-                self.start_worker(device)
-            self.wait_for(len(DEVICES))
-        except BaseException:
-            self.close()
-            raise
-
-    def start_worker(
-        self, device: str, name: str | None = None, prefix: tuple[str, ...] = (), *extra: str,
-        namespace: bool = True, env: dict[str, str] | None = None,
-    ) -> None:
-        argv = [str(DASK), "worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
-                "--resources", "device=1", "--name", name or f"npu{device}", "--no-dashboard", *extra]
-        if self.pid_namespaces and namespace and not prefix:
-            # sh stays PID 1 of the namespace after the worker dies, so that the namespace (and an
-            # orphaned training in it) is not torn down by the kernel: the watcher must do that.
-            argv = ["unshare", "-p", "-f", "--mount-proc", "sh", "-c", '"$@"; exec sleep 100000', "sh", *argv]
-        name = name or f"npu{device}"
-        log = open(self.root / f"worker-{name}.log", "ab")
-        self.workers[name] = subprocess.Popen(
-            [*prefix, *argv], env={**cli_env(), "ASCEND_DEVICE_ID": device, **(env or {})}, stdout=subprocess.DEVNULL,
-            stderr=log, start_new_session=True,
-        )
-
-    def worker_pid(self, name: str) -> int:
-        """The pid (here) of the worker's own Python process."""
-        top = self.workers[name]
-        for pid in [top.pid, *_descendants(top.pid)]:
-            if "dask" in _cmdline(pid) and "worker" in _cmdline(pid) and "unshare" not in _cmdline(pid):
-                if not _cmdline(pid).startswith("sh "):
-                    return pid
-        raise AssertionError(f"no worker process for {name}")
-
-    def wait_for(self, count: int) -> None:
-        self.client.wait_for_workers(count, timeout=60)
-
-    def stop_worker(self, name: str, wait: bool = True) -> None:
-        process = self.workers.pop(name)
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait(timeout=30)
-        if not wait:
-            return
-        deadline = time.monotonic() + 30
-        while any(info.get("name") == name for info in self.client.scheduler_info(n_workers=-1)["workers"].values()):
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-
-    def close(self) -> None:
-        for name in list(self.workers):
-            self.stop_worker(name, wait=False)
-        os.killpg(self.scheduler.pid, signal.SIGKILL)
-        self.scheduler.wait(timeout=30)
-        if self.client is not None:
-            self.client.close()
+from tests.support.processes import wait_until
+from tests.support.searches import FEW_RULES, assert_found, journal, started_trials
 
 
 @pytest.fixture
-def separate_pid_namespaces(cluster: Cluster) -> None:
+def separate_pid_namespaces(cluster: DaskCluster) -> None:
     """For the kill and resume tests: they must not pass on a /proc the coordinator shares with the trainings."""
     refusal = unshare_refusal(*PID_NAMESPACES)
     if refusal is not None:
         pytest.skip(f"needs the workers in PID namespaces of their own: {refusal}")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    if distributed is None:
-        pytest.skip("dask.distributed is not installed (pip install 'fusion-dd[dask]')")
-    if not DASK.exists():
-        pytest.skip("the dask command is not installed next to this Python")
-    # Workers in PID namespaces of their own where unshare is allowed (the kill and resume tests need it).
-    started = Cluster(tmp_path_factory.mktemp("cluster"), pid_namespaces=unshare_refusal(*PID_NAMESPACES) is None)
-    try:
-        yield started
-    finally:
-        started.close()
-
-
-#: A smaller search (6 candidates, about 6 trainings) for the tests that kill things.
-FEW_RULES = {"GraphFusion": GRAPH[10:16], "UBFusion": []}
-
-
-def dask_config(
-    tmp_path: Path, cluster: Cluster, prelude: str | None = None, *train_args: str, small: bool = True, **train: object
-) -> Path:
-    """The CLI tests' config, run on the cluster; ``prelude`` makes some trainings slow (see wrapper_script)."""
-    config = write_config(tmp_path, "--culprits", CULPRIT, *train_args)
-    document = yaml.safe_load(config.read_text())
-    if small:
-        document["rules"] = FEW_RULES
-    del document["train"]["devices"]  # every worker with a device resource
-    document["train"].update(launcher="dask", scheduler=cluster.address, kill_grace=2, **train)
-    if prelude is not None:
-        # Each training says it started (before the prelude's sleep) in started.log.
-        said = f'open({str(tmp_path / "started.log")!r}, "a").write(os.environ["FUSION_DD_TRIAL_ID"] + "\\n")\n'
-        command = document["train"]["command"]
-        command[command.index(str(FAKE_TRAIN))] = str(wrapper_script(tmp_path / "wrapped_train.py", said + prelude))
-    config.write_text(yaml.safe_dump(document))
-    return config
-
-
-def journal(tmp_path: Path) -> list[dict]:
-    lines = (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()
-    return decoded(json.loads(line) for line in lines if line)
-
-
 def finished_trainings(tmp_path: Path) -> list[tuple[tuple[str, ...], int]]:
     records = journal(tmp_path)
     started = {r["trial_id"]: (tuple(r["config"]), r["repeat"]) for r in records if r["type"] == "trial_started"}
     return sorted(started[r["trial_id"]] for r in records if r["type"] == "trial_finished")
-
-
-def launched_trial_ids(tmp_path: Path) -> list[str]:
-    """The trainings that started (the wrapper's started.log: one line per training process)."""
-    path = tmp_path / "started.log"
-    return path.read_text().split() if path.exists() else []
-
-
-def wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
-def assert_found(tmp_path: Path) -> dict:
-    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
-    assert report["status"] == "found", report.get("message")
-    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
-    return report
 
 
 @pytest.mark.cluster
@@ -466,7 +260,7 @@ def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_
     coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     name = ""
     try:
-        wait_until(lambda: "0001" in launched_trial_ids(tmp_path), 60, "trial 0001 never started")
+        wait_until(lambda: "0001" in started_trials(tmp_path), 60, "trial 0001 never started")
         name = json.loads((trial_dir / "claim.json").read_text())["worker_name"]
         assert trial_processes(trial_dir)
         os.kill(cluster.worker_pid(name), signal.SIGKILL)
@@ -483,7 +277,7 @@ def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_
             cluster.start_worker(name.removeprefix("npu"))
             cluster.wait_for(len(DEVICES))
     assert_found(tmp_path)
-    ids = launched_trial_ids(tmp_path)
+    ids = started_trials(tmp_path)
     assert len(ids) == len(set(ids)), "a trial directory saw two trainings"
     records = journal(tmp_path)
     lost = next(r for r in records if r["type"] == "trial_finished" and r["trial_id"] == "0001")
@@ -492,13 +286,107 @@ def test_a_worker_killed_mid_training_loses_only_that_trial_which_is_retried_as_
     assert baseline[0] == "0001" and len(baseline) == 2  # retried as a new trial
 
 
+def _running_worker(trials: Path) -> str | None:
+    """The name of a worker whose training runs now (claimed, no status yet), if any."""
+    for claim in sorted(trials.glob("*/claim.json")):
+        if not (claim.parent / "status.json").exists():
+            with contextlib.suppress(OSError, ValueError):
+                return json.loads(claim.read_text())["worker_name"]
+    return None
+
+
+@pytest.mark.cluster
+def test_a_worker_killed_for_good_after_four_trainings_is_survived_within_a_bound(tmp_path, cluster):
+    """Three workers without the preload, as the README allows; one SIGKILLed mid-training after
+    four trainings started, and never restarted: the other two finish the search, right."""
+    cluster.start_worker("2")
+    killed = ""
+    try:
+        cluster.wait_for(len(DEVICES) + 1)
+        dask_config(tmp_path, cluster, "time.sleep(2)\n")
+        trials = tmp_path / ".fusion-dd" / "trials"
+        coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: len(started_trials(tmp_path)) >= 4 and _running_worker(trials) is not None, 120,
+                       "four trainings never started")
+            killed = _running_worker(trials) or ""
+            os.kill(cluster.worker_pid(killed), signal.SIGKILL)
+            killed_at, asked = time.time(), time.monotonic()
+            _, stderr = coordinator.communicate(timeout=240)
+            took = time.monotonic() - asked
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+                coordinator.wait()
+        assert coordinator.returncode == 0, stderr
+    finally:
+        for name in {killed, "npu2"} - {""}:
+            cluster.stop_worker(name, wait=False)
+        if killed and killed != "npu2":
+            cluster.start_worker(killed.removeprefix("npu"))
+        cluster.wait_for(len(DEVICES))
+    assert took < 180, took  # a dead worker's slot is shared by the live ones, not waited for
+    assert_found(tmp_path)
+    ids = started_trials(tmp_path)
+    assert len(ids) == len(set(ids)), "a trial directory saw two trainings"
+    records = journal(tmp_path)
+    lost = [r for r in records if r["type"] == "trial_finished" and r["kind"] == "crash"]
+    assert len(lost) == 1 and "died" in lost[0]["reason"], lost
+    claims = [json.loads(path.read_text()) for path in (tmp_path / ".fusion-dd" / "trials").glob("*/claim.json")]
+    assert not [c for c in claims if c["time"] > killed_at and c["worker_name"] == killed], "sent to the dead worker"
+
+
+@pytest.mark.cluster
+def test_a_worker_that_closes_gracefully_leaves_its_training_to_finish_and_its_result_is_kept(tmp_path, cluster):
+    """Retired (as ``adapt`` or an operator does), the worker says it is closing: its watcher stays
+    with the training, which ends as it would have, once, and its result is the trial's."""
+    slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") == "0001": time.sleep(12)\n'
+    dask_config(tmp_path, cluster, slow)
+    trial_dir = tmp_path / ".fusion-dd" / "trials" / "0001"
+    coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    name = ""
+    try:
+        wait_until(lambda: "0001" in started_trials(tmp_path), 60, "trial 0001 never started")
+        claim = json.loads((trial_dir / "claim.json").read_text())
+        name = claim["worker_name"]
+        cluster.client.retire_workers(workers=[claim["worker"]], close_workers=True)
+        wait_until(lambda: (trial_dir / "detached.json").exists(), 30, "the watcher never stayed with the training")
+        # dask waits a while for the task's thread, then the process ends (a nanny kills it): here at once.
+        with contextlib.suppress(AssertionError):
+            os.kill(cluster.worker_pid(name), signal.SIGKILL)
+        wait_until(lambda: not any(info.get("name") == name for info in
+                                   cluster.client.scheduler_info(n_workers=-1)["workers"].values()), 30, "not retired")
+        assert not (trial_dir / "status.json").exists(), "the training ended before its worker did: no test"
+        assert trial_processes(trial_dir), "the training died with its closing worker"
+        _, stderr = coordinator.communicate(timeout=180)
+        assert coordinator.returncode == 0, stderr
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+        if name:
+            if name in cluster.workers:
+                cluster.stop_worker(name, wait=False)
+            cluster.start_worker(name.removeprefix("npu"))
+            cluster.wait_for(len(DEVICES))
+    assert_found(tmp_path)
+    ids = started_trials(tmp_path)
+    assert len(ids) == len(set(ids)), "a trial directory saw two trainings"
+    records = journal(tmp_path)
+    kept = next(r for r in records if r["type"] == "trial_finished" and r["trial_id"] == "0001")
+    assert kept["kind"] == "metric", kept
+    assert json.loads((trial_dir / "status.json").read_text())["exit_code"] == 0
+    baseline = [r["trial_id"] for r in records if r["type"] == "trial_started" and r["config"] == []]
+    assert baseline == ["0001"], "the kept training was trained again as a new trial"
+
+
 @pytest.mark.cluster
 def test_a_killed_coordinator_resumes_by_adopting_the_running_trainings(tmp_path, cluster, separate_pid_namespaces):
     slow = 'if os.environ.get("FUSION_DD_TRIAL_ID") in ("0001", "0002"): time.sleep(6)\n'
     dask_config(tmp_path, cluster, slow)
     coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: len(launched_trial_ids(tmp_path)) == 2, 60, "the references never started")
+        wait_until(lambda: len(started_trials(tmp_path)) == 2, 60, "the references never started")
         coordinator.send_signal(signal.SIGKILL)
         coordinator.wait(timeout=30)
     finally:
@@ -508,7 +396,7 @@ def test_a_killed_coordinator_resumes_by_adopting_the_running_trainings(tmp_path
     result = run_fusion_dd("resume", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert_found(tmp_path)
-    ids = launched_trial_ids(tmp_path)
+    ids = started_trials(tmp_path)
     assert len(ids) == len(set(ids)), "a training ran twice"
     records = journal(tmp_path)
     assert not [r for r in records if r["type"] == "trial_cancelled"], "a running training was given up"
@@ -522,7 +410,7 @@ def test_ctrl_c_stops_every_remote_training_and_frees_the_devices(tmp_path, clus
     trials = tmp_path / ".fusion-dd" / "trials"
     coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: len(launched_trial_ids(tmp_path)) == 2, 60, "the references never started")
+        wait_until(lambda: len(started_trials(tmp_path)) == 2, 60, "the references never started")
         journal_path = tmp_path / ".fusion-dd" / "journal.jsonl"
         wait_until(lambda: journal_path.read_text().replace(' ', '').count('"type":"trial_launched"') == 2, 30, "not journaled")
         status = run_fusion_dd("status", cwd=tmp_path)
@@ -583,7 +471,7 @@ def test_ctrl_c_while_the_tasks_wait_for_busy_workers_exits_at_once_and_nothing_
     probes = [cluster.client.submit(os.getpid, key=f"probe-{device}-{time.time()}", pure=False, resources={"device": 1})
               for device in DEVICES]
     assert all(isinstance(probe.result(timeout=60), int) for probe in probes)
-    assert launched_trial_ids(tmp_path) == [], "a training started after fusion-dd exited"
+    assert started_trials(tmp_path) == [], "a training started after fusion-dd exited"
     assert not list((tmp_path / ".fusion-dd" / "trials").glob("*/claim.json"))
     cancelled = {r["trial_id"] for r in journal(tmp_path) if r["type"] == "trial_cancelled"}
     assert cancelled == {"0001", "0002"}
@@ -741,6 +629,35 @@ def test_a_task_takes_only_a_dead_workers_trainings_on_its_device_for_leftovers(
             child.wait()
 
 
+def test_a_detached_training_is_no_leftover_while_its_watcher_lives_and_a_task_waits_for_it(tmp_path):
+    """A training whose worker closed and whose watcher stays with it (detached.json) is spared by
+    starting workers and waited for by tasks; once its watcher is gone it is an orphan like any."""
+    from fusion_dd.runner.dask_launcher import _clear_device
+    from fusion_dd.runner.dask_worker import DEVICE_MARK_ENV, WORKER_MARK_ENV, detached_trainings, leftovers, process_mark
+
+    def training(trial_dir: Path) -> subprocess.Popen[bytes]:
+        trial_dir.mkdir()
+        marks = {DEVICE_MARK_ENV: "76", WORKER_MARK_ENV: "999999999:0", "FUSION_DD_TRIAL_DIR": str(trial_dir)}
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, **marks})
+
+    kept, orphan = training(tmp_path / "kept"), training(tmp_path / "orphan")
+    (tmp_path / "kept" / "detached.json").write_text(json.dumps({"reaper": process_mark(os.getpid())}))
+    (tmp_path / "orphan" / "detached.json").write_text(json.dumps({"reaper": "999999999:0"}))  # its watcher died
+    try:
+        assert leftovers("76") == [orphan.pid]
+        assert detached_trainings("76") == [kept.pid]
+        # A task for this device waits while the detached training runs, and gives up once cancelled.
+        own = tmp_path / "own"
+        own.mkdir()
+        (own / "cancel.request").write_text("{}")
+        assert _clear_device("76", f"FUSION_DD_TRIAL_DIR={own}", 0.1, own) is False
+        assert kept.poll() is None
+    finally:
+        for child in (kept, orphan):
+            child.kill()
+            child.wait()
+
+
 class _Proxy:
     """A TCP proxy on 127.0.0.1 in front of the scheduler, whose connections the test can cut."""
 
@@ -806,7 +723,7 @@ def test_a_network_cut_of_a_second_between_coordinator_and_scheduler_journals_no
         config.write_text(yaml.safe_dump(document))
         coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            wait_until(lambda: len(launched_trial_ids(tmp_path)) >= 2, 60, "nothing ran")
+            wait_until(lambda: len(started_trials(tmp_path)) >= 2, 60, "nothing ran")
             proxy.cut(1.0)
             _, stderr = coordinator.communicate(timeout=240)
         finally:
@@ -819,13 +736,14 @@ def test_a_network_cut_of_a_second_between_coordinator_and_scheduler_journals_no
     assert_found(tmp_path)
     crashes = [r for r in journal(tmp_path) if r["type"] == "trial_finished" and r["kind"] == "crash"]
     assert crashes == [], crashes
-    assert sorted(launched_trial_ids(tmp_path)) == sorted(set(launched_trial_ids(tmp_path)))  # none trained twice
+    assert sorted(started_trials(tmp_path)) == sorted(set(started_trials(tmp_path)))  # none trained twice
 
 
 @pytest.mark.cluster
 def test_the_scheduler_killed_mid_training_stops_the_search_in_one_line_and_resume_trains_nothing_twice(tmp_path):
-    if distributed is None or not DASK.exists():
-        pytest.skip("dask.distributed is not installed (pip install 'fusion-dd[dask]')")
+    refusal = dask_refusal()
+    if refusal is not None:
+        pytest.skip(refusal)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -870,7 +788,7 @@ def test_the_scheduler_killed_mid_training_stops_the_search_in_one_line_and_resu
         )
         try:
             try:
-                wait_until(lambda: len(launched_trial_ids(search)) == 2, 90, "the references never started")
+                wait_until(lambda: len(started_trials(search)) == 2, 90, "the references never started")
             except AssertionError:
                 coordinator.kill()
                 raise AssertionError(coordinator.communicate()[1]) from None
@@ -897,7 +815,7 @@ def test_the_scheduler_killed_mid_training_stops_the_search_in_one_line_and_resu
         result = run_fusion_dd("resume", "--scheduler", address, cwd=search)
         assert result.returncode == 0, result.stderr
         assert_found(search)
-        assert sorted(launched_trial_ids(search)) == sorted(set(launched_trial_ids(search))), "a trial trained twice"
+        assert sorted(started_trials(search)) == sorted(set(started_trials(search))), "a trial trained twice"
     finally:
         for process in processes:
             with contextlib.suppress(ProcessLookupError):

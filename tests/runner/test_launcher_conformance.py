@@ -5,7 +5,9 @@ run against each of them: a metric is read, a crash keeps its exit code, NaN is 
 precision failure, a cancel and a timeout stop a running training, and the
 training sees its switch file and its variables. The local launcher runs the fake
 training (``tests/fakes/fake_train.py``) as a supervised process group; the
-in-process launcher runs Python functions that behave the same way.
+in-process launcher runs Python functions that behave the same way; the dask
+launcher runs the fake training as a task on a real localhost dask cluster (one
+worker, device 3), and the Slurm launcher as a Slurm job (where a Slurm answers).
 """
 
 from __future__ import annotations
@@ -74,18 +76,44 @@ BEHAVIOURS: dict[str, tuple[list[str], Callable[[TrialContext], int | None]]] = 
     ),
 }
 
-#: The Slurm launcher runs the same fake training as a Slurm job (on a real Slurm, else skipped).
-LAUNCHERS = ["local", "inprocess", pytest.param("slurm", marks=pytest.mark.cluster)]
+#: The dask launcher runs the same fake training as a task on a localhost dask cluster, the
+#: Slurm launcher as a Slurm job (on a real Slurm, else skipped).
+LAUNCHERS = [
+    "local",
+    "inprocess",
+    pytest.param("dask", marks=pytest.mark.cluster),
+    pytest.param("slurm", marks=pytest.mark.cluster),
+]
 
 
-def _launcher(kind: str, tmp_path: Path, function: Callable[[TrialContext], int | None]):
+@pytest.fixture(scope="module")
+def dask_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """One worker whose device is 3, the id the other launchers are given."""
+    from tests.support.clusters import DaskCluster, dask_refusal
+
+    refusal = dask_refusal()
+    if refusal is not None:
+        pytest.skip(refusal)
+    started = DaskCluster(tmp_path_factory.mktemp("dask"), pid_namespaces=False, devices=("3",))
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def _launcher(kind: str, tmp_path: Path, function: Callable[[TrialContext], int | None], fixtures: pytest.FixtureRequest):
     if kind == "local":
         return LocalLauncher()
     if kind == "inprocess":
         return InProcessLauncher(function)
+    if kind == "dask":
+        from fusion_dd.runner.dask_launcher import DaskLauncher
+
+        cluster = fixtures.getfixturevalue("dask_cluster")
+        return DaskLauncher(cluster.address, tmp_path, "ASCEND_DEVICE_ID")
     from fusion_dd.config.settings import SlurmConfig
     from fusion_dd.runner.slurm_launcher import SlurmLauncher
-    from tests.runner.test_slurm_launcher import slurm_refusal
+    from tests.support.clusters import slurm_refusal
 
     refusal = slurm_refusal()
     if refusal is not None:
@@ -93,45 +121,62 @@ def _launcher(kind: str, tmp_path: Path, function: Callable[[TrialContext], int 
     return SlurmLauncher(SlurmConfig(max_jobs=1, mem="200M", cpus_per_task=1), tmp_path)
 
 
-def _start(kind: str, tmp_path: Path, behaviour: str, **overrides):
-    options, function = BEHAVIOURS[behaviour]
-    spec = fake_trial_spec(tmp_path, "0001", *options, switch_text=SWITCH, device=("3",), **overrides)
-    request = TrialRequest(spec=spec, metric=METRIC)
-    launcher = _launcher(kind, tmp_path, function)
-    try:
-        return launcher.start(request), spec.trial_dir
-    finally:
-        if kind == "local":
-            launcher.run_ended()
+@pytest.fixture
+def start(request: pytest.FixtureRequest, tmp_path: Path):
+    """``start(kind, behaviour, **overrides)``: the handle of one trial started on ``kind`` and its directory."""
+    opened: list = []
+
+    def started(kind: str, behaviour: str, **overrides):
+        options, function = BEHAVIOURS[behaviour]
+        launcher = _launcher(kind, tmp_path, function, request)
+        if kind == "dask":
+            opened.append(launcher)
+            overrides.setdefault("device", launcher.slots()[0])  # the cluster's device (3), by its slot
+        spec = fake_trial_spec(tmp_path, "0001", *options, switch_text=SWITCH, **{"device": ("3",), **overrides})
+        try:
+            return launcher.start(TrialRequest(spec=spec, metric=METRIC)), spec.trial_dir
+        finally:
+            if kind == "local":
+                launcher.run_ended()
+
+    yield started
+    for launcher in opened:
+        launcher.close()
 
 
-def _run(kind: str, tmp_path: Path, behaviour: str, **overrides) -> tuple[TrialResult, Path]:
-    handle, trial_dir = _start(kind, tmp_path, behaviour, **overrides)
-    return handle.wait(), trial_dir
+@pytest.fixture
+def run(start):
+    """``run(kind, behaviour, **overrides)``: the result of one trial on ``kind`` and its directory."""
+
+    def ran(kind: str, behaviour: str, **overrides) -> tuple[TrialResult, Path]:
+        handle, trial_dir = start(kind, behaviour, **overrides)
+        return handle.wait(), trial_dir
+
+    return ran
 
 
 @pytest.mark.parametrize("kind", LAUNCHERS)
-def test_the_metric_of_a_healthy_training_is_read(kind: str, tmp_path: Path) -> None:
-    result, _ = _run(kind, tmp_path, "healthy")
+def test_the_metric_of_a_healthy_training_is_read(kind: str, run) -> None:
+    result, _ = run(kind, "healthy")
     assert (result.cancelled, result.kind, result.value, result.exit_code) == (False, "metric", 0.75, 0)
 
 
 @pytest.mark.parametrize("kind", LAUNCHERS)
-def test_a_crash_keeps_its_exit_code(kind: str, tmp_path: Path) -> None:
-    result, _ = _run(kind, tmp_path, "crashing")
+def test_a_crash_keeps_its_exit_code(kind: str, run) -> None:
+    result, _ = run(kind, "crashing")
     assert (result.kind, result.exit_code, result.reason) == ("crash", 3, "exit code 3")
     assert any("step 1" in line for line in result.log_tail)
 
 
 @pytest.mark.parametrize("kind", LAUNCHERS)
-def test_a_nan_loss_is_a_precision_failure(kind: str, tmp_path: Path) -> None:
-    result, _ = _run(kind, tmp_path, "diverging")
+def test_a_nan_loss_is_a_precision_failure(kind: str, run) -> None:
+    result, _ = run(kind, "diverging")
     assert result.kind == "nonfinite"
 
 
 @pytest.mark.parametrize("kind", LAUNCHERS)
-def test_a_cancel_stops_a_running_training(kind: str, tmp_path: Path) -> None:
-    handle, trial_dir = _start(kind, tmp_path, "slow", grace=5.0)
+def test_a_cancel_stops_a_running_training(kind: str, start) -> None:
+    handle, trial_dir = start(kind, "slow", grace=5.0)
     log = trial_dir / "output.log"  # a cluster job writes it once it runs
     assert eventually(lambda: log.exists() and "step 1 " in log.read_text(), within=60)
     cancel = threading.Event()
@@ -141,14 +186,14 @@ def test_a_cancel_stops_a_running_training(kind: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", LAUNCHERS)
-def test_a_training_past_its_timeout_is_stopped(kind: str, tmp_path: Path) -> None:
-    result, _ = _run(kind, tmp_path, "slow", timeout=1.0, grace=5.0)
+def test_a_training_past_its_timeout_is_stopped(kind: str, run) -> None:
+    result, _ = run(kind, "slow", timeout=1.0, grace=5.0)
     assert (result.cancelled, result.kind, result.reason) == (False, "timeout", "timed out after 1 s")
 
 
 @pytest.mark.parametrize("kind", LAUNCHERS)
-def test_the_training_sees_its_switch_file_and_variables(kind: str, tmp_path: Path) -> None:
-    result, trial_dir = _run(kind, tmp_path, "telling")
+def test_the_training_sees_its_switch_file_and_variables(kind: str, run) -> None:
+    result, trial_dir = run(kind, "telling")
     assert result.kind == "metric"
     output = (trial_dir / "output.log").read_text()
     resolved = trial_dir.resolve()

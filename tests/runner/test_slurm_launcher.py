@@ -9,14 +9,11 @@ checks, the registry) runs everywhere.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,31 +21,11 @@ import yaml
 
 from fusion_dd.config.settings import load_config
 from fusion_dd.core.errors import UsageError
-from tests.support.cli import CULPRIT, GRAPH, write_config
+from tests.support.cli import CULPRIT, write_config
+from tests.support.clusters import slurm_refusal
 from tests.support.fake_training import FAKE_TRAIN, run_fusion_dd, start_fusion_dd, wrapper_script
-from tests.support.journal_configs import decoded
-
-FEW_RULES = {"GraphFusion": GRAPH[10:16], "UBFusion": []}
-
-
-@functools.lru_cache(maxsize=None)
-def slurm_refusal() -> str | None:
-    """Why no search can run on Slurm here, None when one can (probed once)."""
-    for tool in ("sbatch", "squeue", "scontrol", "scancel", "sinfo"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (apt-get install slurm-wlm munge; then scripts/start-slurm)"
-    try:
-        done = subprocess.run(["sinfo", "-h", "-o", "%T %G"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"sinfo: {exc}"
-    if done.returncode != 0:
-        return f"Slurm is not running ({done.stderr.strip() or done.returncode}); start it with scripts/start-slurm"
-    lines = done.stdout.split("\n")
-    if not any(line.split()[:1] and line.split()[0].rstrip("*") in ("idle", "mixed", "allocated") for line in lines):
-        return f"no Slurm node is up ({done.stdout.strip() or 'none listed'}); scripts/start-slurm"
-    if "gpu:" not in done.stdout:
-        return "the Slurm node offers no gres/gpu (scripts/start-slurm gives it fake ones)"
-    return None
+from tests.support.processes import wait_until
+from tests.support.searches import FEW_RULES, assert_found, journal, started_trials
 
 
 @pytest.fixture
@@ -76,12 +53,6 @@ def slurm_config(tmp_path: Path, prelude: str | None = None, *train_args: str, *
     return config
 
 
-def journal(tmp_path: Path) -> list[dict]:
-    """The journal's records, configurations decoded to rule names (they are journaled as bit masks)."""
-    lines = (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()
-    return decoded(json.loads(line) for line in lines if line)
-
-
 def job_ids(tmp_path: Path) -> dict[str, str]:
     """Trial id -> Slurm job id, as the journal has them."""
     return {r["trial_id"]: r["placement"]["slurm_job_id"] for r in journal(tmp_path) if r["type"] == "trial_launched"}
@@ -106,27 +77,7 @@ def started_again(job: str) -> bool:
     if listed.stdout.strip() not in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING"):
         return True
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, timeout=30)
-    time.sleep(1.0)  # between asks, not instead of waiting: the caller waits for the start itself
     return False
-
-
-def started_trials(tmp_path: Path) -> list[str]:
-    path = tmp_path / "started.log"
-    return path.read_text().split() if path.exists() else []
-
-
-def wait_until(condition: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
-def assert_found(tmp_path: Path) -> dict:
-    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
-    assert report["status"] == "found", report.get("message")
-    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
-    return report
 
 
 # --- everywhere -----------------------------------------------------------------------
@@ -378,7 +329,7 @@ def test_a_requeued_job_is_the_same_trial_continuing_not_a_crash(tmp_path, slurm
         # within that second is killed as non-startable ("Job credential revoked"), so ask for the
         # start only from the next whole second on.
         wait_until(lambda: time.time() >= math.floor(requeued_at) + 2, 5, "the clock stood still")
-        wait_until(lambda: started_again(job), 120, "the requeued job never started again")
+        wait_until(lambda: started_again(job), 120, "the requeued job never started again", every=1.0)
         _, stderr = coordinator.communicate(timeout=240)
     finally:
         if coordinator.poll() is None:

@@ -12,6 +12,8 @@ whichever file pytest is given.
 - ``html_page``: the HTML report parsed and checked against the journal.
 - ``oracle``: the training oracle over an in-memory journal.
 - ``processes``: waiting on and looking for processes.
+- ``searches``: a search's journal, started trainings and found culprit, read back.
+- ``clusters``: a localhost dask cluster, and whether a Slurm answers.
 - ``states``: hand-made journal records.
 """
 

@@ -14,14 +14,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def eventually(condition: Callable[[], bool], within: float = 20.0) -> bool:
-    """Poll ``condition`` until it holds or ``within`` seconds pass."""
+def eventually(condition: Callable[[], bool], within: float = 20.0, every: float = 0.05) -> bool:
+    """Poll ``condition`` every ``every`` seconds until it holds or ``within`` seconds pass."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if condition():
             return True
-        time.sleep(0.05)
+        time.sleep(every)
     return condition()
+
+
+def wait_until(condition: Callable[[], bool], within: float, what: str, every: float = 0.05) -> None:
+    """``eventually``, failing the test with ``what`` when ``condition`` never held."""
+    assert eventually(condition, within, every), what
 
 
 def _stat_fields(entry: Path) -> list[str] | None:
