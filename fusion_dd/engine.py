@@ -186,7 +186,12 @@ class Engine:
         self._required: frozenset[Rule] = frozenset()
         self._floor: frozenset[str] = frozenset()
         self._required_entry: dict[str, Any] | None = None
-        self._finding_required = False
+        self._finding_required = False  # while the required passes are searched for
+        # Containers of named rules (ONNX Runtime's rule-based transformers) and their rules among the
+        # candidates: the search asks about the containers, and looks inside a culprit one.
+        containers = getattr(self.backend, "containers", None)
+        self._containers: dict[Rule, list[Rule]] = containers(self.rules) if containers is not None else {}
+        self._inner = frozenset(rule for rules in self._containers.values() for rule in rules)
 
     # -- journal ----------------------------------------------------------------
 
@@ -1039,7 +1044,7 @@ class Engine:
                 refine=self._refine if self._refines() else None,
             )  # fmt: skip
             result = find_culprits(
-                [rule for rule in self.rules if rule not in self._required],
+                [rule for rule in self.rules if rule not in self._required and rule not in self._inner],
                 self._oracle,
                 strategy,
                 parallelism=lanes,
@@ -1058,6 +1063,11 @@ class Engine:
             if proof:
                 break
             self._round += 1  # a full training contradicted an early pass: search again, trusting none
+        if not result.exhausted and not result.no_failure and self._containers:
+            try:
+                result = self._look_inside(result)
+            except BudgetExhausted:
+                result = replace(result, exhausted=True, smallest_failing=self._oracle.smallest_failing)
         if not result.exhausted and not result.no_failure and self.config.fix.prefer == "speed":
             result = self._prefer_speed(result)
         if result.exhausted:
@@ -1070,6 +1080,65 @@ class Engine:
             culprits = [[rule.name for rule in culprit.rules] for culprit in result.culprit_sets]
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
         return self._finish("found", pre, result)
+
+    def _look_inside(self, result: CulpritSearch) -> CulpritSearch:
+        """Name the rule inside each culprit container: ddmin over its rules, the rest of the set on.
+
+        A culprit set {container, others} fails with all the container's rules on
+        and passes with none (without the container, by minimality); ddmin over the
+        rules, each question the others plus the container with those rules on,
+        gives a 1-minimal set of rules that fail. The finer fix (the container on,
+        one rule of each such set off) replaces the coarse one when it was trained
+        and passes. Raises ``BudgetExhausted``.
+        """
+        assert self._oracle is not None
+        oracle = self._oracle
+        culprits: list[Any] = []
+        finer = set(result.fix)
+        changed = False
+        for culprit in result.culprit_sets:
+            containers = [rule for rule in culprit.rules if rule in self._containers]
+            if len(containers) != 1:
+                culprits.append(culprit)
+                continue
+            container = containers[0]
+            context = frozenset(culprit.rules - {container})
+            inner = self._containers[container]
+            self.events.message(
+                f"{container} is a container of {len(inner)} rewrite rules: searching inside it for the rule"
+            )
+            found = ddmin(inner, _WithContext(oracle, context), frozenset(inner))
+            names = ", ".join(rule.name for rule in inner if rule in found)
+            self.events.message(f"inside {container}: {names}")
+            off = next(rule for rule in inner if rule in found)
+            culprits.append(
+                replace(
+                    culprit,
+                    rules=frozenset(context | found),
+                    switched_off=frozenset({off}) if container in culprit.switched_off else culprit.switched_off,
+                    reason=(culprit.reason + "; " if culprit.reason else "")
+                    + f"found inside {container} (its rules searched one by one): {names}",
+                )
+            )
+            if container in culprit.switched_off:
+                finer |= {container, *inner}
+                finer.discard(off)
+                changed = True
+        if not changed:
+            return replace(result, culprit_sets=culprits)
+        fix = frozenset(finer)
+        for culprit in culprits:  # a rule of one container switched off must not stay on for another set
+            fix -= culprit.switched_off
+        verdict = oracle.outcomes([fix])[0]
+        if verdict is not Outcome.PASS:
+            self.events.message(
+                "warning: the fix with only the rules found inside switched off did not pass; the fix switches "
+                "the whole container off"
+            )
+            return replace(result, culprit_sets=[
+                replace(new, switched_off=old.switched_off) for new, old in zip(culprits, result.culprit_sets)
+            ])  # fmt: skip
+        return replace(result, culprit_sets=culprits, fix=fix, fix_verified=True, fix_outcome=verdict)
 
     def _realize(self, config: frozenset[Rule]) -> frozenset[Rule]:
         """What is trained for a configuration: the backend's realization, required passes on."""
@@ -1525,6 +1594,11 @@ class Engine:
             report["fix_alternatives"] = list(self._alternatives)
         if self._required_entry is not None:
             report["required"] = dict(self._required_entry)
+        container_of = {rule.name: container.name for container, rules in self._containers.items() for rule in rules}
+        for culprit in report.get("culprits") or []:
+            inside = sorted({container_of[rule["name"]] for rule in culprit["rules"] if rule["name"] in container_of})
+            if inside:
+                culprit["inside"] = inside  # its rules were found inside these containers
         if self.state.guide is not None:
             report["guide"] = guidance.report_entry(
                 self.state.guide, list(self.state.refined.values()), [rule.name for rule in self.rules]
@@ -1587,6 +1661,20 @@ def _start(launcher: Launcher, request: TrialRequest, cancel: threading.Event) -
     except (TypeError, ValueError):
         takes_cancel = False
     return launcher.start(request, cancel=cancel) if takes_cancel else launcher.start(request)
+
+
+class _WithContext:
+    """An oracle over a container's rules: every question also has ``context`` on (the rest of a culprit set)."""
+
+    def __init__(self, oracle: TrainingOracle, context: frozenset[Rule]) -> None:
+        self._oracle = oracle
+        self._context = context
+
+    def outcomes(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
+        return self._oracle.outcomes([self._context | config for config in configs])
+
+    def first_failing(self, configs: Sequence[frozenset[Rule]]) -> int | None:
+        return self._oracle.first_failing([self._context | config for config in configs])
 
 
 def error_line(lines: Sequence[str]) -> str | None:

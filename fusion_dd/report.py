@@ -755,6 +755,11 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         for index, culprit in enumerate(culprits, start=1):
             if culprit["kind"] != "independent" and culprit.get("reason"):
                 lines.append(f"  ({index}) {culprit['reason']}")
+            elif culprit.get("inside"):
+                lines.append(
+                    f"  ({index}) a rewrite rule inside {', '.join(culprit['inside'])}, found by searching its rules "
+                    "one by one: switch off the rule, the container stays on"
+                )
             for name, found in (culprit.get("where") or {}).items():
                 layers = ", ".join(found["layers"][:8]) or "no fused op in the graph dumps"
                 more = f" (+{len(found['layers']) - 8} more)" if len(found["layers"]) > 8 else ""

@@ -94,3 +94,17 @@ def test_the_xla_matmul_example_reports_float_normalization_as_required_and_find
     assert "fusion is not the cause" not in output
     assert "required: float-normalization-bf16 (not a culprit" in output
     assert "export XLA_FLAGS='--xla_disable_hlo_passes=cse --xla_allow_excess_precision=false'" in output
+
+
+def test_an_onnxruntime_culprit_inside_level1_rule_based_transformer_is_named_by_its_rewrite_rule(tmp_path: Path) -> None:
+    # DivMulFusion, a rewrite rule of Level1_RuleBasedTransformer, changes the bits; the log names only the
+    # container. The answer names the rule, and the fix switches off that rule alone.
+    need("onnxruntime", "onnx")
+    report, output = search("onnxruntime", tmp_path, "level1.yaml", ".fusion-dd-level1")
+    assert culprits(report) == {frozenset({"DivMulFusion"})}
+    assert report["culprits"][0]["inside"] == ["Level1_RuleBasedTransformer"]
+    assert report["switched_off"] == ["DivMulFusion"] and report["fix_verified"]
+    fixed = (tmp_path / "onnxruntime" / ".fusion-dd-level1" / "ort_disabled_optimizers.txt").read_text()
+    assert [line for line in fixed.splitlines() if not line.startswith("#")] == ["DivMulFusion"]
+    assert "export FUSION_DD_DISABLED_OPTIMIZERS=DivMulFusion" in output
+    assert "a rewrite rule inside Level1_RuleBasedTransformer" in output
