@@ -213,6 +213,50 @@ _REWRITE_RULES = frozenset(
 )  # fmt: skip
 
 
+#: Containers: graph transformers that apply rewrite rules, one level each. A rule inside
+#: is switched off by its own name in ``disabled_optimizers`` (the container then runs
+#: without it), so a culprit container is searched inside for the rule (ONNX Runtime
+#: 1.32's GenerateRewriteRules; DivMulFusion alone checked with the real runtime, see
+#: examples/onnxruntime/level1.py). The log never names a rule, only its container.
+CONTAINERS: dict[str, tuple[str, ...]] = {
+    "Level1_RuleBasedTransformer": (
+        "EliminateIdentity", "EliminateSlice", "UnsqueezeElimination", "EliminateDropout", "ExpandElimination",
+        "CastElimination", "CastChainElimination", "PreShapeNodeElimination", "NoopElimination", "DivMulFusion",
+        "FuseReluClip", "GemmSumFusion", "GemmTransposeFusion", "NotWhereFusion", "ConvAddFusion", "ConvMulFusion",
+        "ConvBNFusion", "Pad_Fusion", "MatMul_BatchNormalization_Fusion", "LabelEncoderFusion",
+    ),
+    "Level2_RuleBasedTransformer": ("ClipQuantRewrite", "ReluQuantRewrite"),
+}  # fmt: skip
+
+
+def containers_of(candidates: Sequence[Rule]) -> dict[Rule, list[Rule]]:
+    """Each candidate container with its rules that are candidates too (in candidate order)."""
+    by_name = {rule.name: rule for rule in candidates}
+    found: dict[Rule, list[Rule]] = {}
+    for name, inner in CONTAINERS.items():
+        rules = [by_name[rule] for rule in inner if rule in by_name]
+        if name in by_name and rules:
+            found[by_name[name]] = rules
+    return found
+
+
+def realize_containers(candidates: Sequence[Rule], enabled: Iterable[Rule]) -> frozenset[Rule]:
+    """A container asked on alone runs all its rules; a rule asked on runs inside its container (pure).
+
+    The top level of a search asks about containers only, so "container on"
+    means every rule in it; the search inside one asks about its rules, each of
+    which needs the container on to run.
+    """
+    enabled = frozenset(enabled)
+    realized = set(enabled)
+    for container, rules in containers_of(candidates).items():
+        if any(rule in enabled for rule in rules):
+            realized.add(container)
+        elif container in enabled:
+            realized.update(rules)
+    return frozenset(realized)
+
+
 def render_disabled(candidates: Sequence[Rule], enabled: Iterable[Rule]) -> list[str]:
     """The names to switch off, in candidate order (ONNX Runtime treats the list as a set)."""
     enabled_set = set(enabled)
@@ -237,6 +281,13 @@ class OrtBackend(PlainListBackend):
 
     def hooks(self, candidates: Sequence[Rule]) -> Sequence[OrtLogHook]:
         return [OrtLogHook(candidates)]
+
+    def realize(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> frozenset[Rule]:
+        return realize_containers(candidates, enabled)
+
+    def containers(self, candidates: Sequence[Rule]) -> dict[Rule, list[Rule]]:
+        """Candidate containers and the rules inside them that are candidates (searched inside)."""
+        return containers_of(candidates)
 
     def fix_env(self, candidates: Sequence[Rule], enabled: Iterable[Rule]) -> dict[str, str]:
         return dict(self.render(candidates, enabled).env)

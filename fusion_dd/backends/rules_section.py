@@ -169,6 +169,11 @@ def read_compiler_rules(
         source = "the artifacts of rules.from" if artifact_names is not None else f"fusion-dd's list of {_what(compiler)} names"
         unknown.append((keys[name], f"{name!r} is unknown to {source}{hint}"))
     warnings.extend(_unknown(reader, unknown, policy, compiler))
+    if compiler == "onnxruntime":
+        from .ort import CONTAINERS
+
+        # A container's rules join the candidates, to be searched inside it once it is a culprit.
+        names += [rule for name in list(names) for rule in CONTAINERS.get(name, ()) if rule not in names]
     rules = [Rule(name, _group(name, compiler)) for name in names]
     if compiler == "onnxruntime":
         from .ort import UNSWITCHABLE

@@ -50,7 +50,10 @@ from ..runner.broken import BrokenTraining, TrainingBroken, diagnose_references,
 from ..runner.broken import report_details
 from .preflight import preflight
 from ..config.session import context_of
-from .training_oracle import TrainingOracle
+from .training_oracle import RunsOracle, TrainingOracle, runs
+from ..runner.broken import log_tail
+from ..search.ddmin import ddmin
+from ..search.oracle import BudgetExhausted
 from ..analysis import guide as guidance
 from ..report import localize as localization
 from ..store.state import LOCALIZE_ROLE
@@ -177,6 +180,18 @@ class Engine:
         # What of where this session trains came from the journal (fusion_dd.config.session), said once
         # the session starts: after every refusal, so that a refused session says only why.
         self.context_note: str | None = None
+        # Required passes: candidates without which the training cannot run (the all-off baseline
+        # crashed or exited 125, all-on ran). Found by ddmin on "does it run", kept on in every
+        # configuration after; ``_floor`` is their names, the key of the search's baseline.
+        self._required: frozenset[Rule] = frozenset()
+        self._floor: frozenset[str] = frozenset()
+        self._required_entry: dict[str, Any] | None = None
+        self._finding_required = False  # while the required passes are searched for
+        # Containers of named rules (ONNX Runtime's rule-based transformers) and their rules among the
+        # candidates: the search asks about the containers, and looks inside a culprit one.
+        containers = getattr(self.backend, "containers", None)
+        self._containers: dict[Rule, list[Rule]] = containers(self.rules) if containers is not None else {}
+        self._inner = frozenset(rule for rules in self._containers.values() for rule in rules)
 
     # -- journal ----------------------------------------------------------------
 
@@ -486,10 +501,16 @@ class Engine:
     def _watch_device(self, device: Device, trial: TrialState) -> None:
         """Set a device aside when trainings keep failing to start on it while others train fine."""
         finished = trial.finished
-        if finished is None or trial.role == LOCALIZE_ROLE:
-            return  # a dumping training may end early and without a metric on purpose
-        failed_to_start = finished["kind"] in ("crash", "no_metric") and (finished.get("duration") or 0.0) < (
-            START_FAILURE_SECONDS
+        if finished is None or trial.role == LOCALIZE_ROLE or self._finding_required:
+            # A dumping training may end early and without a metric on purpose; while the
+            # required passes are looked for, configurations that cannot run crash on any device.
+            return
+        # A retry of a configuration that crashed before proves nothing against this device: the
+        # configuration itself may not run (a pass it cannot compile without); other ones tell.
+        failed_to_start = (
+            finished["kind"] in ("crash", "no_metric")
+            and (finished.get("duration") or 0.0) < START_FAILURE_SECONDS
+            and trial.attempt == 1
         )
         with self._journal_lock:
             if not failed_to_start:
@@ -618,7 +639,7 @@ class Engine:
     def _role(self, key: ConfigKey) -> str:
         """What a training is for, from its key: the references, a repeat of a question, or a question."""
         names, repeat = key
-        if not names:
+        if not names or names == self._floor:
             return "baseline"
         if len(names) == len(self.rules):
             return "all_on"
@@ -630,7 +651,7 @@ class Engine:
         if rule is None or not rule.active or self.config.score.baseline_metric is not None:
             return
         cache = self.state.cache()
-        keys = [(frozenset(), repeat) for repeat in range(self.config.score.baseline_repeats)]
+        keys = [(self._floor, repeat) for repeat in range(self.config.score.baseline_repeats)]
         if all(key in cache for key in keys):
             self._baseline_curve = envelope(self._curve_of(cache[key], rule.step_pattern) for key in keys)
             self._load_horizon(rule)
@@ -778,7 +799,7 @@ class Engine:
         keys: list[tuple[ConfigKey, str]] = []
         if score.baseline_metric is None:
             count = score.baseline_repeats + extra.get("baseline", 0)
-            keys += [((frozenset(), repeat), "baseline") for repeat in range(count)]
+            keys += [((self._floor, repeat), "baseline") for repeat in range(count)]
         if score.all_on_metric is None:
             count = score.all_on_repeats + extra.get("all_on", 0)
             keys += [((everything, repeat), "all_on") for repeat in range(count)]
@@ -816,7 +837,7 @@ class Engine:
         if score.baseline_metric is not None:
             baseline = [Measurement("metric", score.baseline_metric, "given as score.baseline_metric")]
         else:
-            baseline = measured(frozenset(), score.baseline_repeats + extra.get("baseline", 0))
+            baseline = measured(self._floor, score.baseline_repeats + extra.get("baseline", 0))
         if score.all_on_metric is not None:
             all_on = [Measurement("metric", score.all_on_metric, "given as score.all_on_metric")]
         else:
@@ -988,9 +1009,18 @@ class Engine:
             launch=self._launch_batch,
             remaining_budget=self.remaining_budget,
             repeats=self.config.search.confirm != "off",
-            realize=lambda config: self.backend.realize(self.rules, config),
+            realize=self._realize,
         )
         pre, extra = self._settle_references()
+        if pre is not None and not pre.ok and pre.status == "baseline_fails" and self._baseline_cannot_run():
+            try:
+                found = self._find_required()
+            except BudgetExhausted:
+                pre = None
+            else:
+                if found:
+                    self._keep_on(found)
+                    pre, extra = self._settle_references()
         if pre is None:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
             return self._stop("budget_exhausted", EXIT_BUDGET, self._known_preconditions(), None)
@@ -1014,7 +1044,7 @@ class Engine:
                 refine=self._refine if self._refines() else None,
             )  # fmt: skip
             result = find_culprits(
-                self.rules,
+                [rule for rule in self.rules if rule not in self._required and rule not in self._inner],
                 self._oracle,
                 strategy,
                 parallelism=lanes,
@@ -1022,6 +1052,8 @@ class Engine:
                 choose_off=self._switch_off_chooser(),
                 on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
             )
+            if self._required:  # the fix keeps the required passes on, like every configuration trained
+                result = replace(result, fix=result.fix | self._required)
             if result.exhausted or result.no_failure:
                 break
             proof = self._prove_fix(result)
@@ -1031,6 +1063,11 @@ class Engine:
             if proof:
                 break
             self._round += 1  # a full training contradicted an early pass: search again, trusting none
+        if not result.exhausted and not result.no_failure and self._containers:
+            try:
+                result = self._look_inside(result)
+            except BudgetExhausted:
+                result = replace(result, exhausted=True, smallest_failing=self._oracle.smallest_failing)
         if not result.exhausted and not result.no_failure and self.config.fix.prefer == "speed":
             result = self._prefer_speed(result)
         if result.exhausted:
@@ -1043,6 +1080,128 @@ class Engine:
             culprits = [[rule.name for rule in culprit.rules] for culprit in result.culprit_sets]
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
         return self._finish("found", pre, result)
+
+    def _look_inside(self, result: CulpritSearch) -> CulpritSearch:
+        """Name the rule inside each culprit container: ddmin over its rules, the rest of the set on.
+
+        A culprit set {container, others} fails with all the container's rules on
+        and passes with none (without the container, by minimality); ddmin over the
+        rules, each question the others plus the container with those rules on,
+        gives a 1-minimal set of rules that fail. The finer fix (the container on,
+        one rule of each such set off) replaces the coarse one when it was trained
+        and passes. Raises ``BudgetExhausted``.
+        """
+        assert self._oracle is not None
+        oracle = self._oracle
+        culprits: list[Any] = []
+        finer = set(result.fix)
+        changed = False
+        for culprit in result.culprit_sets:
+            containers = [rule for rule in culprit.rules if rule in self._containers]
+            if len(containers) != 1:
+                culprits.append(culprit)
+                continue
+            container = containers[0]
+            context = frozenset(culprit.rules - {container})
+            inner = self._containers[container]
+            self.events.message(
+                f"{container} is a container of {len(inner)} rewrite rules: searching inside it for the rule"
+            )
+            found = ddmin(inner, _WithContext(oracle, context), frozenset(inner))
+            names = ", ".join(rule.name for rule in inner if rule in found)
+            self.events.message(f"inside {container}: {names}")
+            off = next(rule for rule in inner if rule in found)
+            culprits.append(
+                replace(
+                    culprit,
+                    rules=frozenset(context | found),
+                    switched_off=frozenset({off}) if container in culprit.switched_off else culprit.switched_off,
+                    reason=(culprit.reason + "; " if culprit.reason else "")
+                    + f"found inside {container} (its rules searched one by one): {names}",
+                )
+            )
+            if container in culprit.switched_off:
+                finer |= {container, *inner}
+                finer.discard(off)
+                changed = True
+        if not changed:
+            return replace(result, culprit_sets=culprits)
+        fix = frozenset(finer)
+        for culprit in culprits:  # a rule of one container switched off must not stay on for another set
+            fix -= culprit.switched_off
+        verdict = oracle.outcomes([fix])[0]
+        if verdict is not Outcome.PASS:
+            self.events.message(
+                "warning: the fix with only the rules found inside switched off did not pass; the fix switches "
+                "the whole container off"
+            )
+            return replace(result, culprit_sets=[
+                replace(new, switched_off=old.switched_off) for new, old in zip(culprits, result.culprit_sets)
+            ])  # fmt: skip
+        return replace(result, culprit_sets=culprits, fix=fix, fix_verified=True, fix_outcome=verdict)
+
+    def _realize(self, config: frozenset[Rule]) -> frozenset[Rule]:
+        """What is trained for a configuration: the backend's realization, required passes on."""
+        return self.backend.realize(self.rules, frozenset(config) | self._required)
+
+    def _baseline_cannot_run(self) -> bool:
+        """The all-off baseline crashed or exited 125 in every training while all-on ran: a required pass."""
+        if self._required or self.config.score.baseline_metric is not None or self.config.score.all_on_metric is not None:
+            return False
+        keys = self._reference_keys(self._reference_extra)
+        baseline = [self._settled(key) for key, role in keys if role == "baseline"]
+        all_on = [self._settled(key) for key, role in keys if role == "all_on"]
+        return bool(baseline) and not any(runs(trial) for trial in baseline) and bool(all_on) and all(runs(t) for t in all_on)
+
+    def _find_required(self) -> frozenset[Rule]:
+        """A 1-minimal set of candidates that must stay on for the training to run (ddmin on "it runs").
+
+        Deterministic against the journal's cache, so a resume or a replay finds
+        the same set without training again. Raises ``BudgetExhausted``.
+        """
+        baseline = self._settled((frozenset(), 0))
+        assert baseline is not None
+        self.events.message(
+            f"the baseline (all candidates off, #{baseline.trial_id}) cannot run "
+            f"({(baseline.finished or {}).get('reason', 'crash')}) while all candidates on runs: "
+            "searching for the candidates that must stay on"
+        )
+        oracle = RunsOracle(
+            threshold=None,
+            crash_is_failure=False,
+            cached=self._settled,
+            launch=self._launch_batch,
+            remaining_budget=self.remaining_budget,
+            repeats=False,
+            realize=lambda config: self.backend.realize(self.rules, config),
+        )
+        self._finding_required = True
+        try:
+            required = ddmin(self.rules, oracle, frozenset(self.rules))
+        finally:
+            self._finding_required = False
+        log = Path(baseline.trial_dir) / "output.log"
+        self._required_entry = {
+            "rules": [rule.name for rule in self.rules if rule in required],
+            "trial_id": baseline.trial_id,
+            "reason": (baseline.finished or {}).get("reason"),
+            "log": str(log),
+            "log_tail": log_tail(self.state_dir / log, 5),
+        }
+        return required
+
+    def _keep_on(self, required: frozenset[Rule]) -> None:
+        """From here on the required passes stay on: the baseline is them alone, the search is over the rest."""
+        self._required = frozenset(required)
+        self._floor = frozenset(rule.name for rule in required)
+        self._reference_extra = {"baseline": 0, "all_on": self._reference_extra["all_on"]}
+        assert self._required_entry is not None
+        error = error_line(self._required_entry["log_tail"])
+        self.events.message(
+            f"required: {', '.join(self._required_entry['rules'])} must stay on for the training to run"
+            + (f" (all off: {error})" if error else "")
+            + "; kept on in every configuration, the search goes on among the other candidates"
+        )
 
     def _prepare_oracle(self, pre: Preconditions, lanes: LanePlan, extra: dict[str, int]) -> None:
         """The oracle for one round of the search: the journal's answers, repeats counted afresh.
@@ -1059,7 +1218,7 @@ class Engine:
                 launch=self._launch_batch,
                 remaining_budget=self.remaining_budget,
                 repeats=self.config.search.confirm != "off",
-                realize=lambda config: self.backend.realize(self.rules, config),
+                realize=self._realize,
             )
         assert self._oracle is not None and pre.threshold is not None
         self._oracle.threshold = pre.threshold
@@ -1287,7 +1446,7 @@ class Engine:
     def _refined_record(self, names: tuple[str, ...]) -> dict[str, Any] | None:
         """Compare the start's dumped training with the baseline's; a record with a reason when it cannot."""
         cache = self.state.cache()
-        trial, baseline = cache.get((frozenset(names), 0)), cache.get((frozenset(), 0))
+        trial, baseline = cache.get((frozenset(names), 0)), cache.get((self._floor, 0))
         record: dict[str, Any] = {"type": "guide_refined", "config": list(names)}
         dumped = self.state.dumped
         if trial is None or baseline is None or not (dumped(trial.trial_id) and dumped(baseline.trial_id)):
@@ -1312,7 +1471,7 @@ class Engine:
     def _dump_ranking(self) -> dict[str, Any]:
         """Compare the references' dumps and rank the candidates (trains two dumped runs if needed)."""
         names = frozenset(rule.name for rule in self.rules)
-        keys = [(frozenset(), 0), (names, 0)]
+        keys = [(self._floor, 0), (names, 0)]
         if self._references_dump():
             trials = [self.state.cache().get(key) for key in keys]
         else:
@@ -1428,10 +1587,18 @@ class Engine:
             result=result,
             rounds=self._oracle.rounds if self._oracle is not None else 0,
             message=message,
+            required=self._required,
         )
         report = localization.attach(report, self.state, self.config.localize is not None, display_path(self.state_dir))
         if self._alternatives:
             report["fix_alternatives"] = list(self._alternatives)
+        if self._required_entry is not None:
+            report["required"] = dict(self._required_entry)
+        container_of = {rule.name: container.name for container, rules in self._containers.items() for rule in rules}
+        for culprit in report.get("culprits") or []:
+            inside = sorted({container_of[rule["name"]] for rule in culprit["rules"] if rule["name"] in container_of})
+            if inside:
+                culprit["inside"] = inside  # its rules were found inside these containers
         if self.state.guide is not None:
             report["guide"] = guidance.report_entry(
                 self.state.guide, list(self.state.refined.values()), [rule.name for rule in self.rules]
@@ -1494,6 +1661,27 @@ def _start(launcher: Launcher, request: TrialRequest, cancel: threading.Event) -
     except (TypeError, ValueError):
         takes_cancel = False
     return launcher.start(request, cancel=cancel) if takes_cancel else launcher.start(request)
+
+
+class _WithContext:
+    """An oracle over a container's rules: every question also has ``context`` on (the rest of a culprit set)."""
+
+    def __init__(self, oracle: TrainingOracle, context: frozenset[Rule]) -> None:
+        self._oracle = oracle
+        self._context = context
+
+    def outcomes(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
+        return self._oracle.outcomes([self._context | config for config in configs])
+
+    def first_failing(self, configs: Sequence[frozenset[Rule]]) -> int | None:
+        return self._oracle.first_failing([self._context | config for config in configs])
+
+
+def error_line(lines: Sequence[str]) -> str | None:
+    """The line of a log's tail that names the error (its last line mentioning one), else its last line."""
+    named = [line.strip() for line in lines if re.search(r"error|exception|failure|fatal", line, re.IGNORECASE)]
+    shown = named[-1] if named else (lines[-1].strip() if lines else None)
+    return shown[:300] if shown else None
 
 
 def _pid_of(job_id: str | None) -> int | None:

@@ -268,6 +268,31 @@ class TrainingOracle:
         return observations
 
 
+#: What a training ends as when its configuration cannot run at all (a compile or build
+#: failure, or the training's own exit 125): the all-off baseline of a required pass.
+CANNOT_RUN = ("crash", "unevaluable")
+
+
+def runs(trial: TrialState | None) -> bool:
+    """Whether a finished training ran its configuration (anything but a crash or exit 125)."""
+    measurement = trial.measurement if trial is not None else None
+    return measurement is not None and measurement.kind not in CANNOT_RUN
+
+
+class RunsOracle(TrainingOracle):
+    """The required passes' question: a configuration "fails" when its training *runs*.
+
+    ddmin over this oracle, started from all candidates on (which runs) with the
+    empty configuration known not to run, gives a 1-minimal set of candidates
+    that must stay on for the training to run at all: the same machinery as the
+    culprit search, asked the opposite question. Answers come from the same
+    journal cache, so a resume replays them.
+    """
+
+    def verdict_of(self, trial: TrialState) -> Outcome:
+        return Outcome.FAIL if runs(trial) else Outcome.PASS
+
+
 def _names(config: frozenset[Rule]) -> frozenset[str]:
     """A configuration's rule names, the journal's key for it.
 

@@ -154,6 +154,23 @@ def _rules_json(rules: frozenset[Rule]) -> list[dict[str, str]]:
     return [rule.to_json() for rule in sorted(rules)]
 
 
+def required_lines(report: Mapping[str, Any]) -> list[str]:
+    """The required passes, told apart from the culprits: they stay on in the fix and everywhere else."""
+    required = report.get("required") or {}
+    if not required.get("rules"):
+        return []
+    names = ", ".join(required["rules"])
+    lines = [
+        f"  required: {names} (not a culprit: with every candidate off the training cannot run, "
+        f"#{required.get('trial_id')}: {required.get('reason') or 'crash'}; kept on in every configuration and in the fix)"
+    ]
+    tail = required.get("log_tail") or []
+    if tail:
+        lines.append(f"    last {len(tail)} line(s) of {required.get('log')}:")
+        lines.extend(f"    | {line}" for line in tail)
+    return lines
+
+
 def build_report(
     *,
     config: SearchConfig,
@@ -163,7 +180,9 @@ def build_report(
     result: CulpritSearch | None,
     rounds: int | None,
     message: str | None = None,
+    required: frozenset[Rule] = frozenset(),
 ) -> dict[str, Any]:
+    """``required``: the passes kept on in every configuration trained (a culprit set was trained with them)."""
     threshold = preconditions.threshold if preconditions is not None else None
     if message is None:
         refused = preconditions is not None and not preconditions.ok and preconditions.status == status
@@ -233,7 +252,7 @@ def build_report(
                 "kind": culprit.kind,
                 "switched_off": sorted(rule.name for rule in culprit.switched_off),
                 "reason": culprit.reason,
-                **_backing(by_config, culprit.rules, Outcome.FAIL, threshold, config.score.crash_is_failure),
+                **_backing(by_config, culprit.rules | required, Outcome.FAIL, threshold, config.score.crash_is_failure),
             }
             for culprit in result.culprit_sets
         ]
@@ -702,7 +721,8 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
     lines = [f"fusion-dd: {head}"]
     threshold = report.get("threshold")
     if report.get("baseline") is not None:
-        lines.append(f"  baseline (all candidates off): {report['baseline']}")
+        label = "baseline (required on, rest off):" if (report.get("required") or {}).get("rules") else "baseline (all candidates off):"
+        lines.append(f"  {label} {report['baseline']}")
     if report.get("all_on") is not None:
         lines.append(f"  all candidates on:             {report['all_on']}")
     if threshold and threshold.get("bitwise"):
@@ -735,6 +755,11 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
         for index, culprit in enumerate(culprits, start=1):
             if culprit["kind"] != "independent" and culprit.get("reason"):
                 lines.append(f"  ({index}) {culprit['reason']}")
+            elif culprit.get("inside"):
+                lines.append(
+                    f"  ({index}) a rewrite rule inside {', '.join(culprit['inside'])}, found by searching its rules "
+                    "one by one: switch off the rule, the container stays on"
+                )
             for name, found in (culprit.get("where") or {}).items():
                 layers = ", ".join(found["layers"][:8]) or "no fused op in the graph dumps"
                 more = f" (+{len(found['layers']) - 8} more)" if len(found["layers"]) > 8 else ""
@@ -771,6 +796,7 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"  FLAKY: trainings disagreed {len(report.get('inconsistencies') or [])} time(s); the answer rests on "
             "majority votes of repeated trainings (evidence in report.json: inconsistencies)"
         )
+    lines.extend(required_lines(report))
     unevaluable = report.get("unevaluable") or []
     if unevaluable:
         shown = ", ".join(f"#{entry['trial_id']} ({len(entry['configuration'])} rules on)" for entry in unevaluable[:5])

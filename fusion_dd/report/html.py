@@ -556,7 +556,11 @@ def _answer(report: dict[str, Any]) -> list[str]:
         ("trainings launched", f"{report.get('trainings')} of budget {report.get('budget')}"),
         *_cost_facts(report),
         ("strategy", report.get("strategy")),
-        ("baseline (all candidates off)", report.get("baseline")),
+        (
+            "baseline (required passes on, the rest off)" if (report.get("required") or {}).get("rules")
+            else "baseline (all candidates off)",
+            report.get("baseline"),
+        ),
         ("all candidates on", report.get("all_on")),
     ]
     threshold = report.get("threshold")
@@ -587,6 +591,15 @@ def _answer(report: dict[str, Any]) -> list[str]:
         note = incomplete_note(report)
         if note is not None:
             parts.append(f'<p class="note" id="localization">{_e(note)}</p>')
+    required = report.get("required") or {}
+    if required.get("rules"):
+        tail = "\n".join(required.get("log_tail") or [])
+        parts.append(
+            f'<p id="required"><b>Required</b> (not culprits): <code>{_e(", ".join(required["rules"]))}</code> must stay on '
+            f"for the training to run: with every candidate off it ended as {_e(required.get('reason') or 'a crash')} "
+            f"(#{_e(required.get('trial_id'))}); kept on in every configuration and in the fix.</p>"
+            + (f"<pre>{_e(tail)}</pre>" if tail else "")
+        )
     if report.get("status") == "found":
         from .build import fix_statement, fix_verdict
 

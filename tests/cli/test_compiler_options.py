@@ -130,3 +130,48 @@ def test_the_fix_file_is_named_by_the_compiler_and_the_summary_says_so(
     assert (state / fix_name).read_text().splitlines()[-1] == culprit
     assert not (state / "fusion_switch.cfg").exists(), "CANN's name for another compiler's list"
     assert f"fix config (verified: trained and passes, 2 of 2 training(s) passed): .fusion-dd/{fix_name}" in result.stdout
+
+
+# ONNX Runtime as its log shows it: one line per transformer that runs, a container (Level1) and never
+# its rewrite rules by name; NotWhereFusion, a rule inside Level1, breaks the accuracy while it runs.
+CONTAINER_TRAINING = """\
+import os
+disabled = set(filter(None, os.environ.get("FUSION_DD_DISABLED_OPTIMIZERS", "").split(";")))
+for name in ("Level1_RuleBasedTransformer", "ConstantFolding", "MatMulAddFusion"):
+    if name not in disabled:
+        print(f"[I:onnxruntime:, graph_transformer.cc:15 Apply] GraphTransformer {name} modified: 1 with status: OK")
+broken = "Level1_RuleBasedTransformer" not in disabled and "NotWhereFusion" not in disabled
+print("accuracy:", 0.5 if broken else 0.9)
+"""
+
+
+def test_a_culprit_inside_an_onnxruntime_container_is_named_by_its_rule_and_switched_off_alone(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    import yaml
+
+    (tmp_path / "train.py").write_text(CONTAINER_TRAINING)
+    document = {
+        "rules": {"compiler": "onnxruntime", "names": ["ConstantFolding", "Level1_RuleBasedTransformer", "MatMulAddFusion"]},
+        "train": {"command": [sys.executable, "train.py"], "devices": [0, 1]},
+        "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
+        "search": {"budget": 60},
+    }
+    (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
+    result = call_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    state = tmp_path / ".fusion-dd"
+    report = json.loads((state / "report.json").read_text())
+    assert report["status"] == "found"
+    assert [[rule["name"] for rule in culprit["rules"]] for culprit in report["culprits"]] == [["NotWhereFusion"]]
+    assert report["culprits"][0]["inside"] == ["Level1_RuleBasedTransformer"]
+    assert report["switched_off"] == ["NotWhereFusion"] and report["fix_verified"]
+    assert [line for line in (state / "ort_disabled_optimizers.txt").read_text().splitlines() if not line.startswith("#")] == [
+        "NotWhereFusion"
+    ]
+    assert "a rewrite rule inside Level1_RuleBasedTransformer" in result.stdout
+    # The replayed report (fusion-dd report) gives the same answer.
+    replayed = call_fusion_dd("report", "--json", cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    assert '"NotWhereFusion"' in replayed.stdout

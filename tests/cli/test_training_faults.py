@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.support.cli import CULPRIT, GRAPH, UB, launches, wrap_fake_train, write_config
 from tests.support.fake_training import run_fusion_dd
 
@@ -106,3 +108,48 @@ def test_a_training_that_exits_125_is_recorded_as_unevaluable_not_as_a_crash(tmp
     assert f"cannot evaluate: {len(skipped)} training(s) exited 125" in result.stdout
     page = (tmp_path / ".fusion-dd" / "report.html").read_text()
     assert "cannot evaluate (the training exited 125)" in page
+
+
+@pytest.mark.parametrize("how", ["crash", "exit125"])
+def test_a_pass_the_training_cannot_run_without_is_reported_as_required_and_the_culprit_still_found(tmp_path, how):
+    """The training cannot run with GRAPH[3] off (a compile error, or its own exit 125), so the
+    all-off baseline cannot run: GRAPH[3] is found required, kept on in every later training and in
+    the fix, listed apart from the culprits with the error's line, and the culprit is still found."""
+    required = GRAPH[3]
+    ending = "print('RuntimeError: cannot compile the graph without the pass', flush=True)\n    sys.exit(1)\n"
+    prelude = (
+        "import json\n"
+        "switch = json.load(open(os.environ['FUSION_DD_SWITCH_FILE']))['Switch']\n"
+        "on = {name for section in switch.values() for name, state in section.items() if state == 'on'}\n"
+        f"if {required!r} not in on:\n"
+        + (f"    {ending}" if how == "crash" else "    sys.exit(125)\n")
+    )
+    wrap_fake_train(tmp_path, "needs_a_pass.py", prelude, "--culprits", CULPRIT)
+    result = run_fusion_dd("search", cwd=tmp_path, env={"FUSION_DD_HTML": "1"})
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found", report["message"]
+    assert [[rule["name"] for rule in culprit["rules"]] for culprit in report["culprits"]] == [[CULPRIT]]
+    assert report["culprits"][0]["support"] >= 1
+    assert report["required"]["rules"] == [required]
+    assert report["switched_off"] == [CULPRIT] and report["fix_verified"]
+    fix = json.loads((tmp_path / ".fusion-dd" / "fusion_switch.cfg").read_text())["Switch"]
+    assert fix["GraphFusion"][required] == "on" and fix["GraphFusion"][CULPRIT] == "off"
+    assert report["required"]["trial_id"] in {trial["trial_id"] for trial in report["trials"] if not trial["configuration"]}
+    # After the required search, every training keeps the required pass on.
+    ran = [tuple(on) for on, _ in launches(tmp_path)]
+    after = ran[next(index for index, on in enumerate(ran) if on == (required,)) :]
+    assert after and all(required in on for on in after)
+    assert report["baseline"] is not None and "(required on, rest off)" in result.stdout
+    assert f"required: {required} must stay on for the training to run" in result.stdout + result.stderr
+    assert f"  required: {required} (not a culprit" in result.stdout
+    if how == "crash":
+        assert "| RuntimeError: cannot compile the graph without the pass" in result.stdout
+    assert "set aside" not in result.stdout + result.stderr  # crashes of the required search retire no device
+    assert "fusion is not the cause" not in result.stdout
+    page = (tmp_path / ".fusion-dd" / "report.html").read_text()
+    assert 'id="required"' in page and required in page
+    # A replay of the journal (fusion-dd report) tells the same.
+    replayed = run_fusion_dd("report", cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    assert f"  required: {required} (not a culprit" in replayed.stdout
