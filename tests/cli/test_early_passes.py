@@ -71,7 +71,7 @@ def test_damage_after_the_horizon_is_caught_by_the_fix_s_full_training(tmp_path:
     found = report(tmp_path)
     assert culprits(found) == sorted([[CULPRIT], [LATE]]) and found["fix_verified"]
     assert found["early_passes"]["revised"] and found["early_passes"]["contradicted_by"]
-    assert "early passes revised" in done.stdout
+    assert "early verdicts revised" in done.stdout
     # After the revision, no training passes early: the answer rests on full trainings.
     journal = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
     revision = next(index for index, record in enumerate(journal) if record.get("type") == "early_passes_revised")
