@@ -448,7 +448,8 @@ class Engine:
 
         The references, a fix's proof and (when the references dump for the
         guide) the fix candidates always run to their end; after a full training
-        contradicted an early pass, no training stops early as a pass.
+        contradicted early verdicts, no training stops early as a pass or an
+        early failure (a divergence the user set still stops it).
         """
         rule = self.config.early_stop
         if (
@@ -461,10 +462,6 @@ class Engine:
             or (trial.config in self._fix_candidates and self._references_dump())
         ):
             return rule
-        if trial.role == "search" and trial.config in self._fix_candidates:
-            # A fix candidate that passes needs a full training anyway (the fix's proof): it runs to its end
-            # and is that proof. Leaving the band still stops it, as a failing candidate is only a question.
-            return replace(rule, fail_band=True)
         step = self._horizon
         localize = self.config.localize
         if self.state.dumped(trial.trial_id) and localize is not None and localize.step is not None:

@@ -394,6 +394,7 @@ def _add_cost(report: dict[str, Any], state: SearchState) -> None:
     early_fails = [trial for trial in finished if (trial.finished or {}).get("kind") == "early_fail"]
     # A full training of a culprit set alone proves it (it should fail); any other proof is the fix's.
     sets = {frozenset(rule["name"] for rule in culprit["rules"]) for culprit in report.get("culprits") or []}
+    sets |= {frozenset(record.get("config") or ()) for record in state.early_revisions if record.get("scope") == "containing"}
     proofs = [trial for trial in finished if trial.role == "proof" and trial.config not in sets]
     set_proofs = [trial for trial in finished if trial.role == "proof" and trial.config in sets]
     report["early_passes"] = {

@@ -421,12 +421,13 @@ def definition_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         "workdir": "train.workdir",
         "env": "train.env",
         "strategy": "search.strategy",
+        "fix": "fix.prefer",
     }
     changes: list[str] = []
     for key in sorted(set(old) | set(new)):
         if old.get(key) == new.get(key):
             continue
-        if isinstance(old.get(key), dict) and isinstance(new.get(key), dict) and key in ("metric", "score"):
+        if isinstance(old.get(key), dict) and isinstance(new.get(key), dict) and key in ("metric", "score", "fix"):
             for sub in sorted(set(old[key]) | set(new[key])):
                 if old[key].get(sub) != new[key].get(sub):
                     changes.append(f"{key}.{sub}")
