@@ -140,6 +140,7 @@ class SlurmHandle:
         self._cancel_sent = False
         self._cancelled_at = 0.0
         self._started = time.time()
+        self._restarts_proven = 0  # the restart count of the last requeue this handle accepted
 
     def cancel(self) -> None:
         """Ask the job not to train (or to stop), then ``scancel`` it, pending or running."""
@@ -219,11 +220,11 @@ class SlurmHandle:
         moment later, a requeued job is pending again, so it is the same trial continuing."""
         if self._cancel_sent:
             return False
-        stopped = read_json(self.request.trial_dir / STOPPED_FILE)
         begun = time.monotonic()
+        stopped = self._stopped_run()
         while time.monotonic() - begun < (REQUEUE_WATCH_STOPPED_SECONDS if stopped else REQUEUE_WATCH_SECONDS):
             time.sleep(0.5)
-            stopped = stopped or read_json(self.request.trial_dir / STOPPED_FILE)  # written as the run ends
+            stopped = stopped or self._stopped_run()  # written as the run ends
             with contextlib.suppress(slurm.SlurmUnavailable):
                 facts = slurm.job_facts(self.job_id)
                 if facts is None:
@@ -231,10 +232,21 @@ class SlurmHandle:
                 if facts.get("JobState") in slurm.ACTIVE_STATES:
                     return True
                 # Slurm counts the requeue at once: more restarts than the stopped run had is proof.
+                # A count already accepted proves nothing more: the requeued run itself may have
+                # ended since (Slurm refuses to start a job whose credential it revoked that second).
                 restarts = facts.get("Restarts", "")
                 if stopped and restarts.isdigit() and int(restarts) > int(stopped.get("restarts", 0)):
+                    self._restarts_proven = int(restarts)
                     return True
         return False
+
+    def _stopped_run(self) -> dict[str, Any] | None:
+        """What the job wrote when Slurm stopped its run, unless that is the run of a requeue this
+        handle already accepted (then it tells nothing about the run that ended now)."""
+        stopped = read_json(self.request.trial_dir / STOPPED_FILE)
+        if not isinstance(stopped, dict) or int(stopped.get("restarts", 0)) < self._restarts_proven:
+            return None
+        return stopped
 
     def _wait_gone_from_queue(self) -> None:
         """A cancelled job is listed (COMPLETING) until its processes ended: wait for that, but no

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import shutil
 import signal
 import subprocess
@@ -91,6 +92,22 @@ def queued_jobs_of(tmp_path: Path) -> list[str]:
     names = {json.loads(p.read_text())["name"] for p in (tmp_path / ".fusion-dd" / "trials").glob("*/slurm_job.json")}
     done = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True, timeout=30, check=True)
     return [line for line in done.stdout.splitlines() if line.split()[1] in names]
+
+
+def job_state(tmp_path: Path, job: str) -> str | None:
+    """The state squeue lists for one job of this search, None once it is no longer queued."""
+    return next((line.split()[2] for line in queued_jobs_of(tmp_path) if line.split()[0] == job), None)
+
+
+def started_again(job: str) -> bool:
+    """Whether a requeued job left the pending state; while it has not, it is asked to start now
+    (one ``scontrol update`` a call, so a hold Slurm set after an earlier ask is lifted too)."""
+    listed = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=30)
+    if listed.stdout.strip() not in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING"):
+        return True
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, timeout=30)
+    time.sleep(1.0)  # between asks, not instead of waiting: the caller waits for the start itself
+    return False
 
 
 def started_trials(tmp_path: Path) -> list[str]:
@@ -353,9 +370,15 @@ def test_a_requeued_job_is_the_same_trial_continuing_not_a_crash(tmp_path, slurm
         wait_until(lambda: "0002" in started_trials(tmp_path) and "0002" in job_ids(tmp_path), 90, "0002 never ran")
         job = job_ids(tmp_path)["0002"]
         subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
-        # Slurm holds a requeued job back for a while (its BeginTime): let it start again at once.
-        wait_until(lambda: any(line.split()[2] == "PENDING" for line in queued_jobs_of(tmp_path)), 60, "not requeued")
-        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True, timeout=30)
+        requeued_at = time.time()
+        # Slurm holds a requeued job back for a while (its BeginTime, set as its first run has ended,
+        # which a loaded node makes late): ask again until this job leaves the pending state.
+        wait_until(lambda: job_state(tmp_path, job) == "PENDING", 60, "not requeued")
+        # Slurm revokes the first run's credential with one-second resolution: a job started again
+        # within that second is killed as non-startable ("Job credential revoked"), so ask for the
+        # start only from the next whole second on.
+        wait_until(lambda: time.time() >= math.floor(requeued_at) + 2, 5, "the clock stood still")
+        wait_until(lambda: started_again(job), 120, "the requeued job never started again")
         _, stderr = coordinator.communicate(timeout=240)
     finally:
         if coordinator.poll() is None:
@@ -413,6 +436,47 @@ def test_a_job_that_ended_without_a_result_is_a_crash_saying_how_slurm_ended_it(
     assert not result.cancelled and result.kind == "crash", result
     assert f"Slurm job 77 {said}" in result.reason and f"state {state}" in result.reason, result.reason
     assert "not trained again in its directory" in result.reason
+
+
+def test_a_requeued_run_that_slurm_could_not_start_is_a_crash_not_a_requeue_forever(tmp_path, monkeypatch):
+    # Seen on a real Slurm: requeued, then started within the second of the requeue, the job is
+    # killed as "non-startable: Job credential revoked" and ends FAILED, its restart count still 1.
+    # That count proved the requeue once; it must not prove it again for the run that then failed.
+    from fusion_dd.runner import slurm_commands, slurm_launcher
+    from fusion_dd.runner.launcher import TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.slurm_launcher import SlurmHandle
+    from fusion_dd.runner.trial import TrialSpec
+
+    spec = TrialSpec(trial_id="0002", trial_dir=tmp_path / "0002", command=("true",), workdir=".", base_dir=tmp_path,
+                     env={}, device=("slurm/1",), device_env="CUDA_VISIBLE_DEVICES", timeout=60, repeat=0,
+                     switch_text="")
+    spec.trial_dir.mkdir()
+    (spec.trial_dir / "claim.json").write_text(json.dumps({"job_id": "77", "restarts": 0}))
+    (spec.trial_dir / "slurm_stopped.json").write_text(json.dumps({"job_id": "77", "restarts": 0}))
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    monkeypatch.setattr(slurm_launcher, "REQUEUE_WATCH_STOPPED_SECONDS", 3.0)
+    monkeypatch.setattr(slurm_launcher, "RESULT_GRACE_SECONDS", 0.0)
+    asked = []
+
+    def facts(job):
+        asked.append(job)
+        return {"JobState": "FAILED", "ExitCode": "1:0", "Restarts": "1", "NodeList": "n1"}
+
+    monkeypatch.setattr(slurm_commands, "job_facts", facts)
+
+    class Queue:
+        state_dir = tmp_path
+
+        def state_of(self, job_id):
+            return "CANCELLED" if len(asked) < 2 else "FAILED"
+
+        def forget(self, job_id):
+            pass
+
+    result = SlurmHandle(Queue(), request, "77").wait()
+    assert result.kind == "crash" and "Slurm job 77 failed" in result.reason, result
+    assert len(asked) < 40, len(asked)  # one requeue accepted, then one short watch: not an endless one
 
 
 def test_a_job_of_a_node_that_cannot_see_the_state_directory_stops_the_search_in_one_line(tmp_path, monkeypatch):
