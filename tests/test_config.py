@@ -57,6 +57,16 @@ def test_definition_ignores_budget_devices_and_timeouts(tmp_path):
     assert config.definition() == changed.definition()
 
 
+def test_fix_prefer_speed_is_part_of_the_definition_and_the_default_leaves_it_as_it_was(tmp_path):
+    from fusion_dd.store.state import definition_changes
+
+    default = load_config(write(tmp_path, GOOD))
+    assert "fix" not in default.definition()
+    speed = load_config(write(tmp_path, GOOD + "fix:\n  prefer: speed\n"))
+    assert speed.definition()["fix"] == {"prefer": "speed", "max_alternatives": 3}
+    assert definition_changes(default.definition(), speed.definition()) == ["fix.prefer"]
+
+
 def test_a_default_keeps_the_value_the_search_started_with_but_a_written_value_is_the_users(tmp_path):
     default = load_config(write(tmp_path, GOOD))
     assert default.search.max_trainings == 7

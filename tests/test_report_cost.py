@@ -49,4 +49,4 @@ def test_a_contradicting_proof_is_no_proof() -> None:
     report: dict = {"trials": [{"trial_id": "0001", "outcome": "pass"}, {"trial_id": "0002", "outcome": "fail"}]}
     _add_cost(report, state)
     assert report["early_passes"]["fix_proven_by"] == [] and report["early_passes"]["contradicted_by"] == ["0002"]
-    assert "early passes revised: it failed" in "\n".join(cost_lines(report))
+    assert "early verdicts revised: it failed" in "\n".join(cost_lines(report))

@@ -313,6 +313,10 @@ class SearchConfig:
         }
         if self.compiler != "cann":  # CANN's definitions (and so its journals) stay as they were
             definition["compiler"] = self.compiler
+        if self.fix.prefer != FixConfig.prefer:
+            # Which fix is handed over, and which alternatives are trained for it; the default leaves
+            # definitions (and so journals) as they were.
+            definition["fix"] = {"prefer": self.fix.prefer, "max_alternatives": self.fix.max_alternatives}
         return definition
 
     def with_overrides(

@@ -57,7 +57,7 @@ from ..search.oracle import BudgetExhausted
 from ..analysis import guide as guidance
 from ..report import localize as localization
 from ..store.state import LOCALIZE_ROLE
-from ..store.state import EARLY_PASS, PROOF_ROLE
+from ..store.state import EARLY_FAIL, EARLY_KINDS, EARLY_PASS, PROOF_ROLE, withdraws
 from ..runner.horizon import departure, horizon
 from ..runner.speed import SpeedHook
 from ..report.build import trial_speed
@@ -334,13 +334,19 @@ class Engine:
         return None
 
     def _early_distrusted(self, trial: TrialState) -> bool:
-        """Whether this trial's early pass no longer counts: a full training contradicted one in an earlier round."""
-        revised = self.state.early_revised_round
-        return (
-            revised is not None
-            and self._round > revised
-            and trial.finished is not None
-            and trial.finished.get("kind") == EARLY_PASS
+        """Whether this trial's early verdict no longer counts: a full training contradicted it in an earlier round.
+
+        A revision withdraws only the verdicts that could have led to the
+        contradicted claim (:func:`fusion_dd.store.state.withdraws`): a failed
+        fix, the early passes of configurations inside it; a passing culprit
+        set, the early failures of configurations that contain it.
+        """
+        kind = (trial.finished or {}).get("kind")
+        if kind not in EARLY_KINDS:
+            return False
+        return any(
+            self._round > int(record["round"]) and withdraws(record, kind, trial.config)
+            for record in self.state.early_revisions
         )
 
     def remaining_budget(self) -> int:
@@ -457,7 +463,8 @@ class Engine:
 
         The references, a fix's proof and (when the references dump for the
         guide) the fix candidates always run to their end; after a full training
-        contradicted an early pass, no training stops early as a pass.
+        contradicted early verdicts, no training stops early as a pass or an
+        early failure (a divergence the user set still stops it).
         """
         rule = self.config.early_stop
         if (
@@ -474,7 +481,7 @@ class Engine:
         localize = self.config.localize
         if self.state.dumped(trial.trial_id) and localize is not None and localize.step is not None:
             step = max(step, localize.step + 1)  # its dump of the localized step serves localization
-        return replace(rule, pass_step=step)
+        return replace(rule, pass_step=step, fail_band=True)
 
     def _devices(self) -> DevicePool:
         """A pool of the devices still in service; the engine retires broken ones from it."""
@@ -1061,8 +1068,13 @@ class Engine:
                 result = replace(result, exhausted=True, smallest_failing=self._oracle.smallest_failing)
                 break
             if proof:
+                proof = self._prove_culprits(result)
+                if proof is None:
+                    result = replace(result, exhausted=True, smallest_failing=self._oracle.smallest_failing)
+                    break
+            if proof:
                 break
-            self._round += 1  # a full training contradicted an early pass: search again, trusting none
+            self._round += 1  # a full training contradicted early verdicts: search again without them
         if not result.exhausted and not result.no_failure and self._containers:
             try:
                 result = self._look_inside(result)
@@ -1247,7 +1259,7 @@ class Engine:
         trials: list[TrialState] = []
         while (trial := self._settled((names, len(trials)))) is not None:  # repeats are numbered from 0 on
             trials.append(trial)
-        full = [trial for trial in trials if (trial.finished or {}).get("kind") != EARLY_PASS]
+        full = [trial for trial in trials if (trial.finished or {}).get("kind") not in EARLY_KINDS]
         if not any((trial.finished or {}).get("kind") == EARLY_PASS for trial in trials):
             return True
         if any(self._oracle.verdict_of(trial) is Outcome.PASS for trial in full):
@@ -1260,22 +1272,86 @@ class Engine:
         if verdict is Outcome.PASS:
             self.events.message(f"early passes: the fix passed its full training (#{proof.trial_id})")
             return True
-        if self.state.early_revised_round is None:
-            self._append(
-                {
-                    "type": "early_passes_revised",
-                    "round": self._round,
-                    "config": sorted(names),
-                    "trial_id": proof.trial_id,
-                    "reason": f"the fix's full training #{proof.trial_id} gave {verdict.value} "
-                    f"({proof.finished.get('reason', '') if proof.finished else ''}) after early passes",
-                }
-            )
+        self._revise(
+            {
+                "round": self._round, "config": sorted(names), "trial_id": proof.trial_id, "scope": "inside",
+                "reason": f"the fix's full training #{proof.trial_id} gave {verdict.value} "
+                f"({proof.finished.get('reason', '') if proof.finished else ''}) after early passes",
+            }
+        )  # fmt: skip
         self.events.message(
             f"warning: the fix's full training #{proof.trial_id} did not pass although early passes vouched for it: "
             "the damage appears after the horizon; searching again with full trainings only"
         )
         return False
+
+    def _revise(self, record: dict[str, Any]) -> None:
+        """Journal one revision of early verdicts, once per round (a replay finds it journaled already)."""
+        if not any(int(done["round"]) == record["round"] for done in self.state.early_revisions):
+            self._append({"type": "early_passes_revised", **record})
+
+    def _prove_culprits(self, result: CulpritSearch) -> bool | None:
+        """Back each culprit set's failure by a full training when only early failures blame it.
+
+        One culprit set needs none: the all-on training failed in full and the
+        fix, all-on without the set, passed in full. With several sets, a set is
+        proven by a full failing training of a configuration that holds it and no
+        other set; if there is none, the set alone is trained to its end (the
+        trainings of all unproven sets at once). True: every set is proven.
+        False: a set's full training passed, so the early failures that blamed it
+        are revised and the search asks again. None: the budget is spent first.
+        """
+        assert self._oracle is not None
+        sets = [frozenset(rule.name for rule in culprit.rules) for culprit in result.culprit_sets]
+        if len(sets) < 2 or not any(
+            (trial.finished or {}).get("kind") == EARLY_FAIL for trial in self.state.trials.values()
+        ):
+            return True
+
+        def proven(names: frozenset[str]) -> bool:
+            return any(
+                trial.finished is not None and trial.finished.get("kind") not in EARLY_KINDS
+                and trial.role != LOCALIZE_ROLE and names <= trial.config
+                and not any(other <= trial.config for other in sets if other != names)
+                and self._oracle.verdict_of(trial) is Outcome.FAIL
+                for trial in self.state.trials.values()
+            )  # fmt: skip
+
+        unproven = [names for names in sets if not proven(names)]
+        if not unproven:
+            return True
+        self.events.message(f"early failures: training {len(unproven)} culprit set(s) alone to the end, to prove them")
+        while True:
+            missing = [
+                (names, 0) for names in unproven
+                if (trial := self.state.full_trial((names, 0))) is None
+                or not (trial.resolved or self.state.full_attempts((names, 0)) > self.config.train.retries)
+            ]  # fmt: skip
+            if not missing:
+                break
+            if self.remaining_budget() < len(missing):
+                return None
+            self._launch_batch(missing, None, PROOF_ROLE)
+        for names in unproven:
+            proof = self.state.full_trial((names, 0))
+            assert proof is not None
+            verdict = self._oracle.verdict_of(proof)
+            if verdict is Outcome.FAIL:
+                continue
+            self._revise(
+                {
+                    "round": self._round, "config": sorted(names), "trial_id": proof.trial_id, "scope": "containing",
+                    "reason": f"culprit set {', '.join(sorted(names))} alone gave {verdict.value} in its full training "
+                    f"#{proof.trial_id} after early failures",
+                }
+            )  # fmt: skip
+            self.events.message(
+                f"warning: the full training #{proof.trial_id} of culprit set {', '.join(sorted(names))} alone did "
+                "not fail although early failures blamed it; searching again with full trainings only"
+            )
+            return False
+        self.events.message("early failures: each culprit set failed its full training alone")
+        return True
 
     def _full_training(self, key: ConfigKey, role: str) -> TrialState | None:
         """The full-length training that decides this key, trained (as ``role``) if there is none; None: no budget."""

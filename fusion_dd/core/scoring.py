@@ -46,6 +46,7 @@ METRIC = "metric"
 NONFINITE = "nonfinite"
 DIVERGED = "diverged"  # stopped early: loss above the baseline's curve
 EARLY_PASS = "early_pass"  # stopped at the horizon, loss inside the baseline's band all along
+EARLY_FAIL = "early_fail"  # stopped before the horizon, loss outside the baseline's band (no divergence set)
 UNEVALUABLE = "unevaluable"  # the training exited 125: it cannot evaluate this configuration
 UNRESOLVED_KINDS = ("crash", "timeout", "no_metric", UNEVALUABLE)
 
@@ -97,6 +98,8 @@ class Threshold:
             return Outcome.FAIL
         if measurement.kind == EARLY_PASS:
             return Outcome.PASS  # speculative: the engine proves the fix by a full training
+        if measurement.kind == EARLY_FAIL:
+            return Outcome.FAIL  # speculative: the engine proves each culprit set by a full training
         if measurement.has_value:
             assert measurement.value is not None
             return Outcome.FAIL if self.is_worse(measurement.value) else Outcome.PASS

@@ -21,7 +21,7 @@ from ..core.rules import Rule
 from ..core.scoring import Preconditions, Threshold, combine_runs
 from ..search.culprits import CulpritSearch
 from ..search.oracle import Outcome
-from ..store.state import LOCALIZE_ROLE, SearchState, TrialState
+from ..store.state import EARLY_KINDS, LOCALIZE_ROLE, SearchState, TrialState
 from ..store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
 from ..backends import fix_name_of
 from ..backends.cann.switch import SwitchFile, render_switch
@@ -280,7 +280,7 @@ def build_report(
             report["smallest_failing"] = sorted(rule.name for rule in result.smallest_failing)
         report["flaky"] = bool(result.flaky)
         report["confirmed"] = bool(result.confirmed)
-        early = sum(1 for trial in state.trials.values() if (trial.finished or {}).get("kind") == "early_pass")
+        early = sum(1 for trial in state.trials.values() if (trial.finished or {}).get("kind") in EARLY_KINDS)
         if report["confirmed"] and early:
             # Two agreeing trainings means two full ones: an early pass is a speculation until proven.
             report["confirmed"] = False
@@ -358,7 +358,7 @@ def _add_speed(report: dict[str, Any], config: SearchConfig, state: SearchState,
             trial_speed(trial, from_output)
             for trial in state.trials.values()
             if trial.config == names and trial.finished is not None and trial.role != LOCALIZE_ROLE
-            and trial.finished.get("kind") != "early_pass"  # full trainings only, as fix.prefer: speed compares
+            and trial.finished.get("kind") not in EARLY_KINDS  # full trainings only, as fix.prefer: speed compares
         ]
         return [value for value in found if value is not None]
 
@@ -410,14 +410,23 @@ def _add_cost(report: dict[str, Any], state: SearchState) -> None:
         "device_seconds": round(device_seconds, 1),
     }
     outcomes = {entry["trial_id"]: entry.get("outcome") for entry in report["trials"]}
-    proofs = [trial for trial in finished if trial.role == "proof"]
+    early_fails = [trial for trial in finished if (trial.finished or {}).get("kind") == "early_fail"]
+    # A full training of a culprit set alone proves it (it should fail); any other proof is the fix's.
+    sets = {frozenset(rule["name"] for rule in culprit["rules"]) for culprit in report.get("culprits") or []}
+    sets |= {frozenset(record.get("config") or ()) for record in state.early_revisions if record.get("scope") == "containing"}
+    proofs = [trial for trial in finished if trial.role == "proof" and trial.config not in sets]
+    set_proofs = [trial for trial in finished if trial.role == "proof" and trial.config in sets]
     report["early_passes"] = {
         "trainings": len(early_passes),
         "steps": sorted({step for trial in early_passes if (step := _trial_steps(trial)) is not None}),
         # Full trainings of the fix that passed where early passes had vouched for it.
         "fix_proven_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) == "pass"],
-        "contradicted_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) != "pass"],
+        "contradicted_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) != "pass"]
+        + [trial.trial_id for trial in set_proofs if outcomes.get(trial.trial_id) != "fail"],
         "revised": [record.get("reason") for record in state.early_revisions],
+        # Trainings stopped when their loss left the band before the horizon, and the culprit sets' own proofs.
+        "early_fails": len(early_fails),
+        "culprits_proven_by": [trial.trial_id for trial in set_proofs if outcomes.get(trial.trial_id) == "fail"],
     }
     for entry in report["trials"]:
         trial = state.trials.get(entry["trial_id"])
@@ -492,7 +501,7 @@ def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state:
         trial.trial_id: trial.finished["early_stop"]
         for trial in state.trials.values()
         if trial.finished is not None and trial.finished.get("early_stop")
-        and trial.finished.get("kind") != "early_pass"  # a pass, not a failure: report["early_passes"]
+        and trial.finished.get("kind") not in EARLY_KINDS  # speculative verdicts: report["early_passes"]
     }
     report["early_stops"] = {"trainings": len(stopped), "seconds_saved": 0.0}
     if not stopped:
@@ -537,9 +546,21 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
         if early.get("fix_proven_by"):
             text += f"; the fix was proven by full training #{', #'.join(early['fix_proven_by'])}"
         lines.append(text)
+    if early.get("early_fails"):
+        text = (
+            f"  early failures: {early['early_fails']} training(s) stopped when their loss left the baseline's band "
+            "before the horizon and counted as failures for the search's decisions"
+        )
+        if early.get("culprits_proven_by"):
+            text += f"; the culprit sets were proven by full training #{', #'.join(early['culprits_proven_by'])}"
+        else:
+            text += "; every culprit set's failure is backed by full trainings (with one set: all-on's and the fix's)"
+        lines.append(text)
+    if early.get("trainings") or early.get("early_fails"):
         for reason in early.get("revised") or []:
             lines.append(
-                f"  early passes revised: {reason}; the search asked again and no early pass counted any more"
+                f"  early verdicts revised: {reason}; the search asked again without the verdicts that led there, "
+                "and no training stopped early any more"
             )
     return lines
 

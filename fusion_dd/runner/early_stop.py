@@ -42,7 +42,7 @@ from .metrics import LongLine, PieceCursor, parse_number
 from .supervisor import LOG_FILE
 from .trial import METRICS_FILE
 
-StopKind = Literal["nonfinite", "diverged", "early_pass"]
+StopKind = Literal["nonfinite", "diverged", "early_pass", "early_fail"]
 Curve = Sequence[tuple[int, float]]
 
 #: At most this many new bytes are read from each file per call, so that one
@@ -74,8 +74,12 @@ class EarlyStopRule:
     (:mod:`fusion_dd.runner.horizon`); ``pass_step`` the horizon the engine
     derived from it for one training: a run whose every report from
     ``start_step`` on stayed inside the band is stopped at the first report at
-    or beyond it, as an ``early_pass``. None (the default, and always for the
-    references) never passes early.
+    or beyond it, as an ``early_pass``. With ``fail_band``, a run that leaves
+    the band for ``patience`` reports in a row is stopped there as an
+    ``early_fail`` (when ``divergence`` is set, that is a real ``diverged``
+    stop instead). Both are speculative: the engine backs every claim it hands
+    over by full trainings. None and False (the defaults, and always for the
+    references) give no early verdicts.
     """
 
     nan: bool = True
@@ -86,6 +90,7 @@ class EarlyStopRule:
     start_step: int = 0
     pass_at: PassAt = PassAt()
     pass_step: int | None = None
+    fail_band: bool = False
 
     def __post_init__(self) -> None:
         if self.divergence is not None and not (
@@ -102,7 +107,7 @@ class EarlyStopRule:
     @property
     def active(self) -> bool:
         """Whether there is anything to watch; without it, pass no monitor at all."""
-        return self.nan or self.divergence is not None or self.pass_step is not None
+        return self.nan or self.divergence is not None or self.pass_step is not None or self.fail_band
 
     @classmethod
     def from_config(cls, section: Any, where: str = "early_stop") -> "EarlyStopRule":
@@ -248,7 +253,7 @@ class Judge:
             return self.decision
         if step is None or not self.baseline:
             return None
-        if rule.divergence is None and rule.pass_step is None:
+        if rule.divergence is None and rule.pass_step is None and not rule.fail_band:
             return None
         if self._last_step is not None and step <= self._last_step:
             return None
@@ -269,13 +274,22 @@ class Judge:
                 f"(horizon {rule.pass_step}); a speculative pass, proven only by a full training",
             )
             return self.decision
-        if rule.divergence is None:
-            return None
         if inside:
             self._run.clear()
             return None
         self._run.append(step)
-        if len(self._run) >= rule.patience:
+        if len(self._run) >= rule.patience and rule.divergence is None:
+            if rule.fail_band:
+                # The pass band, not a divergence the user set: the run can no longer pass early,
+                # and it left the band as the all-on run did. A speculative failure.
+                self.decision = StopDecision(
+                    "early_fail",
+                    step,
+                    f"failed early at step {step}: loss {loss:.6g} left the baseline's band ({ref_loss:.6g} at its "
+                    f"step {ref_step}) for {len(self._run)} reports in a row (since step {self._run[0]}); a "
+                    "speculative failure, proven only by a full training",
+                )
+        elif len(self._run) >= rule.patience:
             band = (
                 f"{rule.divergence:g} x |{ref_loss:.6g}|" if rule.relative else f"{rule.divergence:g}"
             )

@@ -35,10 +35,10 @@ DEFAULT_LOSS_PATTERN = re.compile(r"loss[=:\s]\s*(\S+)", re.IGNORECASE)
 
 Goal = Literal["max", "min"]
 Kind = Literal[
-    "metric", "nonfinite", "diverged", "early_pass", "crash", "timeout", "cancelled", "no_metric", "unevaluable"
+    "metric", "nonfinite", "diverged", "early_pass", "early_fail", "crash", "timeout", "cancelled", "no_metric", "unevaluable"
 ]
 KINDS: tuple[str, ...] = (
-    "metric", "nonfinite", "diverged", "early_pass", "crash", "timeout", "cancelled", "no_metric", "unevaluable",
+    "metric", "nonfinite", "diverged", "early_pass", "early_fail", "crash", "timeout", "cancelled", "no_metric", "unevaluable",
 )
 #: A training exits with this code to say "this configuration cannot be evaluated" (it does not
 #: build or compile with these rules off, say): git bisect's "skip" code. Not a crash.
@@ -143,9 +143,9 @@ def classify(run: TrialRun, reading: MetricReading) -> tuple[Kind, str]:
         return "nonfinite", _stop_reason(stop)
     if reading.nonfinite:
         return "nonfinite", reading.detail
-    if stop is not None and stop.get("kind") == "early_pass":
-        # Stopped at the horizon inside the band: a speculative pass, not a failure.
-        return "early_pass", _stop_reason(stop)
+    if stop is not None and stop.get("kind") in ("early_pass", "early_fail"):
+        # Stopped at the horizon inside the band, or before it outside: a speculative verdict.
+        return stop["kind"], _stop_reason(stop)
     if stop is not None:
         return "diverged", _stop_reason(stop)
     if run.cancelled:

@@ -18,10 +18,38 @@ from typing import Any
 from ..core.scoring import Measurement
 
 ConfigKey = tuple[frozenset[str], int]  # (names of the rules switched on, repeat)
-RESOLVED_KINDS = ("metric", "nonfinite", "diverged", "early_pass")
+RESOLVED_KINDS = ("metric", "nonfinite", "diverged", "early_pass", "early_fail")
 #: A training stopped at the horizon with its loss inside the baseline's band
 #: (``fusion_dd.runner.horizon``): a speculative pass, proven by a full training.
 EARLY_PASS = "early_pass"
+#: A training stopped before the horizon because its loss left the band: a
+#: speculative failure, proven by a full training of each culprit set.
+EARLY_FAIL = "early_fail"
+#: Both kinds of speculative verdict: neither is a full-length training.
+EARLY_KINDS = (EARLY_PASS, EARLY_FAIL)
+
+
+def withdraws(revision: Mapping[str, Any], kind: str, config: frozenset[str]) -> bool:
+    """Whether an ``early_passes_revised`` record withdraws an early verdict of ``kind`` on ``config``.
+
+    Only the verdicts that could have led to the contradicted claim go. A fix
+    that failed its full training (scope ``inside``) holds a culprit the early
+    passes missed: every early pass of a configuration inside the fix may hold
+    it; early passes of configurations with a switched-off rule, and early
+    failures, say nothing about it. A culprit set that passed alone (scope
+    ``containing``) was blamed by early failures: those of configurations that
+    contain it go. A record without a scope (journals written before scopes)
+    withdraws every early pass, as it did then.
+    """
+    named = frozenset(revision.get("config") or ())
+    scope = revision.get("scope")
+    if scope == "inside":
+        return kind == EARLY_PASS and config <= named
+    if scope == "containing":
+        return kind == EARLY_FAIL and named <= config
+    return kind == EARLY_PASS
+
+
 #: The role of a full training of the fix whose verdict was an early pass: it
 #: proves the fix, and answers no question of the search that asked for it.
 PROOF_ROLE = "proof"
@@ -306,7 +334,7 @@ class SearchState:
                     self._localize_by_key.setdefault(trial.key, trial)  # the fix's dumped full training
             elif trial is not None and trial.finished is None:
                 trial.finished = record
-                if record.get("kind") != EARLY_PASS:
+                if record.get("kind") not in EARLY_KINDS:
                     self._note_full(trial)
                 if trial.trial_id in self._dumping and record.get("kind") in ("metric", EARLY_PASS):
                     # An early pass dumped before it stopped (the engine lets no dumping training
@@ -393,12 +421,13 @@ def definition_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         "workdir": "train.workdir",
         "env": "train.env",
         "strategy": "search.strategy",
+        "fix": "fix.prefer",
     }
     changes: list[str] = []
     for key in sorted(set(old) | set(new)):
         if old.get(key) == new.get(key):
             continue
-        if isinstance(old.get(key), dict) and isinstance(new.get(key), dict) and key in ("metric", "score"):
+        if isinstance(old.get(key), dict) and isinstance(new.get(key), dict) and key in ("metric", "score", "fix"):
             for sub in sorted(set(old[key]) | set(new[key])):
                 if old[key].get(sub) != new[key].get(sub):
                     changes.append(f"{key}.{sub}")

@@ -71,12 +71,12 @@ def test_damage_after_the_horizon_is_caught_by_the_fix_s_full_training(tmp_path:
     found = report(tmp_path)
     assert culprits(found) == sorted([[CULPRIT], [LATE]]) and found["fix_verified"]
     assert found["early_passes"]["revised"] and found["early_passes"]["contradicted_by"]
-    assert "early passes revised" in done.stdout
+    assert "early verdicts revised" in done.stdout
     # After the revision, no training passes early: the answer rests on full trainings.
     journal = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
     revision = next(index for index, record in enumerate(journal) if record.get("type") == "early_passes_revised")
     later = [record for record in journal[revision:] if record.get("type") == "trial_finished"]
-    assert later and all(record["kind"] != "early_pass" for record in later)
+    assert later and all(record["kind"] not in ("early_pass", "early_fail") for record in later)
 
 
 def test_a_resumed_search_with_early_passes_and_a_revision_asks_the_same_questions(tmp_path: Path) -> None:
@@ -105,3 +105,45 @@ def test_a_bad_pass_at_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "early_stop.pass_at: 'soon' is not valid" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / ".fusion-dd" / "journal.jsonl").exists()
+
+
+def test_early_failures_stop_failing_trainings_and_each_culprit_set_is_proven_alone(tmp_path: Path) -> None:
+    other = GRAPH[5]
+    write_config(tmp_path, "--culprits", f"{CULPRIT},{other}", *CURVE)
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = report(tmp_path)
+    assert culprits(found) == sorted([[CULPRIT], [other]]) and found["fix_verified"]
+    early = [trial for trial in found["trials"] if trial.get("kind") == "early_fail"]
+    assert early and all(trial["outcome"] == "fail" and trial["steps"] < 40 for trial in early)
+    assert all(trial["role"] in ("search", "repeat") for trial in early)  # never a reference or a proof
+    # Each set's failure is a full training of that set alone, never only early failures.
+    by_id = {trial["trial_id"]: trial for trial in found["trials"]}
+    proofs = [by_id[trial_id] for trial_id in found["early_passes"]["culprits_proven_by"]]
+    assert sorted(trial["configuration"] for trial in proofs) == sorted([[CULPRIT], [other]])
+    assert all(trial["role"] == "proof" and trial["kind"] == "metric" and trial["outcome"] == "fail" for trial in proofs)
+    assert found["early_passes"]["early_fails"] == len(early) and not found["early_passes"]["revised"]
+    assert "early failures:" in done.stdout
+
+
+def test_a_culprit_set_that_passes_its_full_training_alone_withdraws_the_early_failures_that_blamed_it(
+    tmp_path: Path,
+) -> None:
+    """With LIAR on, the loss rises from step 8 as a culprit's would, but the accuracy stays good."""
+    liar = GRAPH[5]
+    write_config(tmp_path, "--culprits", CULPRIT, *CURVE, "--curve-damage", f"{liar}:8")
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = report(tmp_path)
+    assert culprits(found) == [[CULPRIT]] and found["fix_verified"]
+    journal = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
+    revisions = [record for record in journal if record.get("type") == "early_passes_revised"]
+    assert [(record["scope"], record["config"]) for record in revisions] == [("containing", [liar])]
+    assert found["early_passes"]["contradicted_by"] == [revisions[0]["trial_id"]]
+    assert "early verdicts revised" in done.stdout
+    # The handed-over fix keeps the liar on: its own full training passed.
+    everything = next(trial["configuration"] for trial in found["trials"] if trial["role"] == "all_on")
+    fix = sorted(set(everything) - set(found["switched_off"]))
+    assert liar in fix and CULPRIT not in fix
+    assert any(trial["configuration"] == fix and trial.get("kind") == "metric" and trial["outcome"] == "pass"
+               for trial in found["trials"])  # fmt: skip

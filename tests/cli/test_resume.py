@@ -68,6 +68,15 @@ def test_changed_definition_is_refused_with_what_changed(tmp_path):
     assert "metric.goal" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_resume_with_another_fix_prefer_is_refused_naming_it(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, budget=3)
+    assert run_fusion_dd("search", cwd=tmp_path).returncode == 3
+    write_config(tmp_path, "--culprits", CULPRIT, budget=3, fix={"prefer": "speed"})
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "fix.prefer" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_held_lock_is_a_clear_error(tmp_path):
     write_config(tmp_path, "--culprits", CULPRIT)
     state = tmp_path / ".fusion-dd"

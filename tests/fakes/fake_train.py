@@ -49,6 +49,8 @@ Whole-run behaviour, independent of the switch file:
   --damage-at NAME:N     the damage of the bugs naming NAME starts at step N instead
                          (repeatable; with several bugs, the earliest start counts)
   --damage-rate R        loss added per step of damage (default 0.05)
+  --curve-damage NAME:N  with NAME on, the loss rises from step N on as a culprit's would,
+                         but the metric stays good (repeatable): a curve that lies
   --speed X              print ``speed X samples/s`` after each step line: the training's
                          throughput with every fusion on ...
   --slow-when-off NAME:F ... and F (a fraction) slower for each such rule switched off
@@ -129,6 +131,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--damage-from", type=int, default=None)
     parser.add_argument("--damage-at", action="append", default=[])
     parser.add_argument("--damage-rate", type=float, default=0.05)
+    parser.add_argument("--curve-damage", action="append", default=[])
     parser.add_argument("--speed", type=float, default=None)
     parser.add_argument("--slow-when-off", action="append", default=[])
     parser.add_argument("--exit-code", type=int, default=None)
@@ -362,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
                 start = min(starts) if starts else args.damage_from
                 if bug_effect == "low" and start is not None:
                     damage_from = start if damage_from is None else min(damage_from, start)
+    if switch is not None:
+        for name, _, step in (item.rpartition(":") for item in args.curve_damage):
+            if _is_on(switch, name):
+                damage_from = int(step) if damage_from is None else min(damage_from, int(step))
     enabled = _enabled_names(switch)
 
     if args.launch_log:

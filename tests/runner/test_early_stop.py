@@ -245,6 +245,36 @@ def test_an_early_pass_is_classified_as_a_pass_kind_not_a_failure() -> None:
     assert classify(run, MetricReading(None, True, "non-finite value: loss nan"))[0] == "nonfinite"
 
 
+def test_with_fail_band_a_run_that_leaves_the_band_fails_early_at_its_patience() -> None:
+    baseline = [(step, 1.0) for step in range(1, 101)]
+    leaving = [(step, 1.0 if step < 12 else 1.2) for step in range(1, 101)]  # above the 10% band from step 12
+    decision = decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, leaving)
+    assert decision is not None and (decision.kind, decision.step) == ("early_fail", 14)  # patience 3: 12, 13, 14
+    assert "since step 12" in decision.reason and "proven only by a full training" in decision.reason
+    # One spike is no departure; without fail_band the run trains on to its full verdict.
+    spike = [(step, 1.5 if step == 12 else 1.0) for step in range(1, 101)]
+    assert decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, spike) is None
+    assert decide(EarlyStopRule(pass_step=30), baseline, leaving) is None
+    assert EarlyStopRule(nan=False, fail_band=True).active
+    # A divergence the user set is the band: its stop is a real failure, never an early one.
+    assert decide(EarlyStopRule(divergence=0.1, pass_step=30, fail_band=True), baseline, leaving).kind == "diverged"  # type: ignore[union-attr]
+
+
+def test_an_early_failure_is_classified_as_its_own_kind_and_fails() -> None:
+    from fusion_dd.runner.metrics import MetricReading
+    from fusion_dd.core.scoring import Measurement, Threshold
+    from fusion_dd.search.oracle import Outcome
+
+    run = TrialRun(
+        trial_id="t", trial_dir=Path("d"), exit_code=None, signal=15, timed_out=False, cancelled=True,
+        duration=1.0, start=0.0, end=1.0, log_path=Path("l"), metrics_path=Path("m"),
+        early_stop={"kind": "early_fail", "step": 14, "reason": "failed early at step 14"},
+    )
+    assert classify(run, MetricReading(None, False, "no metric")) == ("early_fail", "failed early at step 14")
+    threshold = Threshold(baseline=0.9, tolerance=0.01, goal="max")
+    assert threshold.verdict(Measurement("early_fail")) is Outcome.FAIL
+
+
 # --- configuration --------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ alone, so that a resumed search replays every round exactly.
 
 from __future__ import annotations
 
-from fusion_dd.store.state import PROOF_ROLE, replay
+from fusion_dd.store.state import PROOF_ROLE, replay, withdraws
 from tests.support.states import search_started, trial
 
 A = frozenset({"A"})
@@ -49,3 +49,20 @@ def test_the_first_resolved_full_training_decides_after_crashed_ones() -> None:
     ]
     state = replay(records)
     assert state.full_trial((A, 0)).trial_id == "0003" and state.full_attempts((A, 0)) == 3  # type: ignore[union-attr]
+
+
+def test_a_revision_withdraws_only_the_early_verdicts_that_could_have_led_to_its_claim() -> None:
+    fix = {"round": 0, "config": ["A", "B"], "scope": "inside"}
+    assert withdraws(fix, "early_pass", frozenset({"A"})) and withdraws(fix, "early_pass", frozenset({"A", "B"}))
+    assert not withdraws(fix, "early_pass", frozenset({"A", "C"}))  # holds a switched-off rule: says nothing of the fix
+    assert not withdraws(fix, "early_fail", frozenset({"A"}))  # a failure never vouched for the fix
+    culprit = {"round": 0, "config": ["C"], "scope": "containing"}
+    assert withdraws(culprit, "early_fail", frozenset({"C", "D"})) and not withdraws(culprit, "early_fail", frozenset({"D"}))
+    assert not withdraws(culprit, "early_pass", frozenset({"C", "D"}))
+    old = {"round": 0, "config": ["A"]}  # written before scopes: every early pass, as then
+    assert withdraws(old, "early_pass", frozenset({"Z"})) and not withdraws(old, "early_fail", frozenset({"A"}))
+
+
+def test_an_early_failure_decides_its_key_and_is_not_a_full_training() -> None:
+    state = replay([search_started(), *trial("0001", ["A"], None, kind="early_fail")])
+    assert state.cache()[(A, 0)].resolved and state.full_trial((A, 0)) is None
