@@ -22,6 +22,7 @@ import typer
 from .. import __version__
 from ..config.settings import DEFAULT_CONFIG_NAME, SearchConfig, check_device_ids, load_config, parse_config, parse_devices
 from ..core.errors import UsageError
+from ..core.status import ExitCode
 from ..store.journal import JOURNAL_NAME, move_aside, read_records
 from .progress import ConsoleEvents
 from ..runner.broken import STATUS as TRAINING_BROKEN
@@ -36,12 +37,6 @@ from ..runner.trial import PLACEHOLDERS, resolve_relative, substitute, substitut
 
 if TYPE_CHECKING:
     from ..coordinator.engine import SearchResult
-
-# The engine's exit codes (fusion_dd.coordinator.engine), spelled here so that ``--help`` and the
-# read-only commands need not import the engine (issue 10: a fast CLI start).
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
     name="fusion-dd",
@@ -66,7 +61,7 @@ SchedulerOption = typer.Option(
 )
 
 
-def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+def _fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:
     typer.echo(f"fusion-dd: error: {message}", err=True)
     raise typer.Exit(code)
 
@@ -211,7 +206,7 @@ def run_engine(config: SearchConfig, localize_only: bool = False, note: str | No
         except BaseException:
             events.close()
             raise
-        events.close(answered=result.exit_code == EXIT_OK and not localize_only)
+        events.close(answered=result.exit_code == ExitCode.OK and not localize_only)
     finally:
         close = getattr(getattr(engine, "launcher", None), "close", None)
         if close is not None:
@@ -531,10 +526,9 @@ def localize(
     loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
     loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler), localize_only=True)
     result = run_engine(loaded, localize_only=True, note=note)
-    from ..coordinator.engine import EXIT_BUDGET
 
     missing = (result.report.get("localization") or {}).get("status") == "incomplete"
-    raise typer.Exit(result.exit_code or (EXIT_BUDGET if missing else 0))
+    raise typer.Exit(result.exit_code or (ExitCode.BUDGET if missing else ExitCode.OK))
 
 
 @app.command()
@@ -947,29 +941,29 @@ def main(argv: list[str] | None = None) -> None:
             code = app(args=args, standalone_mode=False, prog_name="fusion-dd")
         except UsageError as exc:
             typer.echo(f"fusion-dd: error: {exc}", err=True)
-            sys.exit(EXIT_USAGE)
+            sys.exit(ExitCode.USAGE)
         except typer.Exit as exc:
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             typer.echo("fusion-dd: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            sys.exit(ExitCode.INTERRUPTED)
         except OSError as exc:
             # A read-only or full state directory, a vanished file: the path and the errno text.
             where = exc.filename if exc.filename is not None else "fusion-dd"
             typer.echo(f"fusion-dd: error: {where}: {exc.strerror or exc}", err=True)
-            sys.exit(EXIT_USAGE)
+            sys.exit(ExitCode.USAGE)
         except Exception as exc:  # click usage errors and anything unexpected
             kind = _click_error_kind(exc)
             if kind == "usage":
                 for line in _usage_lines(exc):
                     typer.echo(line, err=True)
-                sys.exit(EXIT_USAGE)
+                sys.exit(ExitCode.USAGE)
             if kind == "abort":
                 typer.echo("fusion-dd: interrupted", err=True)
-                sys.exit(EXIT_INTERRUPTED)
+                sys.exit(ExitCode.INTERRUPTED)
             if kind == "click":
                 typer.echo(f"fusion-dd: error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
-                sys.exit(int(getattr(exc, "exit_code", EXIT_USAGE)))
+                sys.exit(int(getattr(exc, "exit_code", ExitCode.USAGE)))
             log = _crash_log(exc)
             where = f"; the traceback is in {log}" if log is not None else ""
             typer.echo(f"fusion-dd: internal error: {type(exc).__name__}: {exc}{where}", err=True)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from .. import __version__
 from ..config.settings import SearchConfig
 from ..core.errors import UsageError
+from ..core.status import ExitCode, SearchStatus
 from ..runner.early_stop import LossCurveHook, envelope, read_curve
 from ..runner.executor import Device, DevicePool, Pools, run_batch
 from ..runner.wakeup import CancelEvent
@@ -64,10 +65,6 @@ from ..report.build import trial_speed
 from ..search.alternatives import fastest, minimum_hitting_sets
 from ..store.state import ALTERNATIVE_ROLE
 
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_BUDGET = 3
-EXIT_INTERRUPTED = 130
 
 # A training that ends without a metric this soon after its start did not really
 # run; two in a row on one device, while another device trains fine, mean the
@@ -106,7 +103,7 @@ class QuietEvents:
 
 @dataclass(frozen=True)
 class SearchResult:
-    status: str  # found | budget_exhausted | baseline_fails | no_failure | interrupted | training_broken
+    status: str  # a SearchStatus (fusion_dd.core.status)
     exit_code: int
     report: dict[str, Any]
     report_path: Path
@@ -888,7 +885,7 @@ class Engine:
             self._append({"type": "search_stopped", "reason": TRAINING_BROKEN, "detail": broken.reason})
         report = self._report(TRAINING_BROKEN, None, None, message=f"stopped: {broken.reason}")
         report[TRAINING_BROKEN] = details
-        return self._write(TRAINING_BROKEN, EXIT_USAGE, report)
+        return self._write(TRAINING_BROKEN, ExitCode.USAGE, report)
 
     def _settle_references(self) -> tuple[Preconditions | None, dict[str, int]]:
         """Train the references until ``check_preconditions`` decides; (None, ...) when the budget ran out.
@@ -949,14 +946,14 @@ class Engine:
             return self._stop_broken(exc.broken)
         except SwitchIgnored as exc:
             self._append({"type": "search_stopped", "reason": "switch_ignored"})
-            self._stop("switch_ignored", EXIT_USAGE, None, None, message=str(exc))
+            self._stop(SearchStatus.SWITCH_IGNORED, ExitCode.USAGE, None, None, message=str(exc))
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt:
             if self._journal is None:
                 raise
             self._stop_orphans()  # a stop before the adoption began (pre-flight, session record)
             self._append({"type": "search_stopped", "reason": "interrupted"})
-            return self._stop("interrupted", EXIT_INTERRUPTED, self._known_preconditions(), None)
+            return self._stop(SearchStatus.INTERRUPTED, ExitCode.INTERRUPTED, self._known_preconditions(), None)
         finally:
             self._launcher_hook("run_ended")
             self._pools.close()
@@ -1019,7 +1016,7 @@ class Engine:
             realize=self._realize,
         )
         pre, extra = self._settle_references()
-        if pre is not None and not pre.ok and pre.status == "baseline_fails" and self._baseline_cannot_run():
+        if pre is not None and not pre.ok and pre.status == SearchStatus.BASELINE_FAILS and self._baseline_cannot_run():
             try:
                 found = self._find_required()
             except BudgetExhausted:
@@ -1030,7 +1027,7 @@ class Engine:
                     pre, extra = self._settle_references()
         if pre is None:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
-            return self._stop("budget_exhausted", EXIT_BUDGET, self._known_preconditions(), None)
+            return self._stop(SearchStatus.BUDGET_EXHAUSTED, ExitCode.BUDGET, self._known_preconditions(), None)
         for warning in pre.warnings:
             self.events.message(f"warning: {warning}")
         if not pre.ok:
@@ -1084,14 +1081,14 @@ class Engine:
             result = self._prefer_speed(result)
         if result.exhausted:
             self._append({"type": "search_stopped", "reason": "budget_exhausted"})
-            return self._stop("budget_exhausted", EXIT_BUDGET, pre, result)
+            return self._stop(SearchStatus.BUDGET_EXHAUSTED, ExitCode.BUDGET, pre, result)
         if result.no_failure:  # asked again during the search, all candidates on did not fail
-            return self._finish("no_failure", pre, result)
+            return self._finish(SearchStatus.NO_FAILURE, pre, result)
         if self.config.localize is not None and result.culprit_sets:
             switched_off = {rule.name for culprit in result.culprit_sets for rule in culprit.switched_off}
             culprits = [[rule.name for rule in culprit.rules] for culprit in result.culprit_sets]
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
-        return self._finish("found", pre, result)
+        return self._finish(SearchStatus.FOUND, pre, result)
 
     def _look_inside(self, result: CulpritSearch) -> CulpritSearch:
         """Name the rule inside each culprit container: ddmin over its rules, the rest of the set on.
@@ -1598,7 +1595,7 @@ class Engine:
                 )
             report = finished_report(self.state)
             culprits, switched_off = localization.culprits_of(report)
-            if report.get("status") != "found" or not culprits:
+            if report.get("status") != SearchStatus.FOUND or not culprits:
                 raise UsageError(f"{self.state_dir}: the search found no culprit to localize")
             if self.config.localize is None:
                 raise UsageError(
@@ -1620,7 +1617,7 @@ class Engine:
             return False
         report = finished_report(self.state)
         culprits, _ = localization.culprits_of(report)
-        return report.get("status") == "found" and any(key not in self.state.localized for key in culprits)
+        return report.get("status") == SearchStatus.FOUND and any(key not in self.state.localized for key in culprits)
 
     def _localize_finished(self) -> SearchResult:
         """Localization as a session of a finished search (journal open, lock held).
@@ -1647,7 +1644,7 @@ class Engine:
             self._localize(localization.plan(self.rule_by_name, culprits, switched_off))
         except KeyboardInterrupt:
             self.events.message("interrupted: localization incomplete")
-            return replace(self._result_from_finished(), exit_code=EXIT_INTERRUPTED)
+            return replace(self._result_from_finished(), exit_code=ExitCode.INTERRUPTED)
         return self._result_from_finished()
 
     # -- endings ------------------------------------------------------------------------
@@ -1683,13 +1680,13 @@ class Engine:
 
     def _finish(self, status: str, pre: Preconditions, result: CulpritSearch | None) -> SearchResult:
         report = self._report(status, pre, result)
-        if status == "found" and result is not None:
+        if status == SearchStatus.FOUND and result is not None:
             # What the user exports beside the fix cfg (CANN: AUTOFUSE_FLAGS when AutoFuse points are candidates).
             fix_env = fix_env_of(self.backend, self.rules, sorted(result.fix))
             if fix_env:
                 report["fix_env"] = dict(fix_env)
         self._append({"type": "search_finished", "status": status, "report": journaled_answer(report)})
-        return self._write(status, EXIT_OK, report)
+        return self._write(status, ExitCode.OK, report)
 
     def _stop(
         self,
@@ -1719,12 +1716,12 @@ class Engine:
             finished_report(self.state), self.state, self.config.localize is not None, display_path(self.state_dir)
         )
         journal, fix = self.state_dir / JOURNAL_NAME, self.state_dir / (report.get("fix_config") or FIX_NAME)
-        if _newer_than(self.state_dir / REPORT_NAME, journal) and (report["status"] != "found" or _newer_than(fix, journal)):
+        if _newer_than(self.state_dir / REPORT_NAME, journal) and (report["status"] != SearchStatus.FOUND or _newer_than(fix, journal)):
             # Written after the journal last changed: this very answer (a finished search shown again).
             self._snapshots.close()
-            return SearchResult(report["status"], EXIT_OK, report, self.state_dir / REPORT_NAME,
-                                fix if report["status"] == "found" else None)
-        return self._write(report["status"], EXIT_OK, report)
+            return SearchResult(report["status"], ExitCode.OK, report, self.state_dir / REPORT_NAME,
+                                fix if report["status"] == SearchStatus.FOUND else None)
+        return self._write(report["status"], ExitCode.OK, report)
 
 
 def _start(launcher: Launcher, request: TrialRequest, cancel: threading.Event) -> Any:

@@ -22,7 +22,8 @@ from typing import Any
 
 from ..runner.broken import TrainingBroken
 from ..config.settings import DEFAULT_CONFIG_NAME, SearchConfig, parse_config
-from .engine import EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_OK, Engine, SearchResult, SwitchIgnored
+from ..core.status import ANSWERS, ExitCode, SearchStatus, exit_code_of
+from .engine import Engine, SearchResult, SwitchIgnored
 from ..core.errors import UsageError
 from ..store.journal import JOURNAL_NAME, read_records
 from ..runner.launcher import LocalLauncher
@@ -32,8 +33,7 @@ from ..search.culprits import CulpritSearch
 from ..store.state import ConfigKey, SearchState, TrialState, replay
 
 # Statuses that are an answer: the replay reached the end of the search.
-ANSWERS = ("found", "no_failure", "baseline_fails", "too_noisy")
-RUNNING = "running"
+RUNNING = SearchStatus.RUNNING
 
 
 class _Replay(Engine):
@@ -135,7 +135,7 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
     state = replay(records)
     if state.finished is not None:
         report = finished_report(state)
-        return Rebuilt(report, report["status"], EXIT_OK)
+        return Rebuilt(report, report["status"], ExitCode.OK)
     config = config_of(state, state_dir)
     stopped = _stopped_as(state)  # before the replay adds its own (in-memory) stop
     said = bool(state.stops) and stopped == "interrupted"
@@ -147,24 +147,26 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
     except TrainingBroken as exc:
         result = engine._stop_broken(exc.broken)
     except SwitchIgnored as exc:
-        result = engine._stop("switch_ignored", 2, None, None, message=str(exc))
-    if result.status in ANSWERS or result.status == "training_broken" and not running:
+        result = engine._stop(SearchStatus.SWITCH_IGNORED, ExitCode.USAGE, None, None, message=str(exc))
+    if result.status in ANSWERS or result.status == SearchStatus.TRAINING_BROKEN and not running:
         return Rebuilt(result.report, result.status, result.exit_code)
     status = RUNNING if running else stopped
-    if status not in ("budget_exhausted", "interrupted", "switch_ignored", "training_broken", RUNNING):
-        status = "interrupted"
+    stopped_ways = (SearchStatus.BUDGET_EXHAUSTED, SearchStatus.INTERRUPTED, SearchStatus.SWITCH_IGNORED,
+                    SearchStatus.TRAINING_BROKEN, RUNNING)
+    if status not in stopped_ways:
+        status = SearchStatus.INTERRUPTED
     pre, found = engine.seen
     message = None
     if status == RUNNING:
         message = "running: the report of the search so far"
-    elif status == "training_broken" and detail:
+    elif status == SearchStatus.TRAINING_BROKEN and detail:
         message = f"stopped: {detail}"
-    elif status == "interrupted" and not said:
+    elif status == SearchStatus.INTERRUPTED and not said:
         message = "interrupted: the coordinator stopped without a word (killed or crashed); rebuilt from the journal"
     report = engine._report(status, pre if pre is not None else engine._known_preconditions(), found, message)
-    if result.status == "training_broken":
+    if result.status == SearchStatus.TRAINING_BROKEN:
         report["training_broken"] = result.report.get("training_broken")
-    code = {"budget_exhausted": EXIT_BUDGET, "interrupted": EXIT_INTERRUPTED, RUNNING: EXIT_OK}.get(status, 2)
+    code = exit_code_of(status)
     return Rebuilt(report, status, code)
 
 

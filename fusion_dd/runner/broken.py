@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.status import SearchStatus
 from ..store.state import TrialState
 
-STATUS = "training_broken"
+STATUS = SearchStatus.TRAINING_BROKEN
 #: Reference trainings without any metric that are enough to call a training broken.
 MAX_BROKEN_TRAININGS = 4
 #: Lines of the training's output.log shown on the terminal and kept in the report.
