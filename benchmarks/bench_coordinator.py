@@ -64,7 +64,7 @@ on = {name for section in switch.values() for name, state in section.items() if 
 print("accuracy: %s" % (0.5 if on & set(sys.argv[1:]) else 0.9))
 """
 
-# 0.1.0, as measured in issue 10 (trainings per second and the launch ratio on 2 cores).
+# 0.1.0, as measured on the 0.1.0 release (trainings per second and the launch ratio on 2 cores).
 BEFORE = {
     "launch_ratio": "3.6x",
     "per_second": "4.8–6.8",
@@ -331,7 +331,7 @@ def render(rows: dict[str, dict[str, Any]], load: tuple[float, float]) -> str:
         f"Trainings that cost nothing (a 4-line Python script), default settings, 2 devices. "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} at the start and "
         f"{load[1]:.1f} at the end (other work on the machine slows absolute times; every ratio is taken "
-        "within one run). 0.1.0 figures as measured in issue 10. "
+        "within one run). 0.1.0 figures as measured on the 0.1.0 release. "
         "Reproduce with `python benchmarks/bench_coordinator.py`.",
         "",
         "| what | target | 0.1.0 | now | met |",

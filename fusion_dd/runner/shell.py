@@ -4,7 +4,7 @@ fusion-dd never runs a command through a shell itself, but a user may: the
 command ``["bash", "-c", "python train.py --cfg {switch_file} > {trial_dir}/x.log"]``
 hands the script to bash, which parses the substituted paths as shell text. A
 state directory named ``run $(touch pwned)`` then ran a command, and one with a
-space broke the script (issue 9, break 8).
+space broke the script.
 
 So in the script argument of a shell invocation (and only there: every other
 argv element reaches the program as it is, never parsed) each value is quoted

@@ -4,7 +4,7 @@ A training is started as the leader of its own process group, and the supervisor
 kills that group when the training ends. A worker that calls ``setsid()`` (a
 daemonized data server, a launcher that "detaches" its ranks) leaves the group,
 so ``killpg`` misses it and it would hold the device long after its trial, and
-after the whole search (issue 9, break 5). Two marks still tie such a process to
+after the whole search. Two marks still tie such a process to
 its trial:
 
 * ancestry: the supervisor is a child subreaper, so an orphaned descendant of

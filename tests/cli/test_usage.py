@@ -1,4 +1,4 @@
-"""Command-line mistakes are one line plus a usage hint, exit 2, never a traceback (issue 9, break 1).
+"""Command-line mistakes are one line plus a usage hint, exit 2, never a traceback.
 
 Run through a real subprocess, as a user meets them: typer 0.29 stopped
 depending on click, and the old error path imported click and crashed.
