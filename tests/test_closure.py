@@ -269,3 +269,34 @@ def test_closure_stops_when_the_switches_never_reach_the_compiler(tmp_path: Path
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "closure round 1: ONNX Runtime ran every optimizer fusion-dd switched off (A)" in result.stderr
     assert "ort_session_kwargs()" in result.stderr and not (tmp_path / ".fusion-dd" / "closure.json").exists()
+
+
+def test_closure_trainings_run_through_the_configured_launcher_on_its_first_slot(tmp_path: Path, monkeypatch) -> None:
+    # A cluster's closure rounds must not train on the coordinator's machine: train.launcher is obeyed.
+    from dataclasses import replace
+
+    from fusion_dd.config.settings import load_config
+    from fusion_dd.coordinator.closure import train_once
+    from fusion_dd.runner import launcher as launcher_module
+    from fusion_dd.runner.launcher import LocalLauncher
+
+    seen: dict[str, object] = {"devices": [], "closed": 0}
+
+    class Recording(LocalLauncher):
+        def slots(self):
+            return [("7",), ("8",)]
+
+        def start(self, request):
+            seen["devices"].append(request.spec.device)
+            return super().start(request)
+
+        def close(self):
+            seen["closed"] += 1
+
+    monkeypatch.setattr(launcher_module, "launcher_for", lambda config: Recording())
+    write(tmp_path, closure=True)
+    config = load_config(tmp_path / "fusion-dd.yaml")
+    config = replace(config, train=replace(config.train, launcher="recording"))
+    result = train_once(config, [Rule("A", Section.ONNXRUNTIME)], [], tmp_path / "closure-0001", "closure round 1")
+    assert result.kind == "metric", result
+    assert seen == {"devices": [("7",)], "closed": 1}

@@ -172,18 +172,22 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
     """One training outside the search's journal (closure rounds, the all-on run of ``rules.from: all_on``).
 
     Returns the launcher's ``TrialResult`` (its ``artifacts`` are the hooks'
-    facts). Its files stay in ``trial_dir`` for the user to read. Runs on the
-    first device of ``train.devices``, on this machine (with ``train.launcher:
-    dask`` too: these trainings come before the search and its cluster).
+    facts). Its files stay in ``trial_dir`` for the user to read. Runs through the
+    launcher ``train.launcher`` names, as the search's trainings do (a cluster's
+    trainings must not land on the coordinator's machine), on its first slot (the
+    first device of ``train.devices`` for the local launcher).
     """
     from ..backends import backend_for
     from ..core.hooks import fired_of
-    from ..runner.launcher import LocalLauncher, TrialRequest
+    from ..runner.launcher import TrialRequest, launcher_for
     from ..runner.metrics import MetricSpec
     from ..runner.trial import TrialSpec
 
     backend = backend_for(config)
     rendered = backend.render(candidates, enabled)
+    launcher = launcher_for(config)
+    slots = getattr(launcher, "slots", None)
+    devices = slots() if slots is not None else config.train.devices
     spec = TrialSpec(
         trial_id=trial_dir.name,
         trial_dir=trial_dir,
@@ -191,7 +195,7 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
         workdir=config.train.workdir,
         base_dir=config.base_dir,
         env={**config.train.env, **rendered.env},
-        device=tuple(config.train.devices[0]),
+        device=tuple(devices[0]) if devices else tuple(config.train.devices[0]),
         device_env=config.train.device_env,
         timeout=config.train.timeout,
         repeat=0,
@@ -207,7 +211,12 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
         enabled=frozenset(rule.name for rule in enabled),
         role="all_on" if enabled else "baseline",
     )
-    result = LocalLauncher().start(request).wait()
+    try:
+        result = launcher.start(request).wait()
+    finally:
+        close = getattr(launcher, "close", None)
+        if close is not None:
+            close()
     if result.kind != "metric" and not fired_of(result.artifacts):
         raise UsageError(f"{what}: the training ended without a metric ({result.reason}); see {trial_dir / result.log}")
     return result
