@@ -178,89 +178,53 @@ def run_engine(config: SearchConfig, localize_only: bool = False, note: str | No
     """
     _warn(config)
     say = lambda line: typer.echo(f"fusion-dd: {line}", err=True)  # noqa: E731
-    # rules.from: all_on and rules.closure train before the journal; its search_started record then keeps
-    # the candidates, and the all-on training is journaled as the all-on reference (fusion_dd.coordinator.closure).
-    from ..coordinator.closure import prepare
+    # rules.from: all_on and rules.closure train before the journal (fusion_dd.coordinator.closure);
+    # run_search prepares them, runs the engine, closes its launcher and writes the HTML page.
+    from ..coordinator.run import run_search
 
-    prepared = prepare(config, say)
-    config = prepared.config
-    events = ConsoleEvents(
-        total_rules=len(config.rules), budget=config.search.budget,
-        devices=config.train.devices if config.train.launcher == "local" else (), loss_pattern=config.metric.loss_pattern,
-    )
-    # The estimate is of search trainings: a localize-only session has none to estimate.
-    events.start(launched_before=_launched_before(config.state_dir), state_dir=None if localize_only else config.state_dir)
-    _install_sigterm()
-    from ..coordinator.engine import Engine
+    shown: list[ConsoleEvents] = []
 
-    engine = None
+    def console(prepared: SearchConfig) -> ConsoleEvents:
+        events = ConsoleEvents(
+            total_rules=len(prepared.rules), budget=prepared.search.budget,
+            devices=prepared.train.devices if prepared.train.launcher == "local" else (),
+            loss_pattern=prepared.metric.loss_pattern,
+        )
+        # The estimate is of search trainings: a localize-only session has none to estimate.
+        events.start(launched_before=_launched_before(prepared.state_dir),
+                     state_dir=None if localize_only else prepared.state_dir)
+        _install_sigterm()
+        shown.append(events)
+        return events
+
     try:
-        try:
-            engine = Engine(config, events, adopt=prepared.adopted)
-            engine.context_note = note
-            result = engine.localize() if localize_only else engine.run()
-        except UsageError:
-            # A refused session (one error line follows) shows no estimate before its error.
+        finished = run_search(config, say=say, events_for=console, localize_only=localize_only, note=note)
+    except UsageError:
+        # A refused session (one error line follows) shows no estimate before its error.
+        for events in shown:
             events.close(final_estimate=False)
-            raise
-        except BaseException:
+        raise
+    except BaseException:
+        for events in shown:
             events.close()
-            raise
+        raise
+    result = finished.result
+    for events in shown:
         events.close(answered=result.exit_code == ExitCode.OK and not localize_only)
-    finally:
-        close = getattr(getattr(engine, "launcher", None), "close", None)
-        if close is not None:
-            close()
     typer.echo("")
-    html_line = _write_html_report(config.state_dir, result.report, getattr(engine, "state", None))
-    lines = summary_lines(result.report, config.state_dir)
+    if finished.html_error is not None:
+        typer.echo(f"fusion-dd: warning: could not write the HTML report: {finished.html_error}", err=True)
+    lines = summary_lines(result.report, finished.config.state_dir)
     # Next to the report.json line; "continue with" stays last, where people look for what to do.
     at = next((index + 1 for index, line in enumerate(lines) if line.startswith("  report: ")), len(lines))
-    if html_line is not None:
-        lines.insert(at, html_line)
+    if finished.html is not None:
+        lines.insert(at, f"  html report: {display_path(finished.html)}")
     for line in lines:
         typer.echo(line)
     if result.status == TRAINING_BROKEN:
         for line in broken_lines(result.report):
             typer.echo(line, err=True)
     return result
-
-
-def _write_html_report(state_dir: Path, report: dict[str, Any], state: Any = None) -> str | None:
-    """report.html next to report.json at the end of every run; a failure here costs only the page.
-
-    ``state``: the engine's replayed state of the journal at the end of the run (the page
-    then needs no replay of its own).
-
-    Returns the summary line that names the page, None when it could not be written or
-    ``FUSION_DD_HTML=0`` asks for none (for scripts that only want ``report.json``; the page
-    itself costs milliseconds, well under a second for thousands of trials).
-    """
-    if os.environ.get("FUSION_DD_HTML", "1").strip() == "0":
-        return None
-    try:
-        from ..report.html import HTML_NAME, write_html
-
-        page, journal = state_dir / HTML_NAME, state_dir / JOURNAL_NAME
-        if _newer_than(page, journal):
-            # Nothing journaled since the page was drawn (a finished search shown again):
-            # the same page, without replaying the journal again.
-            return f"  html report: {display_path(page)}"
-        opened = state if getattr(state, "definition", None) is not None else None  # an engine that opened the journal
-        path = write_html(page, report, read_records(journal) if opened is None else (), state_dir, opened)
-    except Exception as exc:  # noqa: BLE001 - the search's answer is already written
-        typer.echo(f"fusion-dd: warning: could not write the HTML report: {type(exc).__name__}: {exc}", err=True)
-        return None
-    return f"  html report: {display_path(path)}"
-
-
-def _newer_than(page: Path, source: Path) -> bool:
-    """``page`` exists, is not empty, and was written after ``source`` last changed."""
-    try:
-        drawn = page.stat()
-        return drawn.st_size > 0 and drawn.st_mtime_ns >= source.stat().st_mtime_ns
-    except OSError:
-        return False
 
 
 def _launched_before(state_dir: Path) -> int:
