@@ -82,16 +82,16 @@ _FIRST = (
     "tests/runner/test_trial.py",
     "tests/cli/test_demo.py",
     "tests/runner/test_launcher.py",
-    "tests/test_guide.py",
+    "tests/analysis/test_guide.py",
     "tests/cli/test_processes.py",
     "tests/cli/test_search.py",
     "tests/cli/test_training_faults.py",
     "tests/cli/test_preflight.py",
     "tests/cli/test_replay.py",
     "tests/cli/test_localize.py",
-    "tests/test_html_report.py",
-    "tests/test_inputs.py",
-    "tests/test_estimate.py",
+    "tests/report/test_html.py",
+    "tests/cli/test_inputs.py",
+    "tests/coordinator/test_estimate.py",
 )
 
 
