@@ -57,7 +57,7 @@ from ..search.ddmin import ddmin
 from ..search.oracle import BudgetExhausted
 from ..analysis import guide as guidance
 from ..report import localize as localization
-from ..store.state import LOCALIZE_ROLE
+from ..store.state import LOCALIZE_ROLE, LOG_NAME
 from ..store.state import EARLY_FAIL, EARLY_KINDS, EARLY_PASS, PROOF_ROLE, withdraws
 from ..runner.horizon import departure, horizon
 from ..runner.speed import SpeedHook
@@ -199,7 +199,8 @@ class Engine:
     def _append(self, record: dict[str, Any], durable: bool = True) -> None:
         """Journal a record (durably unless told: see ``Journal.append``) and apply it to the live state, atomically."""
         assert self._journal is not None
-        record.setdefault("time", _now())
+        if record.setdefault("time", _now()) is None:
+            del record["time"]  # asked for none
         with self._journal_lock:
             self._journal.append(record, durable)
             self.state.apply(record)
@@ -363,7 +364,7 @@ class Engine:
                 "on": self.state.rule_index.encode(names),  # a bit mask of the journaled rule list
                 "repeat": repeat,
                 "device": list(device),
-                "trial_dir": f"{TRIALS_DIR}/{trial_id}",
+                # No trial_dir: the usual one, TRIALS_DIR/<id>, is what replay takes when none is said.
                 "role": role,
                 "time": _now(),
             }
@@ -395,16 +396,13 @@ class Engine:
             )
             raise
         try:
-            self._append(
-                {
-                    "type": "trial_launched",
-                    "trial_id": trial_id,
-                    # A pid only for a local launch (a Slurm job id is digits too, and no pid).
-                    "supervisor_pid": _pid_of(handle.placement.job_id) if handle.placement.launcher == "local" else None,
-                    "placement": handle.placement.to_json(),
-                },
-                durable=False,  # the trial's files say it started (ever_started) if a crash loses this
-            )
+            launched = {"type": "trial_launched", "trial_id": trial_id, "placement": handle.placement.to_json()}
+            # A pid only for a local launch (a Slurm job id is digits too, and no pid); none is no key.
+            pid = _pid_of(handle.placement.job_id) if handle.placement.launcher == "local" else None
+            if pid is not None:
+                launched["supervisor_pid"] = pid
+            # The trial's files say it started (ever_started) if a crash loses this.
+            self._append(launched, durable=False)
         except BaseException:
             handle.cancel()  # a training that nothing can record must not run on
             handle.wait()
@@ -550,16 +548,16 @@ class Engine:
         switch_check, switch_reason = switch_check_of(result.artifacts)
         self._warn_unreadable(trial, result.artifacts)
         self._warn_fired_although_off(trial, result.artifacts)
-        self._append(
-            {
-                "type": "trial_finished",
-                "trial_id": trial.trial_id,
-                **result.record_fields(),
-                "log": str(Path(trial.trial_dir) / result.log),
-                # Why it is not "applied" is its artifacts' own message (switch_check_of): journaled once, there.
-                "switch_check": switch_check,
-            }
-        )
+        finished = {
+            "type": "trial_finished",
+            "trial_id": trial.trial_id,
+            **result.record_fields(),
+            # Why it is not "applied" is its artifacts' own message (switch_check_of): journaled once, there.
+            "switch_check": switch_check,
+        }
+        if result.log != LOG_NAME:  # the usual log is TrialState.log's default: no key for it
+            finished["log"] = str(Path(trial.trial_dir) / result.log)
+        self._append(finished)
         ready = self._oracle is not None and self._oracle.threshold is not None and trial.role != LOCALIZE_ROLE
         outcome = self._oracle.verdict_of(trial) if ready else None
         self.events.trial_finished(trial, outcome)
@@ -1037,7 +1035,9 @@ class Engine:
         lanes = LanePlan(
             current=lambda: self._device_count() - len(self._retired),
             recorded=self.state.lanes,
-            on_new=lambda index, width: self._append({"type": "question", "index": index, "width": width}, durable=False),
+            on_new=lambda index, width: self._append(
+                {"type": "question", "index": index, "width": width, "time": None}, durable=False
+            ),  # no time: nobody reads it, and a search asks about as many questions as it trains
         )
         assert self._oracle is not None
         prior = self._guide()
@@ -1685,7 +1685,7 @@ class Engine:
             fix_env = fix_env_of(self.backend, self.rules, sorted(result.fix))
             if fix_env:
                 report["fix_env"] = dict(fix_env)
-        self._append({"type": "search_finished", "status": status, "report": journaled_answer(report)})
+        self._append({"type": "search_finished", "status": status, "report": journaled_answer(report, (self.state.definition or {}).get("rules"))})
         return self._write(status, ExitCode.OK, report)
 
     def _stop(

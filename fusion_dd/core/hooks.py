@@ -61,6 +61,21 @@ def collect_artifacts(hooks: Iterable[ArtifactHook], files: TrialFiles) -> dict[
     return facts
 
 
+def missing_message(name: str) -> str:
+    """Why a trial's switch file is not known applied when the file that would tell was never written.
+
+    The commonest case by far (a training wired to no compiler report), so the facts journal
+    only the file's name (``missing``) and the sentence is made here, not repeated per trial.
+    """
+    return f"the training left no {name}, so fusion-dd could not verify that its switch file was applied"
+
+
+def _message_of(check: Mapping[str, Any]) -> str | None:
+    if "message" not in check and isinstance(check.get("missing"), str):
+        return missing_message(check["missing"])
+    return check.get("message")
+
+
 def switch_check_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> tuple[str, str | None]:
     """The trial's switch check from its facts: ignored wins over applied; none is unverified."""
     checks = [
@@ -74,9 +89,9 @@ def switch_check_of(artifacts: Mapping[str, Mapping[str, Any]] | None) -> tuple[
     for wanted in ("ignored", "applied"):
         for check in checks:
             if check.get("status") == wanted:
-                return wanted, check.get("message")
+                return wanted, _message_of(check)
     if checks:
-        return "unverified", checks[0].get("message")
+        return "unverified", _message_of(checks[0])
     if errors:
         return "unverified", errors[0]
     return "unverified", None

@@ -91,7 +91,7 @@ def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failur
             metric=_number(measurement.value),
             reason=measurement.reason,
             duration=trial.finished.get("duration"),
-            log=trial.finished.get("log"),
+            log=trial.log,
         )
     elif trial.cancelled is not None:
         entry.update(outcome="cancelled", reason=trial.cancelled.get("reason", ""))
@@ -434,7 +434,7 @@ def _add_cost(report: dict[str, Any], state: SearchState) -> None:
             entry["steps"] = _trial_steps(trial)
 
 
-def journaled_answer(report: dict[str, Any]) -> dict[str, Any]:
+def journaled_answer(report: dict[str, Any], rules: list[Any] | None = None) -> dict[str, Any]:
     """What ``search_finished`` keeps of the final report: all but its list of trials.
 
     That list is most of a large report (every trial's configuration by rule
@@ -444,6 +444,8 @@ def journaled_answer(report: dict[str, Any]) -> dict[str, Any]:
     :func:`finished_report`, which puts the list back.
     """
     answer = {key: value for key, value in report.items() if key != "trials"}
+    if rules is not None and answer.get("candidates") == rules:
+        del answer["candidates"]  # search_started journaled them (``definition.rules``): put back when read
     trials = report.get("trials") or []
     answer["trial_outcomes"] = {entry["trial_id"]: entry.get("outcome") for entry in trials}
     stops = {entry["trial_id"]: entry["early_stop"] for entry in trials if "early_stop" in entry}
@@ -464,6 +466,8 @@ def finished_report(state: SearchState) -> dict[str, Any]:
     outcomes = answer["trial_outcomes"]
     stops = answer.get("trial_early_stops") or {}
     report = {key: value for key, value in answer.items() if key not in ("trial_outcomes", "trial_early_stops")}
+    if "candidates" not in report:
+        report["candidates"] = list((state.definition or {}).get("rules") or [])
     trials = []
     for trial_id, outcome in outcomes.items():
         trial = state.trials.get(trial_id)

@@ -75,13 +75,10 @@ class Placement:
     device: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "launcher": self.launcher,
-            "host": self.host,
-            "boot_id": self.boot_id,
-            "job_id": self.job_id,
-            "device": list(self.device),
-        }
+        placed = {"launcher": self.launcher, "host": self.host, "boot_id": self.boot_id, "device": list(self.device)}
+        if self.job_id is not None:  # readers take a missing id for None
+            placed["job_id"] = self.job_id
+        return placed
 
 
 @dataclass(frozen=True)
@@ -107,11 +104,15 @@ class TrialResult:
             "value": encode_float(self.value),
             "reason": self.reason,
             "exit_code": self.exit_code,
-            "signal": self.signal,
             "duration": round(self.duration, 3),
-            "early_stop": dict(self.early_stop) if self.early_stop else None,
-            "artifacts": {name: dict(facts) for name, facts in self.artifacts.items()},
+            # A hook with nothing to say is left out, like an absent signal or early stop: readers
+            # take a missing key for None (or no facts), and a thousand trials pay for each key.
+            "artifacts": {name: dict(facts) for name, facts in self.artifacts.items() if facts},
         }
+        if self.signal is not None:
+            fields["signal"] = self.signal
+        if self.early_stop:
+            fields["early_stop"] = dict(self.early_stop)
         if self.kind != "metric" and self.log_tail:
             fields["log_tail"] = list(self.log_tail)
         return fields

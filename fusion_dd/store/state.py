@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.scoring import Measurement
+from .journal import TRIALS_DIR
 
+#: The log a trial's supervisor writes in its directory (``fusion_dd.runner.supervisor.LOG_FILE``).
+LOG_NAME = "output.log"
 ConfigKey = tuple[frozenset[str], int]  # (names of the rules switched on, repeat)
 RESOLVED_KINDS = ("metric", "nonfinite", "diverged", "early_pass", "early_fail")
 #: A training stopped at the horizon with its loss inside the baseline's band
@@ -153,6 +156,13 @@ class TrialState:
     @property
     def key(self) -> ConfigKey:
         return (self.config, self.repeat)
+
+    @property
+    def log(self) -> str | None:
+        """The training's log, relative to the state directory: journaled when it is not the usual one."""
+        if self.finished is None:
+            return None
+        return str(self.finished.get("log") or f"{self.trial_dir}/{LOG_NAME}")
 
     @property
     def open(self) -> bool:
@@ -309,7 +319,7 @@ class SearchState:
                 config=self.config_of(record),
                 repeat=int(record.get("repeat", 0)),
                 device=tuple(record.get("device", ())),
-                trial_dir=record["trial_dir"],
+                trial_dir=record.get("trial_dir") or f"{TRIALS_DIR}/{trial_id}",
                 started_at=record.get("time", 0.0),
                 role=record.get("role", "search"),
                 attempt=int(record.get("attempt", 1)),

@@ -148,7 +148,7 @@ def test_fusion_counts_are_journaled_so_a_resume_never_reads_them_again(tmp_path
         **{name: 1 for name in GRAPH_RULES}, UB_RULE: 5
     }
     # Turn the counts around on disk: a re-read would now switch off the UB rule.
-    trial_dir = tmp_path / ".fusion-dd" / started[all_on["trial_id"]]["trial_dir"]
+    trial_dir = tmp_path / ".fusion-dd" / started[all_on["trial_id"]].get("trial_dir", f"trials/{all_on['trial_id']}")
     counts = {name: "9" for name in GRAPH_RULES}
     text = json.loads((trial_dir / "fusion_result.json").read_text())
     for section in text.values():

@@ -448,3 +448,33 @@ def test_interrupted_on_a_dask_cluster_a_bare_resume_and_the_printed_hint_go_on_
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((state / "report.json").read_text())["status"] == "found"
     assert placements_after_last_session(state) == {"dask"}
+
+
+def test_a_journal_leaves_out_what_replay_knows_and_the_finished_report_puts_it_back(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT)
+    assert run_fusion_dd("search", cwd=tmp_path).returncode == 0
+    state = tmp_path / ".fusion-dd"
+    written = json.loads((state / "report.json").read_text())
+    records = [json.loads(line) for line in (state / "journal.jsonl").read_text().splitlines()]
+    trials = [r for r in records if r["type"] in ("trial_started", "trial_launched", "trial_finished", "question")]
+    # The usual trial directory and log, absent signals, early stops and pids, and the question's
+    # time cost bytes at every trial and say nothing replay does not know.
+    assert trials and not any(key in r for r in trials for key in ("trial_dir", "log"))
+    assert not any(r.get(key, 0) is None for r in trials for key in ("signal", "early_stop", "supervisor_pid"))
+    assert not any("time" in r for r in records if r["type"] == "question")
+    finished = records[-1]
+    assert finished["type"] == "search_finished" and "candidates" not in finished["report"]
+    (state / "report.json").unlink()
+    shown = run_fusion_dd("resume", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    again = json.loads((state / "report.json").read_text())
+    assert again["candidates"] == written["candidates"] and len(again["candidates"]) == len(GRAPH) + 6
+    assert [(t["trial_dir"], t["log"]) for t in again["trials"]] == [(t["trial_dir"], t["log"]) for t in written["trials"]]
+    assert all(t["log"] == f"{t['trial_dir']}/output.log" for t in again["trials"])
+
+
+def test_the_default_log_name_of_replay_is_the_supervisors():
+    from fusion_dd.runner.supervisor import LOG_FILE
+    from fusion_dd.store.state import LOG_NAME
+
+    assert LOG_NAME == LOG_FILE

@@ -580,8 +580,8 @@ def test_early_stop_on_resume_uses_the_journaled_curve_not_the_files(tmp_path: P
     baseline = [r for r in journal if r["type"] == "trial_finished" and started[r["trial_id"]]["role"] == "baseline"]
     assert baseline and all(r["artifacts"]["loss_curve"]["curve"] for r in baseline)
     for record in baseline:  # gone from the coordinator's disk
-        (state / started[record["trial_id"]]["trial_dir"] / "metrics.jsonl").unlink()
-        (state / started[record["trial_id"]]["trial_dir"] / "output.log").write_text("")
+        (state / "trials" / record["trial_id"] / "metrics.jsonl").unlink()
+        (state / "trials" / record["trial_id"] / "output.log").write_text("")
     second = run_fusion_dd("resume", "--budget", "40", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ...ascend import check_switch_applied, read_trial_results
-from ...core.hooks import TrialFiles
+from ...core.hooks import TrialFiles, missing_message
 from ...core.rules import Rule, Section
 from ...search.culprits import Chooser, choose_off_by_effect, preferring
 from .switch import SwitchFile, render_switch
@@ -82,7 +82,10 @@ class FusionResultHook:
         # rule in the section it does not belong to never fires, so this can hide no proof).
         enabled = [rule for rule in self.candidates if rule.name in files.enabled]
         check = check_switch_applied(results, self.candidates, enabled, read.unreadable)
-        facts: dict[str, Any] = {"switch_check": {"status": check.status, "message": check.message}}
+        said: dict[str, Any] = {"message": check.message}
+        if check.message == missing_message("fusion_result.json"):
+            said = {"missing": "fusion_result.json"}  # the sentence is made when read (hooks.missing_message)
+        facts: dict[str, Any] = {"switch_check": {"status": check.status, **said}}
         if read.unreadable:
             # Counts from part of the files would mislead the switch-off choice: none are journaled.
             if check.status != "ignored":  # an ignored switch stops the search with its own message
