@@ -111,6 +111,11 @@ class TrainingOracle:
         if found is not None and found[0] is config:
             return found[1]
         names = _names(config)
+        trained = self._cached((names, 0))
+        if trained is not None:
+            # The journal's own set of these names: one copy per configuration, not one more
+            # per lookup table (a set of a thousand names is tens of KB).
+            names = trained.config
         if len(self._names_by_id) >= 1 << 10:  # more than a question uses; each entry keeps two sets alive
             self._names_by_id.clear()
         self._names_by_id[id(config)] = (config, names)

@@ -654,21 +654,54 @@ COMPACT_TRIALS = 500
 
 def report_text(report: dict[str, Any]) -> str:
     """report.json's text: indented with sorted keys, or compact (still sorted) when the report is large."""
-    if len(report.get("trials") or ()) > COMPACT_TRIALS:
-        return json.dumps(report, sort_keys=True, separators=(",", ":")) + "\n"
-    return dumps_indented(report) + "\n"
+    return b"".join(report_chunks(report)).decode("utf-8")
+
+
+#: Stands for the list of trials while the rest of a large report is encoded.
+_TRIALS_HOLE = "\x00trials\x00"
+
+
+def report_chunks(report: dict[str, Any]) -> list[bytes]:
+    """report.json's bytes in pieces: a large report a trial at a time.
+
+    The same bytes as ``json.dumps(report, sort_keys=True, separators=(",", ":"))``,
+    but never the whole of it in one string and again in its bytes: at a thousand
+    trials of a thousand candidates that is tens of MB twice, the peak of a resume.
+    """
+    trials = report.get("trials") or ()
+    if len(trials) <= COMPACT_TRIALS:
+        return [(dumps_indented(report) + "\n").encode("utf-8")]
+    frame = _compact({**report, "trials": _TRIALS_HOLE})
+    before, after = frame.split(json.dumps(_TRIALS_HOLE), 1)
+    chunks = [(before + "[").encode("utf-8")]
+    for number, trial in enumerate(trials):
+        chunks.append((("," if number else "") + _compact(trial)).encode("utf-8"))
+    chunks.append(("]" + after + "\n").encode("utf-8"))
+    return chunks
+
+
+def _compact(document: Any) -> str:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:
-    """Write report.json atomically, unless it already holds this text (a finished search shown again)."""
-    data = report_text(report).encode("utf-8")
+    """Write report.json atomically, unless it already holds these bytes (a finished search shown again)."""
+    chunks = report_chunks(report)
+    if _holds(path, chunks):
+        os.utime(path)  # current as of now: a later run sees it newer than the journal and reads nothing
+        return
+    write_bytes_atomic(path, chunks)
+
+
+def _holds(path: Path, chunks: Sequence[bytes]) -> bool:
+    """Whether the file's bytes are the chunks', read a chunk at a time."""
     try:
-        if path.stat().st_size == len(data) and path.read_bytes() == data:
-            os.utime(path)  # current as of now: a later run sees it newer than the journal and reads nothing
-            return
+        if path.stat().st_size != sum(map(len, chunks)):
+            return False
+        with path.open("rb") as file:
+            return all(file.read(len(chunk)) == chunk for chunk in chunks)
     except OSError:
-        pass
-    write_bytes_atomic(path, data)
+        return False
 
 
 def write_outputs(

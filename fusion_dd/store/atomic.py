@@ -16,11 +16,17 @@ import contextlib
 import json
 import os
 from json.encoder import encode_basestring_ascii as _encode_string
+from collections.abc import Iterable
 from typing import Any
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644, durable: bool = True) -> None:
+def write_bytes_atomic(
+    path: str | os.PathLike[str], data: bytes | Iterable[bytes], mode: int = 0o644, durable: bool = True
+) -> None:
     """Replace ``path`` by ``data``, durably (fsync before and after the rename).
+
+    ``data`` may be a sequence of chunks: a large document written piece by piece
+    is never held twice, as one string and as its bytes.
 
     ``durable=False`` keeps the atomic rename (a reader never sees a torn file)
     but skips the fsyncs, for files that mean nothing after a crash of the
@@ -34,9 +40,10 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            for chunk in (data,) if isinstance(data, bytes) else data:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
             if durable:
                 os.fsync(fd)
         finally:
