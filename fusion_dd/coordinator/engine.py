@@ -1151,7 +1151,9 @@ class Engine:
 
     def _realize(self, config: frozenset[Rule]) -> frozenset[Rule]:
         """What is trained for a configuration: the backend's realization, required passes on."""
-        return self.backend.realize(self.rules, frozenset(config) | self._required)
+        config = frozenset(config)
+        # The same object when nothing is added: the oracle names a configuration once per object.
+        return self.backend.realize(self.rules, config | self._required if self._required else config)
 
     def _baseline_cannot_run(self) -> bool:
         """The all-off baseline crashed or exited 125 in every training while all-on ran: a required pass."""
