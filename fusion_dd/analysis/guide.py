@@ -45,6 +45,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..store.records import RecordType
+
 #: How many suspects the report and the summary show with their evidence.
 SHOWN = 8
 #: How many suspects get partners, and how many partners each at most.
@@ -187,7 +189,7 @@ def refined(
     ranking, why = rank(comparison, inside)
     mates = partners(comparison, inside, why)
     return {
-        "type": "guide_refined",
+        "type": RecordType.GUIDE_REFINED,
         "config": sorted(start),
         "ranking": list(dict.fromkeys([*(rule for rule in suspects if rule in set(start)), *ranking])),
         "evidence": why[:SHOWN],
@@ -215,7 +217,7 @@ def record(
     if dumps is not None:
         ranking += [rule for rule in dumps.get("ranking") or [] if rule not in ranking]
     return {
-        "type": "guide",
+        "type": RecordType.GUIDE,
         "mode": mode,
         "suspects": list(suspects),
         "dumps": dict(dumps) if dumps is not None else None,

@@ -39,6 +39,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.rules import Rule, Section
+from ..store.records import RecordType
 
 MAX_ROUNDS = 5
 CLOSURE_FILE = "closure.json"
@@ -473,7 +474,7 @@ def _adopted_all_on(config: Any, record: Mapping[str, Any], say: Callable[[str],
     started = float(record.get("started") or time.time())
     return [
         {
-            "type": "trial_started",
+            "type": RecordType.TRIAL_STARTED,
             "trial_id": ALL_ON_TRIAL,
             "config": sorted(names),
             "repeat": 0,
@@ -485,7 +486,7 @@ def _adopted_all_on(config: Any, record: Mapping[str, Any], say: Callable[[str],
             "adopted": "rules.from: all_on",
         },
         {
-            "type": "trial_finished",
+            "type": RecordType.TRIAL_FINISHED,
             "trial_id": ALL_ON_TRIAL,
             **result,
             "log": str(record.get("log") or f"{CLOSURE_DIR}/{ALL_ON_TRIAL}/output.log"),

@@ -64,6 +64,7 @@ from ..runner.speed import SpeedHook
 from ..report.build import trial_speed
 from ..search.alternatives import fastest, minimum_hitting_sets
 from ..store.state import ALTERNATIVE_ROLE
+from ..store.records import RecordType
 
 
 # A training that ends without a metric this soon after its start did not really
@@ -228,7 +229,7 @@ class Engine:
             search_id = new_search_id()
             self._append(
                 {
-                    "type": "search_started",
+                    "type": RecordType.SEARCH_STARTED,
                     SEARCH_ID_KEY: search_id,
                     "definition": definition,
                     "version": __version__,
@@ -359,7 +360,7 @@ class Engine:
         with self._journal_lock:
             trial_id = self._new_trial_id()
             record = {
-                "type": "trial_started",
+                "type": RecordType.TRIAL_STARTED,
                 "trial_id": trial_id,
                 "on": self.state.rule_index.encode(names),  # a bit mask of the journaled rule list
                 "repeat": repeat,
@@ -391,12 +392,12 @@ class Engine:
         except Exception:
             # Nothing runs: say so, so that this trial costs no budget on resume either.
             self._append(
-                {"type": "trial_cancelled", "trial_id": trial_id, "reason": "the training could not be started",
+                {"type": RecordType.TRIAL_CANCELLED, "trial_id": trial_id, "reason": "the training could not be started",
                  "launched": False}
             )
             raise
         try:
-            launched = {"type": "trial_launched", "trial_id": trial_id, "placement": handle.placement.to_json()}
+            launched = {"type": RecordType.TRIAL_LAUNCHED, "trial_id": trial_id, "placement": handle.placement.to_json()}
             # A pid only for a local launch (a Slurm job id is digits too, and no pid); none is no key.
             pid = _pid_of(handle.placement.job_id) if handle.placement.launcher == "local" else None
             if pid is not None:
@@ -535,21 +536,21 @@ class Engine:
                 f"within {START_FAILURE_SECONDS:.0f} s without a metric (last: {finished.get('reason')}) while "
                 "other devices train fine"
             )
-            self._append({"type": "device_retired", "device": list(device), "reason": reason})
+            self._append({"type": RecordType.DEVICE_RETIRED, "device": list(device), "reason": reason})
             if self._pool is not None:
                 self._pool.retire(device)
             self.events.message(f"warning: {reason}")
 
     def _record_end(self, trial: TrialState, result: TrialResult) -> TrialState | None:
         if result.cancelled:
-            self._append({"type": "trial_cancelled", "trial_id": trial.trial_id, "reason": result.reason or "cancelled"})
+            self._append({"type": RecordType.TRIAL_CANCELLED, "trial_id": trial.trial_id, "reason": result.reason or "cancelled"})
             self.events.trial_finished(trial, None)
             return None
         switch_check, switch_reason = switch_check_of(result.artifacts)
         self._warn_unreadable(trial, result.artifacts)
         self._warn_fired_although_off(trial, result.artifacts)
         finished = {
-            "type": "trial_finished",
+            "type": RecordType.TRIAL_FINISHED,
             "trial_id": trial.trial_id,
             **result.record_fields(),
             # Why it is not "applied" is its artifacts' own message (switch_check_of): journaled once, there.
@@ -743,7 +744,7 @@ class Engine:
             self.events.message(f"warning: {foreign}")
             self._append(
                 {
-                    "type": "trial_cancelled",
+                    "type": RecordType.TRIAL_CANCELLED,
                     "trial_id": trial.trial_id,
                     "reason": f"lost: {foreign.problem}",
                     "launched": trial.launch is not None,
@@ -755,7 +756,7 @@ class Engine:
             launched = trial.launch is not None or self.launcher.ever_started(request)
             self._append(
                 {
-                    "type": "trial_cancelled",
+                    "type": RecordType.TRIAL_CANCELLED,
                     "trial_id": trial.trial_id,
                     "reason": "lost: the coordinator stopped and the training never finished"
                     if launched
@@ -880,7 +881,7 @@ class Engine:
             command, workdir = launched_command(self.state_dir / broken.trial.trial_dir)
         details = report_details(broken, self.state_dir, command or self.config.train.command, workdir)
         if self.state.definition is not None:
-            self._append({"type": "search_stopped", "reason": TRAINING_BROKEN, "detail": broken.reason})
+            self._append({"type": RecordType.SEARCH_STOPPED, "reason": TRAINING_BROKEN, "detail": broken.reason})
         report = self._report(TRAINING_BROKEN, None, None, message=f"stopped: {broken.reason}")
         report[TRAINING_BROKEN] = details
         return self._write(TRAINING_BROKEN, ExitCode.USAGE, report)
@@ -929,7 +930,7 @@ class Engine:
             self._preflight()
             self._append(
                 {
-                    "type": "session_started",
+                    "type": RecordType.SESSION_STARTED,
                     "budget": self.config.search.budget,
                     "devices": self._session_devices(),
                     "context": context_of(self.config.train),
@@ -943,14 +944,14 @@ class Engine:
         except TrainingBroken as exc:
             return self._stop_broken(exc.broken)
         except SwitchIgnored as exc:
-            self._append({"type": "search_stopped", "reason": "switch_ignored"})
+            self._append({"type": RecordType.SEARCH_STOPPED, "reason": "switch_ignored"})
             self._stop(SearchStatus.SWITCH_IGNORED, ExitCode.USAGE, None, None, message=str(exc))
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt:
             if self._journal is None:
                 raise
             self._stop_orphans()  # a stop before the adoption began (pre-flight, session record)
-            self._append({"type": "search_stopped", "reason": "interrupted"})
+            self._append({"type": RecordType.SEARCH_STOPPED, "reason": "interrupted"})
             return self._stop(SearchStatus.INTERRUPTED, ExitCode.INTERRUPTED, self._known_preconditions(), None)
         finally:
             self._launcher_hook("run_ended")
@@ -1024,7 +1025,7 @@ class Engine:
                     self._keep_on(found)
                     pre, extra = self._settle_references()
         if pre is None:
-            self._append({"type": "search_stopped", "reason": "budget_exhausted"})
+            self._append({"type": RecordType.SEARCH_STOPPED, "reason": "budget_exhausted"})
             return self._stop(SearchStatus.BUDGET_EXHAUSTED, ExitCode.BUDGET, self._known_preconditions(), None)
         for warning in pre.warnings:
             self.events.message(f"warning: {warning}")
@@ -1036,7 +1037,7 @@ class Engine:
             current=lambda: self._device_count() - len(self._retired),
             recorded=self.state.lanes,
             on_new=lambda index, width: self._append(
-                {"type": "question", "index": index, "width": width, "time": None}, durable=False
+                {"type": RecordType.QUESTION, "index": index, "width": width, "time": None}, durable=False
             ),  # no time: nobody reads it, and a search asks about as many questions as it trains
         )
         assert self._oracle is not None
@@ -1080,7 +1081,7 @@ class Engine:
         if not result.exhausted and not result.no_failure and self.config.fix.prefer == "speed":
             result = self._prefer_speed(result)
         if result.exhausted:
-            self._append({"type": "search_stopped", "reason": "budget_exhausted"})
+            self._append({"type": RecordType.SEARCH_STOPPED, "reason": "budget_exhausted"})
             return self._stop(SearchStatus.BUDGET_EXHAUSTED, ExitCode.BUDGET, pre, result)
         if result.no_failure:  # asked again during the search, all candidates on did not fail
             return self._finish(SearchStatus.NO_FAILURE, pre, result)
@@ -1287,7 +1288,7 @@ class Engine:
     def _revise(self, record: dict[str, Any]) -> None:
         """Journal one revision of early verdicts, once per round (a replay finds it journaled already)."""
         if not any(int(done["round"]) == record["round"] for done in self.state.early_revisions):
-            self._append({"type": "early_passes_revised", **record})
+            self._append({"type": RecordType.EARLY_PASSES_REVISED, **record})
 
     def _prove_culprits(self, result: CulpritSearch) -> bool | None:
         """Back each culprit set's failure by a full training when only early failures blame it.
@@ -1522,7 +1523,7 @@ class Engine:
         """Compare the start's dumped training with the baseline's; a record with a reason when it cannot."""
         cache = self.state.cache()
         trial, baseline = cache.get((frozenset(names), 0)), cache.get((self._floor, 0))
-        record: dict[str, Any] = {"type": "guide_refined", "config": list(names)}
+        record: dict[str, Any] = {"type": RecordType.GUIDE_REFINED, "config": list(names)}
         dumped = self.state.dumped
         if trial is None or baseline is None or not (dumped(trial.trial_id) and dumped(baseline.trial_id)):
             return {**record, "reason": "no dumped training of this configuration"}
@@ -1631,7 +1632,7 @@ class Engine:
         culprits, switched_off = localization.culprits_of(report)
         self._append(
             {
-                "type": "session_started",
+                "type": RecordType.SESSION_STARTED,
                 "purpose": "localize",
                 "budget": self.config.search.budget,
                 "devices": self._session_devices(),
@@ -1687,7 +1688,7 @@ class Engine:
             fix_env = fix_env_of(self.backend, self.rules, sorted(result.fix))
             if fix_env:
                 report["fix_env"] = dict(fix_env)
-        self._append({"type": "search_finished", "status": status, "report": journaled_answer(report, (self.state.definition or {}).get("rules"))})
+        self._append({"type": RecordType.SEARCH_FINISHED, "status": status, "report": journaled_answer(report, (self.state.definition or {}).get("rules"))})
         return self._write(status, ExitCode.OK, report)
 
     def _stop(

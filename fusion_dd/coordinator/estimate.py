@@ -35,6 +35,7 @@ from ..store.journal import JOURNAL_NAME, read_records
 from .replay import ANSWERS, _Replay, config_of
 from ..core.scoring import Threshold
 from ..store.state import ConfigKey, SearchState, TrialState, replay
+from ..store.records import RecordType
 
 HYPOTHESES = 6
 
@@ -118,14 +119,14 @@ class _Continuation(_Replay):
         self._number += 1
         trial_id = f"sim{self._number:05d}"
         role = role or self._role(key)
-        record = {"type": "trial_started", "trial_id": trial_id, "config": sorted(names), "repeat": repeat,
+        record = {"type": RecordType.TRIAL_STARTED, "trial_id": trial_id, "config": sorted(names), "repeat": repeat,
                   "device": ["sim"], "trial_dir": "", "role": role, "time": 0.0}
         if repeat == 0 and self._references_dump() and (
             role in ("baseline", "all_on") or (role == "search" and names in self._fix_candidates)
         ):
             record["dumps"] = True  # as the engine journals it: this training's dump serves localization
         self.state.apply(record)
-        self.state.apply({"type": "trial_finished", "trial_id": trial_id, "duration": 0.0, **self._answer(names)})
+        self.state.apply({"type": RecordType.TRIAL_FINISHED, "trial_id": trial_id, "duration": 0.0, **self._answer(names)})
         return self.state.trials[trial_id]
 
     def _launch_batch(
@@ -325,7 +326,7 @@ def _continue(
     world = replay(records)
     for trial in world.open_trials():  # the running trainings end as the hypothesis says
         fails = _fails(trial.config, culprits, failed, passed)
-        world.apply({"type": "trial_finished", "trial_id": trial.trial_id, "duration": 0.0,
+        world.apply({"type": RecordType.TRIAL_FINISHED, "trial_id": trial.trial_id, "duration": 0.0,
                      **(failing if fails else passing)})
 
     def answer(config_names: frozenset[str]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from ..config.settings import LocalizeConfig
 from ..core.errors import UsageError
 from ..store.state import LOCALIZE_ROLE, ConfigKey, SearchState, TrialState
 from ..runner.trial import DUMP_PLACEHOLDERS, TrialSpec, substitute
+from ..store.records import RecordType
 
 #: How many of the worst ops ``culprits[i].localization.top`` lists.
 TOP_OPS = 5
@@ -143,7 +144,7 @@ class Localizer:
     def _compare(self, target: Target, on: TrialState, off: TrialState) -> dict[str, Any]:
         """Compare the two dumps; the ``localized`` record (a reason instead when it could not be done)."""
         record: dict[str, Any] = {
-            "type": "localized",
+            "type": RecordType.LOCALIZED,
             "culprit": list(target.culprit),
             "on_trial": on.trial_id,
             "off_trial": off.trial_id,

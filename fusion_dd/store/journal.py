@@ -12,10 +12,8 @@ would. Readers (``fusion-dd status``) do not take the lock: appends are single
 ``write`` calls of whole lines, so a reader sees at worst a torn last line, which it
 ignores.
 
-Record types (``type`` field): ``search_started``, ``session_started``,
-``trial_started``, ``trial_launched``, ``trial_finished``, ``trial_cancelled``,
-``device_retired``, ``search_stopped``, ``search_finished``, ``legacy_sealed``,
-``localized`` (one comparison of a culprit set's dumps, ``fusion_dd.report.localize``).
+Record types (``type`` field): declared in ``fusion_dd.store.records``, each
+with what it records; ``fusion_dd.store.state`` replays them.
 
 Integrity: every line carries ``crc``, the CRC-32 of the canonical JSON of the
 rest of the record, so a line edited into different but valid JSON is refused
@@ -62,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import UsageError
+from .records import RecordType
 
 JOURNAL_NAME = "journal.jsonl"
 LOCK_NAME = "lock"
@@ -69,7 +68,7 @@ TRIALS_DIR = "trials"
 FORMAT_VERSION = 2
 CHECKSUM_KEY = "crc"
 SEQUENCE_KEY = "seq"
-SEALED = "legacy_sealed"
+SEALED = RecordType.LEGACY_SEALED.value
 _UNTRUSTED = (
     "the search state cannot be trusted (restore the file, or start over with "
     "'fusion-dd search --restart', which moves this state directory aside)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from types import MappingProxyType
 from dataclasses import dataclass, field
@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core.scoring import Measurement
 from .journal import TRIALS_DIR
+from .records import RecordType
 
 #: The log a trial's supervisor writes in its directory (``fusion_dd.runner.supervisor.LOG_FILE``).
 LOG_NAME = "output.log"
@@ -296,100 +297,138 @@ class SearchState:
         return self._highest + 1
 
     def apply(self, record: dict[str, Any]) -> None:
-        """Take one journal record into account (replay and live updates share this)."""
-        kind = record.get("type")
-        if kind == "search_started":
-            if self.definition is None:
-                self.definition = record["definition"]
-                self.started_at = record.get("time")
-                self.start_record = record
-                self.rule_index = RuleIndex(rule_names_of(self.definition))
-        elif kind == "session_started":
-            self.sessions.append(record)
-        elif kind == "trial_started":
-            trial_id = record["trial_id"]
-            replaced = self.trials.get(trial_id)
-            if replaced is not None:
-                self._charged -= replaced.costs_budget
-            if trial_id.isdigit():
-                self._highest = max(self._highest, int(trial_id))
-            self._charged += 1  # an open trial counts (see TrialState.costs_budget)
-            self.trials[trial_id] = TrialState(
-                trial_id=trial_id,
-                config=self.config_of(record),
-                repeat=int(record.get("repeat", 0)),
-                device=tuple(record.get("device", ())),
-                trial_dir=record.get("trial_dir") or f"{TRIALS_DIR}/{trial_id}",
-                started_at=record.get("time", 0.0),
-                role=record.get("role", "search"),
-                attempt=int(record.get("attempt", 1)),
-            )
-            if record.get("dumps"):
-                self._dumping.add(trial_id)
-            else:
-                self._dumping.discard(trial_id)
-        elif kind == "trial_launched":
-            trial = self.trials.get(record["trial_id"])
-            if trial is not None:
-                trial.launch = record
-        elif kind == "trial_finished":
-            trial = self.trials.get(record["trial_id"])
-            if trial is not None and trial.finished is None and trial.role == LOCALIZE_ROLE:
-                trial.finished = record
-                self._localize_by_key.setdefault(trial.key, trial)
-            elif trial is not None and trial.finished is None and trial.role == PROOF_ROLE:
-                trial.finished = record
+        """Take one journal record into account (replay and live updates share this).
+
+        A type this version does not know (a newer version's) changes nothing.
+        """
+        handler = _APPLY.get(record.get("type"))  # type: ignore[arg-type]
+        if handler is not None:
+            handler(self, record)
+
+    def _apply_search_started(self, record: dict[str, Any]) -> None:
+        if self.definition is None:
+            self.definition = record["definition"]
+            self.started_at = record.get("time")
+            self.start_record = record
+            self.rule_index = RuleIndex(rule_names_of(self.definition))
+
+    def _apply_session_started(self, record: dict[str, Any]) -> None:
+        self.sessions.append(record)
+
+    def _apply_trial_started(self, record: dict[str, Any]) -> None:
+        trial_id = record["trial_id"]
+        replaced = self.trials.get(trial_id)
+        if replaced is not None:
+            self._charged -= replaced.costs_budget
+        if trial_id.isdigit():
+            self._highest = max(self._highest, int(trial_id))
+        self._charged += 1  # an open trial counts (see TrialState.costs_budget)
+        self.trials[trial_id] = TrialState(
+            trial_id=trial_id,
+            config=self.config_of(record),
+            repeat=int(record.get("repeat", 0)),
+            device=tuple(record.get("device", ())),
+            trial_dir=record.get("trial_dir") or f"{TRIALS_DIR}/{trial_id}",
+            started_at=record.get("time", 0.0),
+            role=record.get("role", "search"),
+            attempt=int(record.get("attempt", 1)),
+        )
+        if record.get("dumps"):
+            self._dumping.add(trial_id)
+        else:
+            self._dumping.discard(trial_id)
+
+    def _apply_trial_launched(self, record: dict[str, Any]) -> None:
+        trial = self.trials.get(record["trial_id"])
+        if trial is not None:
+            trial.launch = record
+
+    def _apply_trial_finished(self, record: dict[str, Any]) -> None:
+        trial = self.trials.get(record["trial_id"])
+        if trial is not None and trial.finished is None and trial.role == LOCALIZE_ROLE:
+            trial.finished = record
+            self._localize_by_key.setdefault(trial.key, trial)
+        elif trial is not None and trial.finished is None and trial.role == PROOF_ROLE:
+            trial.finished = record
+            self._note_full(trial)
+            if trial.trial_id in self._dumping and record.get("kind") == "metric":
+                self._localize_by_key.setdefault(trial.key, trial)  # the fix's dumped full training
+        elif trial is not None and trial.finished is None:
+            trial.finished = record
+            if record.get("kind") not in EARLY_KINDS:
                 self._note_full(trial)
-                if trial.trial_id in self._dumping and record.get("kind") == "metric":
-                    self._localize_by_key.setdefault(trial.key, trial)  # the fix's dumped full training
-            elif trial is not None and trial.finished is None:
-                trial.finished = record
-                if record.get("kind") not in EARLY_KINDS:
-                    self._note_full(trial)
-                if trial.trial_id in self._dumping and record.get("kind") in ("metric", EARLY_PASS):
-                    # An early pass dumped before it stopped (the engine lets no dumping training
-                    # pass before the localized step): its dump serves localization too.
-                    self._localize_by_key.setdefault(trial.key, trial)
-                self._attempts[trial.key] = self._attempts.get(trial.key, 0) + 1
-                current = self._by_key.get(trial.key)
-                if current is None or not current.resolved:
-                    self._by_key[trial.key] = trial
-        elif kind == "trial_cancelled":
-            trial = self.trials.get(record["trial_id"])
-            if trial is not None and trial.finished is None:
-                self._charged -= trial.costs_budget
-                trial.cancelled = record
-                self._charged += trial.costs_budget
-        elif kind == "search_stopped":
-            self.stops.append(record)
-            if record.get("reason") == "training_broken":
-                # The user fixes the training and runs again: its failed attempts no longer count.
-                self.broken_before = len(self.trials)
-                for key, trial in self._by_key.items():
-                    if not trial.resolved:
-                        self._attempts.pop(key, None)
-        elif kind == "device_retired":
-            self.retired_devices.append(record)
-        elif kind == "question":
-            if int(record["index"]) == len(self.lanes):  # a duplicate of a known index changes nothing
-                self.lanes.append(int(record["width"]))
-        elif kind == "search_finished":
-            self.finished = record
-        elif kind == "localized":
-            self.localized[tuple(sorted(record["culprit"]))] = record
-        elif kind == "guide":
-            if self.guide is None:  # the first one decided the questions; a duplicate changes nothing
-                self.guide = record
-        elif kind == "guide_refined":
-            self.refined.setdefault(tuple(sorted(record["config"])), record)
-        elif kind == "early_passes_revised":
-            self.early_revisions.append(record)
+            if trial.trial_id in self._dumping and record.get("kind") in ("metric", EARLY_PASS):
+                # An early pass dumped before it stopped (the engine lets no dumping training
+                # pass before the localized step): its dump serves localization too.
+                self._localize_by_key.setdefault(trial.key, trial)
+            self._attempts[trial.key] = self._attempts.get(trial.key, 0) + 1
+            current = self._by_key.get(trial.key)
+            if current is None or not current.resolved:
+                self._by_key[trial.key] = trial
+
+    def _apply_trial_cancelled(self, record: dict[str, Any]) -> None:
+        trial = self.trials.get(record["trial_id"])
+        if trial is not None and trial.finished is None:
+            self._charged -= trial.costs_budget
+            trial.cancelled = record
+            self._charged += trial.costs_budget
+
+    def _apply_search_stopped(self, record: dict[str, Any]) -> None:
+        self.stops.append(record)
+        if record.get("reason") == "training_broken":
+            # The user fixes the training and runs again: its failed attempts no longer count.
+            self.broken_before = len(self.trials)
+            for key, trial in self._by_key.items():
+                if not trial.resolved:
+                    self._attempts.pop(key, None)
+
+    def _apply_device_retired(self, record: dict[str, Any]) -> None:
+        self.retired_devices.append(record)
+
+    def _apply_question(self, record: dict[str, Any]) -> None:
+        if int(record["index"]) == len(self.lanes):  # a duplicate of a known index changes nothing
+            self.lanes.append(int(record["width"]))
+
+    def _apply_search_finished(self, record: dict[str, Any]) -> None:
+        self.finished = record
+
+    def _apply_localized(self, record: dict[str, Any]) -> None:
+        self.localized[tuple(sorted(record["culprit"]))] = record
+
+    def _apply_guide(self, record: dict[str, Any]) -> None:
+        if self.guide is None:  # the first one decided the questions; a duplicate changes nothing
+            self.guide = record
+
+    def _apply_guide_refined(self, record: dict[str, Any]) -> None:
+        self.refined.setdefault(tuple(sorted(record["config"])), record)
+
+    def _apply_early_passes_revised(self, record: dict[str, Any]) -> None:
+        self.early_revisions.append(record)
 
     def _note_full(self, trial: TrialState) -> None:
         self._full_attempts[trial.key] = self._full_attempts.get(trial.key, 0) + 1
         current = self._full_by_key.get(trial.key)
         if current is None or not current.resolved:
             self._full_by_key[trial.key] = trial
+
+
+#: The handler of each record type (``legacy_sealed`` is the journal's own: nothing to replay).
+_APPLY: dict[str, Callable[[SearchState, dict[str, Any]], None]] = {
+    RecordType.SEARCH_STARTED.value: SearchState._apply_search_started,
+    RecordType.SESSION_STARTED.value: SearchState._apply_session_started,
+    RecordType.TRIAL_STARTED.value: SearchState._apply_trial_started,
+    RecordType.TRIAL_LAUNCHED.value: SearchState._apply_trial_launched,
+    RecordType.TRIAL_FINISHED.value: SearchState._apply_trial_finished,
+    RecordType.TRIAL_CANCELLED.value: SearchState._apply_trial_cancelled,
+    RecordType.SEARCH_STOPPED.value: SearchState._apply_search_stopped,
+    RecordType.DEVICE_RETIRED.value: SearchState._apply_device_retired,
+    RecordType.QUESTION.value: SearchState._apply_question,
+    RecordType.SEARCH_FINISHED.value: SearchState._apply_search_finished,
+    RecordType.LOCALIZED.value: SearchState._apply_localized,
+    RecordType.GUIDE.value: SearchState._apply_guide,
+    RecordType.GUIDE_REFINED.value: SearchState._apply_guide_refined,
+    RecordType.EARLY_PASSES_REVISED.value: SearchState._apply_early_passes_revised,
+}
 
 
 def replay(records: Iterable[dict[str, Any]]) -> SearchState:
