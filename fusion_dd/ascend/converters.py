@@ -25,22 +25,26 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
+
+class LayoutError(ValueError):
+    """A tensor that cannot be decoded; the message is the reason, shown per tensor.
+
+    Declared here, below the layouts, because a user's converter that fails is one too."""
+
+
 ENV = "FUSION_DD_CONVERTERS"
 _NAME = re.compile(r"^convert_([A-Za-z0-9_]{1,128}?)_to_([A-Za-z0-9_]{1,128})\.py$")
 
 Converter = Callable[..., object]
 
 
-def find_converter(fmt: int, sub_format: int = 0) -> Converter | None:
-    """The user's converter for format code ``fmt`` (and ``sub_format``), or None."""
+def find_converter(name: str, sub_format: int = 0) -> Converter | None:
+    """The user's converter for the format named ``name`` (``layout.format_name``) and ``sub_format``, or None."""
     folders = os.environ.get(ENV, "")
     if not folders:
         return None
     table = _converters(folders)
-    from .layout import format_name
-
-    name = format_name(fmt)
-    if fmt == 4 and sub_format > 1 and f"FRACTAL_Z_G{sub_format}" in table:
+    if name == "FRACTAL_Z" and sub_format > 1 and f"FRACTAL_Z_G{sub_format}" in table:
         name = f"FRACTAL_Z_G{sub_format}"
     path = table.get(name)
     if path is None:
@@ -67,8 +71,6 @@ def _converters(folders: str) -> dict[str, Path]:
 
 @lru_cache(maxsize=None)
 def _load(path: str) -> Converter:
-    from .layout import LayoutError
-
     namespace: dict[str, object] = {"__file__": path, "__name__": Path(path).stem}
     try:
         source = Path(path).read_text(encoding="utf-8")

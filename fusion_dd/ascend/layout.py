@@ -28,6 +28,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .converters import LayoutError, find_converter
+
 # --- data types ---------------------------------------------------------------------
 
 #: CANN ``ge::DataType`` codes fusion-dd decodes, with the numpy dtype of the raw bytes.
@@ -59,10 +61,6 @@ DTYPE_CODES: dict[str, int] = {name: code for code, (name, _) in DTYPES.items()}
 NUMPY_CODES: dict[np.dtype, int] = {
     np.dtype(raw): code for code, (name, raw) in DTYPES.items() if code not in (BF16, UINT1, HIFLOAT8, FLOAT8_E5M2, FLOAT8_E4M3FN)
 }
-
-
-class LayoutError(ValueError):
-    """A tensor that cannot be decoded; the message is the reason, shown per tensor."""
 
 
 def dtype_name(code: int) -> str:
@@ -274,9 +272,7 @@ def to_framework(
     sub_format = sub_format or packed_sub
     original = tuple(int(d) for d in original_shape)
     shape = data.shape
-    from .converters import find_converter
-
-    converter = find_converter(fmt, sub_format)
+    converter = find_converter(format_name(fmt), sub_format)
     if converter is not None:
         return converter(data, original, sub_format)
     if fmt == FRACTAL_Z and sub_format > 1:

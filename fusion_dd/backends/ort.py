@@ -27,7 +27,7 @@ from typing import Any
 
 from ..core.hooks import TrialFiles
 from ..core.rules import Rule, Section
-from . import FIX_NAMES, Rendered
+from .base import FIX_NAMES, Rendered
 from .common import PlainListBackend, shipped_names, shown_names, switches_applied, switches_ignored, switches_unverified
 
 DISABLED_ENV = "FUSION_DD_DISABLED_OPTIMIZERS"

@@ -180,7 +180,8 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
     """
     from ..backends import backend_for
     from ..core.hooks import fired_of
-    from ..runner.launcher import TrialRequest, launcher_for
+    from ..runner.launcher import TrialRequest
+    from ..runner.registry import launcher_for
     from ..runner.metrics import MetricSpec
     from ..runner.trial import TrialSpec
 

@@ -43,7 +43,8 @@ from ..search.oracle import Outcome
 from ..store.state import ConfigKey, SearchState, TrialState, definition_changes, replay
 from ..runner.trial import ForeignTrial, TrialSpec, trial_binding
 from ..store.identity import SEARCH_ID_KEY, check_journal_belongs, journaled_id, new_search_id, record_state_dir_id
-from ..runner.launcher import Launcher, TrialRequest, TrialResult, launcher_for
+from ..runner.launcher import Launcher, TrialRequest, TrialResult
+from ..runner.registry import launcher_for
 from ..backends import CompilerBackend, backend_for, fix_env_of
 from ..core.hooks import effects_of, fired_although_off_of, known_to_compiler_of, switch_check_of, unknown_to_compiler_of
 from ..runner.broken import STATUS as TRAINING_BROKEN
@@ -125,8 +126,14 @@ class Engine:
         backend: CompilerBackend | None = None,
         launcher: Launcher | None = None,
         adopt: Sequence[dict[str, Any]] = (),
+        running_report: Callable[[list[dict[str, Any]], Path], dict[str, Any]] | None = None,
     ) -> None:
+        """``running_report``: the report of the search so far, rebuilt from its journal records
+        (``fusion_dd.coordinator.replay.running_report``, which ``run_search`` passes), written to
+        report.json after finished trials so that a dead search never leaves a stale one;
+        None: report.json is written at the end only."""
         self.config = config
+        self._running_report = running_report
         # Journal records of a reference trained before the journal existed (the all-on training of
         # rules.from: all_on, fusion_dd.coordinator.closure): journaled right after search_started of a new search.
         self._adopt = list(adopt)
@@ -572,19 +579,19 @@ class Engine:
     def _snapshot_report(self) -> None:
         """Rewrite report.json after finished trials, so a dead search never leaves a stale one.
 
-        Rebuilt from the journal by replay (fusion_dd.coordinator.replay), like ``fusion-dd
-        report``, on the background thread of :class:`Snapshots`; a failure costs
+        Rebuilt from the journal by the ``running_report`` port (replay, like ``fusion-dd
+        report``) on the background thread of :class:`Snapshots`; a failure costs
         the snapshot, never the search.
         """
-        from .replay import rebuild
         from ..report.build import write_report
 
+        if self._running_report is None:
+            return
         try:
             assert self._journal is not None
             with self._journal_lock:
                 records = list(self._journal.records())
-            snapshot = rebuild(records, self.state_dir, running=True)
-            write_report(self.state_dir / REPORT_NAME, snapshot.report)
+            write_report(self.state_dir / REPORT_NAME, self._running_report(records, self.state_dir))
         except Exception as exc:  # noqa: BLE001 - a report snapshot must never stop a search
             if not self._snapshot_failed:
                 self._snapshot_failed = True

@@ -170,6 +170,11 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
     return Rebuilt(report, status, code)
 
 
+def running_report(records: list[dict[str, Any]], state_dir: Path) -> dict[str, Any]:
+    """The report of a search still running, from its records: the engine's ``running_report`` port."""
+    return rebuild(records, state_dir, running=True).report
+
+
 def rebuild_from_dir(state_dir: Path, *, running: bool) -> Rebuilt:
     """``rebuild`` of the journal in ``state_dir`` (a torn last line is ignored by the reader)."""
     journal = state_dir / JOURNAL_NAME

@@ -21,6 +21,7 @@ from ..config.settings import SearchConfig
 from ..store.journal import JOURNAL_NAME, read_records
 from .closure import prepare
 from .engine import Engine, SearchEvents, SearchResult
+from .replay import running_report
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def run_search(
     events = events_for(config) if events_for is not None else None
     engine = None
     try:
-        engine = Engine(config, events, adopt=prepared.adopted)
+        engine = Engine(config, events, adopt=prepared.adopted, running_report=running_report)
         engine.context_note = note
         result = engine.localize() if localize_only else engine.run()
     finally:

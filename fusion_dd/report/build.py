@@ -7,7 +7,6 @@ report can always be rebuilt from the journal alone.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,6 +21,7 @@ from ..core.scoring import Preconditions, Threshold, combine_runs
 from ..search.culprits import CulpritSearch
 from ..search.oracle import Outcome
 from ..store.state import EARLY_KINDS, LOCALIZE_ROLE, SearchState, TrialState
+from .trials import json_number as _number, trial_entry
 from ..store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
 from ..backends import fix_name_of
 from ..backends.cann.switch import SwitchFile, render_switch
@@ -42,62 +42,6 @@ STATUS_TEXT = {
     "training_broken": "stopped: the training does not run (no answer about fusion)",
     "running": "running: the report of the search so far",
 }
-
-
-def _number(value: float | None) -> float | str | None:
-    if value is None or math.isfinite(value):
-        return value
-    return str(value)
-
-
-def _sorted_names(config: frozenset[str], memo: dict[frozenset[str], list[str]] = {}) -> list[str]:  # noqa: B006
-    """A configuration's rule names, sorted; memoized, since trials share configurations (repeats,
-    retries; replay decodes equal masks to one frozenset) and sorting a thousand names is not free.
-    The list is shared: callers serialize it, never change it."""
-    found = memo.get(config)
-    if found is None:
-        if len(memo) >= 1 << 14:
-            memo.clear()
-        found = memo[config] = sorted(config)
-    return found
-
-
-def _trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failure: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "trial_id": trial.trial_id,
-        "role": trial.role,
-        "configuration": _sorted_names(trial.config),
-        "repeat": trial.repeat,
-        "attempt": trial.attempt,
-        "device": ",".join(trial.device),
-        "trial_dir": trial.trial_dir,
-    }
-    placement = (trial.launch or {}).get("placement") or {}
-    if placement.get("worker"):
-        # A cluster launcher journaled where the trial ran: the device id the training saw
-        # (the slot it was given is the worker's name), with host and worker apart.
-        entry.update(device=",".join(placement.get("device") or ()), host=placement.get("host"),
-                     worker=placement.get("worker_name") or placement.get("worker"))
-    if placement.get("slurm_job_id"):
-        entry["slurm_job_id"] = str(placement["slurm_job_id"])  # the trial's own Slurm job (train.launcher: slurm)
-    measurement = trial.measurement
-    if measurement is not None and trial.finished is not None:
-        outcome = None
-        if threshold is not None:
-            outcome = threshold.verdict(measurement, crash_is_failure).value
-        entry.update(
-            outcome=outcome,
-            kind=measurement.kind,
-            metric=_number(measurement.value),
-            reason=measurement.reason,
-            duration=trial.finished.get("duration"),
-            log=trial.log,
-        )
-    elif trial.cancelled is not None:
-        entry.update(outcome="cancelled", reason=trial.cancelled.get("reason", ""))
-    else:
-        entry.update(outcome="running")
-    return entry
 
 
 def _by_config(state: SearchState) -> dict[frozenset[str], list[TrialState]]:
@@ -309,7 +253,7 @@ def build_report(
     if config.graphs and report["culprits"]:
         _add_layers(report, config.graphs)
     report["trials"] = [
-        _trial_entry(trial, threshold, config.score.crash_is_failure) for trial in state.trials.values()
+        trial_entry(trial, threshold, config.score.crash_is_failure) for trial in state.trials.values()
     ]
     # Trainings that exited 125: the training said it cannot evaluate their configuration.
     report["unevaluable"] = [
@@ -473,7 +417,7 @@ def finished_report(state: SearchState) -> dict[str, Any]:
         trial = state.trials.get(trial_id)
         if trial is None:
             continue  # a journal missing a record the report had: show what the journal holds
-        entry = _trial_entry(trial, None, False)
+        entry = trial_entry(trial, None, False)
         if "kind" in entry:
             entry["outcome"] = outcome
         if trial_id in stops:

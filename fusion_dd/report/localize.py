@@ -39,6 +39,7 @@ from ..core.errors import UsageError
 from ..store.state import LOCALIZE_ROLE, ConfigKey, SearchState, TrialState
 from ..runner.trial import DUMP_PLACEHOLDERS, TrialSpec, substitute
 from ..store.records import RecordType
+from .trials import trial_entry
 
 #: How many of the worst ops ``culprits[i].localization.top`` lists.
 TOP_OPS = 5
@@ -274,10 +275,8 @@ def attach(
     report["trainings"] = state.launched
     listed = {entry.get("trial_id") for entry in report.get("trials") or []}
     if "trials" in report:
-        from .build import _trial_entry
-
         report["trials"] = list(report["trials"]) + [
-            _trial_entry(trial, None, False) for trial in state.trials.values() if trial.trial_id not in listed
+            trial_entry(trial, None, False) for trial in state.trials.values() if trial.trial_id not in listed
         ]
     status = "complete" if not missing and not failed else ("incomplete" if missing else "failed")
     report["localization"] = {

@@ -26,7 +26,6 @@ are not judged for divergence.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import os
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..core.errors import UsageError
-from .horizon import PassAt, band_width
+from .horizon import Baseline, PassAt, band_width
 from .metrics import LongLine, PieceCursor, parse_number
 from .supervisor import LOG_FILE
 from .trial import METRICS_FILE
@@ -191,36 +190,6 @@ def _int(value: Any, where: str, minimum: int) -> int:
 
 
 # --- the decision -------------------------------------------------------------------
-
-
-class Baseline:
-    """A baseline curve prepared for "its loss at the nearest earlier step" look-ups.
-
-    Non-finite points are dropped (they are no reference for anything), and for
-    a step reported twice the last value counts.
-    """
-
-    def __init__(self, curve: Iterable[tuple[int, float]]) -> None:
-        by_step: dict[int, float] = {}
-        for step, loss in curve:
-            if math.isfinite(loss):
-                by_step[int(step)] = float(loss)
-        self.steps = sorted(by_step)
-        self.losses = [by_step[step] for step in self.steps]
-
-    def __bool__(self) -> bool:
-        return bool(self.steps)
-
-    def at(self, step: int) -> tuple[int, float] | None:
-        """(baseline step, loss) at the nearest earlier or equal step; None before its first."""
-        index = bisect.bisect_right(self.steps, step) - 1
-        if index < 0:
-            return None
-        return self.steps[index], self.losses[index]
-
-    @property
-    def last_step(self) -> int | None:
-        return self.steps[-1] if self.steps else None
 
 
 class Judge:

@@ -22,6 +22,7 @@ the training's length (the baseline's last step).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,6 +37,36 @@ DEFAULT_PASS_BAND = 0.1
 DEFAULT_FACTOR = 2.0
 #: The horizon is at least this fraction of the training's length.
 MIN_FRACTION = 0.2
+
+
+class Baseline:
+    """A baseline curve prepared for "its loss at the nearest earlier step" look-ups.
+
+    Non-finite points are dropped (they are no reference for anything), and for
+    a step reported twice the last value counts.
+    """
+
+    def __init__(self, curve: Iterable[tuple[int, float]]) -> None:
+        by_step: dict[int, float] = {}
+        for step, loss in curve:
+            if math.isfinite(loss):
+                by_step[int(step)] = float(loss)
+        self.steps = sorted(by_step)
+        self.losses = [by_step[step] for step in self.steps]
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def at(self, step: int) -> tuple[int, float] | None:
+        """(baseline step, loss) at the nearest earlier or equal step; None before its first."""
+        index = bisect.bisect_right(self.steps, step) - 1
+        if index < 0:
+            return None
+        return self.steps[index], self.losses[index]
+
+    @property
+    def last_step(self) -> int | None:
+        return self.steps[-1] if self.steps else None
 
 
 @dataclass(frozen=True)
@@ -103,8 +134,6 @@ def departure(
     final metric: then the curves set no horizon). A non-finite loss counts as
     outside the band at once. The baseline is read at the nearest earlier step.
     """
-    from .early_stop import Baseline
-
     reference = Baseline(baseline)
     run: list[int] = []
     for step, loss in sorted(curve):

@@ -261,11 +261,3 @@ class LocalLauncher:
 
     def ever_started(self, request: TrialRequest) -> bool:
         return supervisor_started(request.trial_dir)
-
-
-def launcher_for(config: Any) -> Launcher:
-    """The launcher ``train.launcher`` names: this machine, a dask cluster, Slurm jobs (optional
-    extras), or one another package registers (:mod:`fusion_dd.runner.registry`)."""
-    from .registry import make_launcher
-
-    return make_launcher(config)

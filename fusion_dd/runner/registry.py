@@ -4,7 +4,7 @@ A third-party launcher registers a factory under the entry point group
 ``fusion_dd.launchers`` in its own package's metadata::
 
     [project.entry-points."fusion_dd.launchers"]
-    mycluster = "my_package.launcher:make_launcher"
+    mycluster = "my_package.launcher:launcher_for"
 
 The factory is called with the search's configuration (``SearchConfig``) and
 returns an object with the launcher calls of :class:`fusion_dd.runner.launcher.Launcher`
@@ -52,8 +52,9 @@ def _built_in(name: str) -> Callable[[Any], Any]:
     return slurm_launcher_for
 
 
-def make_launcher(config: Any) -> Any:
-    """The launcher ``train.launcher`` names, built for this search's configuration."""
+def launcher_for(config: Any) -> Any:
+    """The launcher ``train.launcher`` names, built for this search's configuration: this
+    machine, a dask cluster, Slurm jobs (optional extras), or one another package registers."""
     name = getattr(config.train, "launcher", "local")
     if name in BUILT_IN:
         return _built_in(name)(config)
@@ -70,4 +71,4 @@ def make_launcher(config: Any) -> Any:
     return factory(config)
 
 
-__all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "launcher_names", "make_launcher"]
+__all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "launcher_names", "launcher_for"]

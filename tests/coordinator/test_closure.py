@@ -277,7 +277,7 @@ def test_closure_trainings_run_through_the_configured_launcher_on_its_first_slot
 
     from fusion_dd.config.settings import load_config
     from fusion_dd.coordinator.closure import train_once
-    from fusion_dd.runner import launcher as launcher_module
+    from fusion_dd.runner import registry as launcher_module
     from fusion_dd.runner.launcher import LocalLauncher
 
     seen: dict[str, object] = {"devices": [], "closed": 0}

@@ -506,7 +506,7 @@ def test_the_dask_launcher_from_the_file_takes_its_scheduler_from_the_command_li
     """``train.launcher: dask`` without an address is fine until the search starts: --scheduler may give it."""
     from fusion_dd.config.settings import load_config
     from fusion_dd.core.errors import UsageError
-    from fusion_dd.runner.launcher import launcher_for
+    from fusion_dd.runner.registry import launcher_for
 
     config = write_config(tmp_path, "--culprits", CULPRIT)
     document = yaml.safe_load(config.read_text())

@@ -168,9 +168,9 @@ def test_a_launcher_another_package_registers_is_found_by_its_entry_point(monkey
         class train:
             launcher = "mycluster"
 
-    assert registry.make_launcher(Config) == ("made for", Config)
+    assert registry.launcher_for(Config) == ("made for", Config)
     Config.train.launcher = "local"
-    assert type(registry.make_launcher(Config)).__name__ == "LocalLauncher"  # a built-in is never replaced
+    assert type(registry.launcher_for(Config)).__name__ == "LocalLauncher"  # a built-in is never replaced
 
 
 def _third_party(config):

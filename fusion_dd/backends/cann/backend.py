@@ -22,7 +22,7 @@ from ...core.hooks import TrialFiles, missing_message
 from ...core.rules import Rule, Section
 from ...search.culprits import Chooser, choose_off_by_effect, preferring
 from .switch import SwitchFile, render_switch
-from .. import Rendered
+from ..base import Rendered
 from .autofuse import CAPABILITIES, FLAGS_ENV, autofuse_points, realize, render_flags
 
 WORK_PATH_ENV = "ASCEND_WORK_PATH"

@@ -1,0 +1,71 @@
+"""The trials of ``report.json``: each one's entry, shared by the report and localization's additions."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..core.scoring import Threshold
+from ..store.state import TrialState
+
+
+def json_number(value: float | None) -> float | str | None:
+    """A metric as JSON can hold it: a non-finite one (nan, inf) as its text."""
+    if value is None or math.isfinite(value):
+        return value
+    return str(value)
+
+
+def _sorted_names(config: frozenset[str], memo: dict[frozenset[str], list[str]] = {}) -> list[str]:  # noqa: B006
+    """A configuration's rule names, sorted; memoized, since trials share configurations (repeats,
+    retries; replay decodes equal masks to one frozenset) and sorting a thousand names is not free.
+    The list is shared: callers serialize it, never change it."""
+    found = memo.get(config)
+    if found is None:
+        if len(memo) >= 1 << 14:
+            memo.clear()
+        found = memo[config] = sorted(config)
+    return found
+
+
+def trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failure: bool) -> dict[str, Any]:
+    """One trial as ``report.json`` lists it: configuration, placement, outcome, metric, log.
+
+    ``threshold`` gives the outcome (pass or fail); without one (a report of
+    trials added later, by ``fusion-dd localize``) the outcome is left out.
+    """
+    entry: dict[str, Any] = {
+        "trial_id": trial.trial_id,
+        "role": trial.role,
+        "configuration": _sorted_names(trial.config),
+        "repeat": trial.repeat,
+        "attempt": trial.attempt,
+        "device": ",".join(trial.device),
+        "trial_dir": trial.trial_dir,
+    }
+    placement = (trial.launch or {}).get("placement") or {}
+    if placement.get("worker"):
+        # A cluster launcher journaled where the trial ran: the device id the training saw
+        # (the slot it was given is the worker's name), with host and worker apart.
+        entry.update(device=",".join(placement.get("device") or ()), host=placement.get("host"),
+                     worker=placement.get("worker_name") or placement.get("worker"))
+    if placement.get("slurm_job_id"):
+        entry["slurm_job_id"] = str(placement["slurm_job_id"])  # the trial's own Slurm job (train.launcher: slurm)
+    measurement = trial.measurement
+    if measurement is not None and trial.finished is not None:
+        outcome = None
+        if threshold is not None:
+            outcome = threshold.verdict(measurement, crash_is_failure).value
+        entry.update(
+            outcome=outcome,
+            kind=measurement.kind,
+            metric=json_number(measurement.value),
+            reason=measurement.reason,
+            duration=trial.finished.get("duration"),
+            log=trial.log,
+        )
+    elif trial.cancelled is not None:
+        entry.update(outcome="cancelled", reason=trial.cancelled.get("reason", ""))
+    else:
+        entry.update(outcome="running")
+    return entry
