@@ -8,13 +8,14 @@ processes are skipped). Every time is a ratio to ``fusion-dd --help`` measured i
 the same run, each command a fresh process as a user starts it:
 
 * ``bytes``: journal bytes per trial of a search of about 1,300 trials over 1,024
-  candidates (90 planted culprits), everything included (the rule list once, the
+  candidates (60 lone culprits and 20 interacting pairs), everything included (the rule list once, the
   answer at the end).
 * ``finished``: ``fusion-dd resume`` of that finished search (it shows the answer).
 * ``replay``: ``fusion-dd resume`` of the same journal with its last record
   (``search_finished``) cut off: every question replayed from the journal's cache,
   nothing trained; wall time and the peak resident memory of the process.
-* ``resume-5000``: the same for a search of about 5,000 trials over 512 candidates.
+* ``resume-5000``: the same for a search of about 5,000 trials over 512 candidates
+  (20 lone culprits and 180 pairs).
 
 The markdown section is printed and written into benchmarks/RESULTS.md between
 ``<!-- bench_resume:begin -->`` and ``<!-- bench_resume:end -->``.
@@ -74,8 +75,11 @@ CPU_SECONDS: dict[str, float] = {}
 
 def _peak(argv: list[str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
     """Wall time and peak memory of one run, read from /proc while it runs (VmHWM)."""
+    # Its output goes to files, not pipes: nothing reads a pipe while the process runs, and the
+    # summary of a search of hundreds of culprit sets fills one (the process would block on it).
+    out_file, err_file = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     start, used = time.perf_counter(), _cpu()
-    process = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=out_file, stderr=err_file)
     peak_kb = 0
     status = Path(f"/proc/{process.pid}/status")
     while process.poll() is None:
@@ -86,8 +90,11 @@ def _peak(argv: list[str], cwd: Path) -> tuple[float, float, subprocess.Complete
         except OSError:
             pass
         time.sleep(0.01)
-    out, err = process.communicate()
+    process.wait()
     elapsed = time.perf_counter() - start
+    out_file.seek(0)
+    err_file.seek(0)
+    out, err = out_file.read().decode("utf-8", "replace"), err_file.read().decode("utf-8", "replace")
     CPU_SECONDS[" ".join(argv[3:]) + " (replay)"] = _cpu() - used
     return elapsed, peak_kb / 1024, subprocess.CompletedProcess(argv, process.returncode, out, err)
 
@@ -99,18 +106,25 @@ def _cut_end(directory: Path) -> None:
     journal.write_bytes(b"".join(lines[:-1]))  # as if stopped right before the end
 
 
-def _search(work: Path, name: str, candidates: int, culprits: int, seed: int) -> tuple[Path, dict[str, Any]]:
+def _search(work: Path, name: str, candidates: int, singles: int, pairs: int, seed: int) -> tuple[Path, dict[str, Any]]:
+    """A finished search over ``candidates`` rules with planted lone culprits and interacting pairs.
+
+    The mix sets the size: group testing finds lone culprits in far fewer trainings
+    than a pair costs, so pairs are what make a journal of thousands of trials.
+    """
     directory = work / name
     directory.mkdir()
     names = _names(candidates)
+    picks = random.Random(seed).sample(names, singles + 2 * pairs)
+    planted = picks[:singles] + [f"{a}+{b}" for a, b in zip(picks[singles::2], picks[singles + 1::2])]
     started = time.perf_counter()
-    report = _build_journal(directory, names, random.Random(seed).sample(names, culprits), budget=100_000)
+    report = _build_journal(directory, names, planted, budget=100_000)
     report["_built"] = time.perf_counter() - started
     return directory, report
 
 
 def bench_large(work: Path, help_time: float, wanted: set[str]) -> dict[str, dict[str, Any]]:
-    directory, report = _search(work, "n1024", 1024, 90, 1024)
+    directory, report = _search(work, "n1024", 1024, 60, 20, 1024)
     journal = directory / ".fusion-dd" / "journal.jsonl"
     rows: dict[str, dict[str, Any]] = {}
     trials = report["trainings"]
@@ -131,7 +145,7 @@ def bench_large(work: Path, help_time: float, wanted: set[str]) -> dict[str, dic
 
 
 def bench_5000(work: Path, help_time: float) -> dict[str, Any]:
-    directory, report = _search(work, "n512", 512, 370, 5000)
+    directory, report = _search(work, "n512", 512, 20, 180, 5000)
     _cut_end(directory)
     elapsed, peak, done = _peak([*_cli(), "resume"], directory)
     again = json.loads((directory / ".fusion-dd" / "report.json").read_text(encoding="utf-8"))
