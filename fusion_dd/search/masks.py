@@ -144,6 +144,31 @@ class Antichains:
             self.max_pass = [high for high in self.max_pass if high & ~mask != 0]
             self.max_pass.append(mask)
 
+    def remove(self, mask: int, fails: bool, rest: Iterable[int]) -> None:
+        """Take back an answer for ``mask``; ``rest`` holds every other mask with the same answer.
+
+        Only the answers that ``mask`` hid can join the antichain: those around a
+        failing one, inside a passing one. So a changed answer costs a scan of
+        ``rest`` (in C) and a few ``add``, not a rebuild from every answer, which
+        made each flip of a search with thousands of answers cost them all again.
+        The result is the same set as a rebuild (an antichain of extremes is unique).
+        """
+        if fails:
+            if not self.is_min_fail(mask):
+                return  # another minimal failing mask lies inside it and stays
+            if mask and mask & (mask - 1) == 0:
+                self.single_fail &= ~mask
+            else:
+                self.multi_fail.remove(mask)
+            freed = [other for other in rest if mask & ~other == 0]
+        else:
+            if mask not in self.max_pass:
+                return  # a larger passing mask lies around it and stays
+            self.max_pass.remove(mask)
+            freed = [other for other in rest if other & ~mask == 0]
+        for other in freed:
+            self.add(other, fails)
+
     def contradicts(self, mask: int, fails: bool) -> bool:
         """Whether an answer for ``mask`` breaks monotonicity with the answers so far."""
         if fails:

@@ -166,6 +166,34 @@ def _rules(count: int) -> str:
     return f"{count} rule" + ("" if count == 1 else "s")
 
 
+# A contradiction's evidence: the two configurations' trainings before and after they were
+# re-trained, and their verdicts then. Worded only when the report asks: a false failure of a
+# small configuration contradicts thousands of passing ones, most never read.
+_Retrained = tuple[
+    tuple[tuple[Observation, ...], tuple[Observation, ...]],
+    tuple[tuple[Observation, ...], tuple[Observation, ...]],
+    tuple["Outcome | None", "Outcome | None"],
+]
+
+
+def _explain(low: frozenset, high: frozenset, record: _Retrained) -> str:
+    """One sentence on a contradiction and what re-training made of it."""
+    before, after, (low_now, high_now) = record
+    head = (
+        f"a configuration of {_rules(len(low))} failed ({_describe(before[0]) or 'precondition'}) while a "
+        f"superset of {_rules(len(high))} passed ({_describe(before[1]) or 'precondition'})"
+    )
+    if low_now is Outcome.FAIL and high_now is Outcome.PASS:
+        tail = (
+            f"; re-trained, both held ({_describe(after[0])} / "
+            f"{_describe(after[1])}): the failure is genuinely non-monotone"
+        )
+    else:
+        wrong = "the subset's failure" if low_now is not Outcome.FAIL else "the superset's pass"
+        tail = f"; re-trained ({_describe(after[0])} / {_describe(after[1])}): {wrong} was noise"
+    return head + tail
+
+
 def _describe(observations: Sequence[Observation]) -> str:
     marks = []
     for observation in observations:
@@ -202,12 +230,15 @@ class NoiseGuard(Generic[T]):
         # verdicts that changed, the minimal failing / maximal passing ones.
         self._masks: Masks[T] = masks if masks is not None else Masks(order)
         self._seq: dict[frozenset[T], int] = {}
-        self._chains: Antichains | None = None
+        self._chains = Antichains()
         self._config_of: dict[int, frozenset[T]] = {}
         self._fail_masks: list[int] = []
         self._pass_masks: list[int] = []
         self._pass_set: set[int] = set()
+        for config, verdict in self._given.items():
+            self._chain_add(config, verdict)
         self._halves_seen: dict[int, tuple[bool, int]] = {}  # leaf -> (halves found, passing masks looked at)
+        self._needed_seen: dict[int, tuple[int, int]] = {}  # leaf -> (necessary rules' bits, passing masks looked at)
         self._touched: dict[frozenset[T], Outcome | None] = {}
         self._dirty: set[frozenset[T]] = set()  # verdicts changed since the last check of what was told
         self._flaky_configs: set[frozenset[T]] = set()
@@ -216,7 +247,8 @@ class NoiseGuard(Generic[T]):
         self._told: dict[frozenset[T], bool] = {}
         self._firm: set[frozenset[T]] = set()
         self._claims_checked: dict[frozenset[T], int] = {}  # checked leaf -> rules claimed necessary then
-        self._contradictions: dict[tuple[frozenset[T], frozenset[T]], str] = {}
+        # (failing subset, passing superset) -> what their trainings were before and after the re-training
+        self._contradictions: dict[tuple[frozenset[T], frozenset[T]], _Retrained] = {}
         self.replays = 0
         # The references' own trainings (the engine settled them by majority before the
         # search): when they disagreed, the run has shown noise before its first question.
@@ -237,37 +269,43 @@ class NoiseGuard(Generic[T]):
             self._seq[config] = len(self._seq)
         elif old is not verdict:
             self._dirty.add(config)
-            self._chains = None  # rebuilt on next use: verdicts rarely change
+            self._chain_remove(config, old)
         self._verdict[config] = verdict
-        if old is None and self._chains is not None:
-            self._chain_add(self._chains, config, verdict)
+        if old is not verdict:
+            self._chain_add(config, verdict)
 
-    def _chain_add(self, chains: Antichains, config: frozenset[T], verdict: Outcome) -> None:
+    def _chain_add(self, config: frozenset[T], verdict: Outcome) -> None:
         if verdict is Outcome.FAIL or verdict is Outcome.PASS:
             mask = self._mask(config)
             self._config_of[mask] = config
-            chains.add(mask, verdict is Outcome.FAIL)
+            self._chains.add(mask, verdict is Outcome.FAIL)
             if verdict is Outcome.FAIL:
                 self._fail_masks.append(mask)
             else:
                 self._pass_masks.append(mask)
                 self._pass_set.add(mask)
 
+    def _chain_remove(self, config: frozenset[T], verdict: Outcome) -> None:
+        """Take back a verdict that changed, in place: a flip used to rebuild everything from all verdicts."""
+        if verdict is Outcome.FAIL or verdict is Outcome.PASS:
+            mask = self._mask(config)
+            fails = verdict is Outcome.FAIL
+            same = self._fail_masks if fails else self._pass_masks
+            same.remove(mask)
+            if not fails:
+                self._pass_set.discard(mask)
+                # ``_halves`` and ``_necessary`` remember what the passing masks showed; one went.
+                self._halves_seen = {}
+                self._needed_seen = {}
+            self._chains.remove(mask, fails, same)
+
     def _antichains(self) -> Antichains:
         """Minimal failing and maximal passing verdicts (the preconditions included).
 
-        Also rebuilds ``_fail_masks`` / ``_pass_masks``, the masks of every failing
-        and passing verdict (in no particular order), for the scans that need all.
+        Kept up to date as verdicts arrive and change, as are ``_fail_masks`` /
+        ``_pass_masks``, the masks of every failing and passing verdict (in no
+        particular order), for the scans that need all.
         """
-        if self._chains is None:
-            chains = Antichains()
-            self._fail_masks = []
-            self._pass_masks = []
-            self._pass_set = set()
-            self._halves_seen = {}
-            for config, verdict in {**self._verdict, **self._given}.items():
-                self._chain_add(chains, config, verdict)
-            self._chains = chains
         return self._chains
 
     def _arrival(self, config: frozenset[T]) -> tuple[int, int]:
@@ -295,7 +333,7 @@ class NoiseGuard(Generic[T]):
     def inconsistencies(self) -> list[Inconsistency[T]]:
         """Every disagreement seen, with its evidence, in the order it was found."""
         found: list[Inconsistency[T]] = []
-        for (low, high), note in self._contradictions.items():
+        for (low, high), record in self._contradictions.items():
             found.append(
                 Inconsistency(
                     kind="non-monotone",
@@ -305,7 +343,7 @@ class NoiseGuard(Generic[T]):
                         self.verdict(low) or Outcome.UNRESOLVED,
                         self.verdict(high) or Outcome.UNRESOLVED,
                     ),
-                    explanation=note,
+                    explanation=_explain(low, high, record),
                 )
             )
         for config, observations in [*self._reference_obs.items(), *self._obs.items()]:
@@ -499,9 +537,9 @@ class NoiseGuard(Generic[T]):
         mask = self._mask(config)
         # No maximal passing verdict around it (no minimal failing one inside it): no pair at all.
         if verdict is Outcome.FAIL and self._antichains().contradicts(mask, True):
-            pairs = [(config, other) for other in self._passing() if config < other]
+            pairs = [(config, other) for other in self._around(mask)]
         elif verdict is Outcome.PASS and self._antichains().contradicts(mask, False):
-            pairs = [(other, config) for other in self._failing() if other < config]
+            pairs = [(other, config) for other in self._inside(mask)]
         for low, high in pairs:
             if (low, high) in self._contradictions:
                 continue
@@ -512,32 +550,22 @@ class NoiseGuard(Generic[T]):
                 # up to twice the limit, since a wrong verdict that contradicts others
                 # would be contradicted, and re-trained, again and again.
                 self._until([low, high], self._clear, 2 * self.policy.max_trainings)
-            self._contradictions[(low, high)] = self._explain(low, high, before)
+            after = (self.observations(low), self.observations(high))
+            self._contradictions[(low, high)] = (before, after, (self.verdict(low), self.verdict(high)))
 
-    def _explain(self, low: frozenset[T], high: frozenset[T], before) -> str:
-        head = (
-            f"a configuration of {_rules(len(low))} failed ({_describe(before[0]) or 'precondition'}) while a "
-            f"superset of {_rules(len(high))} passed ({_describe(before[1]) or 'precondition'})"
-        )
-        low_now, high_now = self.verdict(low), self.verdict(high)
-        if low_now is Outcome.FAIL and high_now is Outcome.PASS:
-            tail = (
-                f"; re-trained, both held ({_describe(self.observations(low))} / "
-                f"{_describe(self.observations(high))}): the failure is genuinely non-monotone"
-            )
-        else:
-            wrong = "the subset's failure" if low_now is not Outcome.FAIL else "the superset's pass"
-            tail = (
-                f"; re-trained ({_describe(self.observations(low))} / {_describe(self.observations(high))}): "
-                f"{wrong} was noise"
-            )
-        return head + tail
+    def _around(self, mask: int) -> list[frozenset[T]]:
+        """The passing configurations strictly around ``mask``, in verdict order.
 
-    def _failing(self) -> list[frozenset[T]]:
-        return [c for c, v in {**self._verdict, **self._given}.items() if v is Outcome.FAIL]
+        Found among the masks, not by walking every verdict's rules: after a
+        contradiction this is asked for each question of a search.
+        """
+        found = [self._config_of[high] for high in self._pass_masks if mask & ~high == 0 and high != mask]
+        return sorted(found, key=self._arrival)
 
-    def _passing(self) -> list[frozenset[T]]:
-        return [c for c, v in {**self._verdict, **self._given}.items() if v is Outcome.PASS]
+    def _inside(self, mask: int) -> list[frozenset[T]]:
+        """The failing configurations strictly inside ``mask``, in verdict order."""
+        found = [self._config_of[low] for low in self._fail_masks if low & ~mask == 0 and low != mask]
+        return sorted(found, key=self._arrival)
 
     def _leaves(self, around: frozenset[T]) -> list[frozenset[T]]:
         """Smallest known failing configurations whose evidence ``around`` touches.
@@ -600,20 +628,32 @@ class NoiseGuard(Generic[T]):
 
     def _necessary(self, leaf: frozenset[T]) -> set[T]:
         """Rules of ``leaf`` whose removal is known to pass (by a passing superset of the removal)."""
-        needed: set[T] = set()
         whole = self._mask(leaf)
-        chains = self._antichains()
-        # A passing superset of a removal lies inside a maximal passing one, which shows the
-        # same removal unless it holds all of ``leaf`` (a contradiction): then look at all.
-        if chains.contradicts(whole, True):
-            candidates = [self._mask(other) for other in self._passing()]
+        needed, seen = self._needed_seen.get(whole, (-1, 0))
+        if needed < 0:
+            needed = 0
+            chains = self._antichains()
+            # A passing superset of a removal lies inside a maximal passing one, which shows the
+            # same removal unless it holds all of ``leaf`` (a contradiction): then look at all.
+            if chains.contradicts(whole, True):
+                candidates = self._pass_masks
+            else:
+                candidates = chains.max_pass
         else:
-            candidates = chains.max_pass
+            # Passing verdicts only arrive (a change forgets this): look at the new ones only. A
+            # leaf inside a passing configuration is asked about for every question after it.
+            candidates = self._pass_masks[seen:]
         for other in candidates:
             missing = whole & ~other
             if missing and missing & (missing - 1) == 0:
-                needed.add(self._masks.rule(missing.bit_length() - 1))
-        return needed
+                needed |= missing
+        self._needed_seen[whole] = (needed, len(self._pass_masks))
+        found: set[T] = set()
+        while needed:
+            low = needed & -needed
+            found.add(self._masks.rule(low.bit_length() - 1))
+            needed ^= low
+        return found
 
     def _halves(self, leaf: frozenset[T]) -> bool:
         """Two disjoint passing parts of at least two rules each that make up ``leaf``."""

@@ -100,3 +100,26 @@ def test_find_culprits_with_noise_is_deterministic_and_right_on_many_culprits() 
         runs.append((oracle.launched, sorted(min(c.rules) for c in result.culprit_sets), result.fix_verified))
     assert runs[0] == runs[1]
     assert runs[0][1] == culprits and runs[0][2]
+
+
+@settings(deadline=None, max_examples=300)
+@given(seen=st.lists(st.tuples(configs, st.sampled_from([True, False, None])), max_size=30))
+def test_antichains_taking_back_changed_answers_hold_what_a_rebuild_from_the_answers_left_holds(seen) -> None:
+    # None: the configuration loses its answer (as a verdict that becomes UNRESOLVED).
+    masks = Masks(RULES)
+    chains = Antichains()
+    current: dict[int, bool] = {}
+    for config, answer in seen:
+        mask = masks.of(config)
+        if mask in current:
+            old = current.pop(mask)
+            chains.remove(mask, old, [m for m, failed in current.items() if failed is old])
+        if answer is not None:
+            current[mask] = answer
+            chains.add(mask, answer)
+        rebuilt = Antichains()
+        for other, failed in current.items():
+            rebuilt.add(other, failed)
+        assert set(chains.min_fail) == set(rebuilt.min_fail)
+        assert len(chains.min_fail) == len(set(chains.min_fail))
+        assert set(chains.max_pass) == set(rebuilt.max_pass) and len(chains.max_pass) == len(set(chains.max_pass))

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusion_dd.search import STRATEGIES, NoiseGuard, NoisePolicy, find_culprits
-from fusion_dd.search.noise import majority, tally
+from fusion_dd.search.noise import Revised, majority, tally
 from fusion_dd.search.oracle import Observation, Outcome
 from fusion_dd.search.simulate import (
     SimulatedOracle,
@@ -392,3 +392,44 @@ def test_prefetching_the_next_fix_candidate_beside_a_confirming_repeat_never_cos
     assert result == before and {next(iter(c.rules)) for c in result.culprit_sets} == {3, 11}
     assert prefetching.trainings == plain.trainings
     assert prefetching.rounds <= plain.rounds
+
+
+def _scanned_necessary(guard: NoiseGuard, leaf: frozenset) -> set:
+    """``_necessary`` the straightforward way: every passing verdict, as frozensets."""
+    passing = [c for c in [*guard._verdict, *guard._given] if guard.verdict(c) is Outcome.PASS]
+    return {next(iter(leaf - other)) for other in passing if len(leaf - other) == 1}
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    seed=st.integers(0, 10_000),
+    culprits=st.lists(st.integers(0, 11), min_size=1, max_size=3, unique=True),
+    questions=st.lists(st.frozensets(st.integers(0, 11), min_size=1, max_size=11), min_size=1, max_size=40),
+)
+def test_the_guard_keeps_its_bookkeeping_in_place_and_it_matches_a_scan_of_every_verdict(
+    seed, culprits, questions
+) -> None:
+    # A flip changes a verdict; the guard updates its antichains in place (a rebuild from
+    # every verdict after each flip made a noisy search of thousands of rules quadratic),
+    # and what it keeps must be what a scan of all verdicts says.
+    universe = list(range(12))
+    noise = flip_noise(0.2, seed=seed, exempt=[F(), F(universe)])
+    oracle = SimulatedOracle(or_model(culprits), noise=noise)
+    guard = NoiseGuard(oracle, universe, NoisePolicy())
+    chains = guard._antichains()
+    for question in questions:
+        try:
+            guard.outcomes([question])
+        except Revised:
+            guard.replay()
+        assert guard._antichains() is chains  # never rebuilt
+        verdicts = {**guard._verdict, **guard._given}
+        failing = {c for c, v in verdicts.items() if v is Outcome.FAIL}
+        passing = {c for c, v in verdicts.items() if v is Outcome.PASS}
+        masks = guard._masks
+        assert sorted(guard._fail_masks) == sorted(masks.of(c) for c in failing)
+        assert sorted(guard._pass_masks) == sorted(masks.of(c) for c in passing)
+        assert set(chains.min_fail) == {masks.of(c) for c in failing if not any(o < c for o in failing)}
+        assert set(chains.max_pass) == {masks.of(c) for c in passing if not any(o > c for o in passing)}
+        for leaf in failing:
+            assert guard._necessary(leaf) == _scanned_necessary(guard, leaf)
