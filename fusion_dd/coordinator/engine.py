@@ -32,6 +32,7 @@ from ..runner.wakeup import CancelEvent
 from ..store.journal import JOURNAL_NAME, TRIALS_DIR, Journal
 from ..runner.metrics import MetricSpec
 from ..report.build import FIX_NAME, REPORT_NAME, build_report, display_path, finished_report, journaled_answer, write_outputs
+from ..report.build import write_report
 from ..store.snapshots import Snapshots
 from ..core.rules import Rule
 from ..core.scoring import UNEVALUABLE, Measurement, Preconditions, check_preconditions
@@ -583,8 +584,6 @@ class Engine:
         report``) on the background thread of :class:`Snapshots`; a failure costs
         the snapshot, never the search.
         """
-        from ..report.build import write_report
-
         if self._running_report is None:
             return
         try:

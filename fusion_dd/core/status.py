@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import enum
 
+from .words import Word
 
-class SearchStatus(str, enum.Enum):
+
+class SearchStatus(Word):
     """The ``status`` of ``report.json`` and of the journal's ``search_finished`` record.
 
-    A str enum, so that it equals, prints and serializes as the bare word the journal and
-    ``report.json`` have always carried."""
+    A :class:`~fusion_dd.core.words.Word`: the bare word the journal and ``report.json``
+    have always carried."""
 
     FOUND = "found"
     NO_FAILURE = "no_failure"
@@ -22,12 +24,6 @@ class SearchStatus(str, enum.Enum):
     TRAINING_BROKEN = "training_broken"
     SWITCH_IGNORED = "switch_ignored"
     RUNNING = "running"
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 #: The endings that are answers about fusion, refusals included: the search is over.

@@ -596,17 +596,13 @@ def _add_layers(report: dict[str, Any], graphs: Sequence[str]) -> None:
 COMPACT_TRIALS = 500
 
 
-def report_text(report: dict[str, Any]) -> str:
-    """report.json's text: indented with sorted keys, or compact (still sorted) when the report is large."""
-    return b"".join(report_chunks(report)).decode("utf-8")
-
-
 #: Stands for the list of trials while the rest of a large report is encoded.
 _TRIALS_HOLE = "\x00trials\x00"
 
 
 def report_chunks(report: dict[str, Any]) -> list[bytes]:
-    """report.json's bytes in pieces: a large report a trial at a time.
+    """report.json's bytes in pieces: indented with sorted keys, or compact (still sorted),
+    a trial at a time, when the report is large.
 
     The same bytes as ``json.dumps(report, sort_keys=True, separators=(",", ":"))``,
     but never the whole of it in one string and again in its bytes: at a thousand

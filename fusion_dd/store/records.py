@@ -7,19 +7,19 @@ and the estimate are built from that state. A writer names its type with
 cannot be written by a typo, and a reader finds every kind here. The other
 fields of each type are documented beside the state that applies them.
 
-Standard library only: the journal and the state import it.
+Nothing but the core's ``Word``: the journal and the state import it.
 """
 
 from __future__ import annotations
 
-import enum
+from ..core.words import Word
 
 
-class RecordType(str, enum.Enum):
+class RecordType(Word):
     """The ``type`` of a journal record.
 
-    A str enum: it equals, hashes, prints and serializes as the bare word the journal has
-    always carried, so journals of every earlier version read the same."""
+    A :class:`~fusion_dd.core.words.Word`: the bare word the journal has always carried,
+    so journals of every earlier version read the same."""
 
     #: Once, first: the search's definition (candidates, settings, rule list for masks) and config.
     SEARCH_STARTED = "search_started"
@@ -51,12 +51,6 @@ class RecordType(str, enum.Enum):
     EARLY_PASSES_REVISED = "early_passes_revised"
     #: Seals the unchecksummed lines of a 0.1.0 journal with their SHA-256 (``fusion_dd.store.journal``).
     LEGACY_SEALED = "legacy_sealed"
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 __all__ = ["RecordType"]

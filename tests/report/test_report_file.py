@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fusion_dd.report.build import COMPACT_TRIALS, report_chunks, report_text, write_report
+from fusion_dd.report.build import COMPACT_TRIALS, report_chunks, write_report
 from fusion_dd.store.atomic import write_bytes_atomic
 
 _VALUES = st.recursive(
@@ -35,7 +35,7 @@ def test_a_large_report_is_the_compact_sorted_json_of_it_written_in_pieces(
 
 def test_a_small_report_is_indented_with_sorted_keys() -> None:
     report = {"status": "found", "trials": [{"trial_id": "0001", "outcome": "pass"}]}
-    assert report_text(report) == json.dumps(report, indent=2, sort_keys=True) + "\n"
+    assert b"".join(report_chunks(report)).decode() == json.dumps(report, indent=2, sort_keys=True) + "\n"
 
 
 def test_the_same_report_is_not_written_again_and_a_changed_one_replaces_it_whole(tmp_path: Path) -> None:
