@@ -25,6 +25,8 @@ from ..core.rules import AUTOFUSE_POINTS, Rule, Section, name_problem
 from ..core.safe_read import SMALL_FILE_BYTES, read_text, too_deep
 from ..core.scoring import Tolerance
 from ..backends.cann.switch import SwitchFile, load_switch_file
+from ..backends.rules_section import CANN_KEYS
+from .schema import INTERNAL, NESTED, section_keys
 
 DEFAULT_CONFIG_NAME = "fusion-dd.yaml"
 #: The two reference trainings and at least one more: a smaller budget can never answer.
@@ -38,73 +40,6 @@ UNKNOWN_SHOWN = 10
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_.:/-]+")
 _STATE_FILES = {"journal.jsonl", "lock", "report.json", "fusion_switch.cfg", "trials", "closure", "closure.json", "from_all_on.json",
                 "ort_disabled_optimizers.txt", "xla_disabled_passes.txt", "search_id.json"}
-
-# The schema: every allowed key, so that a typo is reported with a suggestion.
-_SCHEMA: dict[str, Any] = {
-    "rules": {
-        "compiler": None,
-        "names": None,
-        "closure": None,
-        "GraphFusion": None,
-        "UBFusion": None,
-        "AutoFuse": None,
-        "base_cfg": None,
-        "from": None,
-        "keep_unfired": None,
-        "graphs": None,
-        "unknown": None,
-    },
-    "train": {
-        "command": None,
-        "workdir": None,
-        "env": None,
-        "timeout": None,
-        "devices": None,
-        "device_env": None,
-        "kill_grace": None,
-        "log_limit": None,
-        "retries": None,
-        "launcher": None,
-        "scheduler": None,
-        "scheduler_file": None,
-        "slurm": {
-            "partition": None,
-            "gres": None,
-            "time": None,
-            "cpus_per_task": None,
-            "mem": None,
-            "account": None,
-            "qos": None,
-            "extra": None,
-            "max_jobs": None,
-        },
-    },
-    "metric": {"pattern": None, "key": None, "goal": None, "loss_pattern": None, "speed_pattern": None},
-    "score": {
-        "tolerance": None,
-        "crash_is_failure": None,
-        "baseline_repeats": None,
-        "all_on_repeats": None,
-        "strict": None,
-        "reference": None,
-        "baseline_metric": None,
-        "all_on_metric": None,
-        "margin": None,
-    },
-    "search": {
-        "strategy": None,
-        "budget": None,
-        "confirm": None,
-        "max_trainings": None,
-        "guide": None,
-        "suspects": None,
-    },
-    "early_stop": None,  # validated by EarlyStopRule.from_config
-    "fix": {"prefer": None, "max_alternatives": None},
-    "localize": {"env": None, "args": None, "command": None, "step": None, "graphs": None},
-    "state_dir": None,
-}
-
 
 DEFAULT_LOG_LIMIT = 100 * 2**20
 _LOG_LIMIT_MIN = 64 * 2**10
@@ -148,11 +83,11 @@ class TrainConfig:
     scheduler: str | None = None
     # False when train.devices was not written: the dask launcher then uses every
     # worker that offers a device, instead of only the listed ones.
-    devices_given: bool = True
+    devices_given: bool = field(default=True, metadata=INTERNAL)
     # dask's scheduler file (written by `dask scheduler --scheduler-file`), beside the address.
     scheduler_file: str | None = None
     # train.launcher: slurm (each training its own Slurm job, fusion_dd.runner.slurm_launcher).
-    slurm: "SlurmConfig" = field(default_factory=lambda: SlurmConfig())
+    slurm: "SlurmConfig" = field(default_factory=lambda: SlurmConfig(), metadata=NESTED)
 
 
 @dataclass(frozen=True)
@@ -365,6 +300,23 @@ class SearchConfig:
         return replace(self, search=replace(self.search, max_trainings=started))
 
 
+# Every key a fusion-dd.yaml may hold, so that a typo is reported with a suggestion: from the
+# dataclasses of the sections (fusion_dd.config.schema). ``rules:`` is read by the compiler's
+# backend and has keys of its own; early_stop by EarlyStopRule.from_config.
+_RULES_KEYS = ("compiler", "names", "closure", "from", "keep_unfired", "unknown", *CANN_KEYS)
+_SCHEMA: dict[str, Any] = {
+    "rules": dict.fromkeys(_RULES_KEYS),
+    "train": section_keys(TrainConfig),
+    "metric": section_keys(MetricConfig),
+    "score": section_keys(ScoreConfig),
+    "search": section_keys(SearchSettings),
+    "early_stop": None,
+    "fix": section_keys(FixConfig),
+    "localize": section_keys(LocalizeConfig),
+    "state_dir": None,
+}
+
+
 class _Reader:
     """Typed access to the YAML mapping with errors that name file and key."""
 
@@ -477,8 +429,9 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
     if not isinstance(document, Mapping):
         raise UsageError(f"{reader.source}: the top level must be a mapping of sections")
     reader.check_keys(document, _SCHEMA, "")
-    for section in ("rules", "train", "metric", "score", "search"):
-        reader.check_keys(reader.mapping(document.get(section), section), _SCHEMA[section], f"{section}.")
+    for section, keys in _SCHEMA.items():
+        if keys is not None and section != "localize":  # localize: may be a bare true (fusion_dd localize)
+            reader.check_keys(reader.mapping(document.get(section), section), keys, f"{section}.")
     base_dir = source.parent
 
     rules_section = reader.mapping(document.get("rules"), "rules")

@@ -111,6 +111,9 @@ def test_a_default_keeps_the_value_the_search_started_with_but_a_written_value_i
         ("metric:", "rules2: {}\nmetric:", "rules2: unknown key; did you mean 'rules'?"),
         ("  command: [", "  workdir: 3\n  command: [", "train.workdir: must be a non-empty string"),
         ("metric:", "score:\n  baseline_repeats: 0\nmetric:", "score.baseline_repeats: must be at least 1"),
+        ("metric:", "fix:\n  prefr: speed\nmetric:", "fix.prefr: unknown key; did you mean 'fix.prefer'?"),
+        ("  devices: [0, 1]", "  devices_given: true", "train.devices_given: unknown key"),
+        ("metric:", "metric:\n  speed_patern: x", "metric.speed_patern: unknown key; did you mean 'metric.speed_pattern'?"),
     ],
 )
 def test_config_errors_name_the_key_and_exit_2(tmp_path, capsys, old, new, message):
