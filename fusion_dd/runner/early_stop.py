@@ -26,6 +26,7 @@ are not judged for divergence.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -123,8 +124,10 @@ class EarlyStopRule:
             raise UsageError(f"{where}: must be a mapping (keys: {', '.join(_CONFIG_KEYS)}) or true/false")
         unknown = sorted(str(key) for key in section if key not in _CONFIG_KEYS)
         if unknown:
+            close = difflib.get_close_matches(unknown[0], list(_CONFIG_KEYS), n=1)
+            hint = f"; did you mean '{where}.{close[0]}'?" if close else ""
             raise UsageError(
-                f"{where}.{unknown[0]}: unknown key; allowed keys are {', '.join(_CONFIG_KEYS)}"
+                f"{where}.{unknown[0]}: unknown key{hint} (allowed here: {', '.join(_CONFIG_KEYS)})"
             )
         nan = _bool(section.get("nan", True), f"{where}.nan")
         relative = _bool(section.get("relative", False), f"{where}.relative")

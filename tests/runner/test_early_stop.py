@@ -297,7 +297,7 @@ def test_rule_from_config() -> None:
 @pytest.mark.parametrize(
     "section, message",
     [
-        ({"divergance": 0.5}, "early_stop.divergance: unknown key"),
+        ({"divergance": 0.5}, "early_stop.divergance: unknown key; did you mean 'early_stop.divergence'?"),
         ({"divergence": -1}, "early_stop.divergence: -1 is not valid"),
         ({"divergence": "50%"}, "early_stop.divergence: '50%' is not valid"),
         ({"patience": 0}, "early_stop.patience: 0 is not valid"),
