@@ -283,9 +283,6 @@ class Context:
     def rules_named(self, names: frozenset[str]) -> list[Rule]:
         return [self.rule_by_name[name] for name in sorted(names)]
 
-    def say(self, text: str) -> None:
-        self.events.message(text)
-
 
 def now() -> float:
     """A journal record's time: to the millisecond, which every reader needs (four bytes a record saved)."""
