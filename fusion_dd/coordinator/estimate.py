@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from ..runner.broken import TrainingBroken
-from .engine import SwitchIgnored
+from .engine import Engine
+from .ports import MemorySink, SwitchIgnored, TrialPlan
 from ..store.journal import JOURNAL_NAME, read_records
-from .replay import ANSWERS, _Replay, config_of
+from .replay import ANSWERS, config_of, replay_engine
 from ..core.scoring import Threshold
-from ..store.state import ConfigKey, SearchState, TrialState, replay
+from ..store.state import PROOF_ROLE, SearchState, TrialState, replay
 from ..store.records import RecordType
 
 HYPOTHESES = 6
@@ -100,48 +101,55 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-class _Continuation(_Replay):
-    """The replayed search, continued in memory: each launch is answered by ``fails`` at once."""
+class _Hypothetical:
+    """The trainer and budget of a replayed search continued in memory: each launch is answered at once.
 
-    def __init__(self, config: Any, state: SearchState, answer: Callable[[frozenset[str]], dict[str, Any]], budget: int):
-        super().__init__(config, state)
+    ``answer`` gives a hypothetical training's journal fields; the trainings and
+    rounds a continuation launches are counted, within ``budget``.
+    """
+
+    def __init__(
+        self, sink: MemorySink, answer: Callable[[frozenset[str]], dict[str, Any]], budget: int, devices: int
+    ) -> None:
+        self._sink = sink
         self._answer = answer
         self._budget = budget
+        self._width = max(1, devices)
+        self._devices = devices
         self.launched = 0
         self.rounds = 0
         self._number = 0
 
-    def remaining_budget(self) -> int:
+    def remaining(self) -> int:
         return max(0, self._budget - self.launched)
 
-    def _fake(self, key: ConfigKey, role: str | None = None) -> TrialState:
-        names, repeat = key
+    def lanes(self) -> int:
+        return self._devices
+
+    def _fake(self, plan: TrialPlan) -> TrialState:
+        names, repeat = plan.key
         self._number += 1
         trial_id = f"sim{self._number:05d}"
-        role = role or self._role(key)
         record = {"type": RecordType.TRIAL_STARTED, "trial_id": trial_id, "config": sorted(names), "repeat": repeat,
-                  "device": ["sim"], "trial_dir": "", "role": role, "time": 0.0}
-        if repeat == 0 and self._references_dump() and (
-            role in ("baseline", "all_on") or (role == "search" and names in self._fix_candidates)
-        ):
-            record["dumps"] = True  # as the engine journals it: this training's dump serves localization
-        self.state.apply(record)
-        self.state.apply({"type": RecordType.TRIAL_FINISHED, "trial_id": trial_id, "duration": 0.0, **self._answer(names)})
-        return self.state.trials[trial_id]
+                  "device": ["sim"], "trial_dir": "", "role": plan.role, "time": 0.0}
+        # As the engine journals it (this training's dump serves localization), except that the
+        # estimate counts a fix's proof as not dumped.
+        if plan.dumps and plan.role != PROOF_ROLE:
+            record["dumps"] = True
+        self._sink.append(record)
+        self._sink.append({"type": RecordType.TRIAL_FINISHED, "trial_id": trial_id, "duration": 0.0, **self._answer(names)})
+        return self._sink.state.trials[trial_id]
 
-    def _launch_batch(
-        self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None, role: str | None = None
-    ) -> None:
-        width = max(1, len(self.config.train.devices))
-        count = len(keys)
-        for index, key in enumerate(keys):
-            trial = self._fake(key, role)
+    def launch_batch(self, plans: Sequence[TrialPlan], stop_after: Callable[[TrialState], bool] | None) -> None:
+        count = len(plans)
+        for index, plan in enumerate(plans):
+            trial = self._fake(plan)
             if stop_after is not None and stop_after(trial):
                 # Later keys of the wave already running are launched (and paid) too.
-                count = min(len(keys), math.ceil((index + 1) / width) * width)
+                count = min(len(plans), math.ceil((index + 1) / self._width) * self._width)
                 break
         self.launched += count
-        self.rounds += math.ceil(count / width)
+        self.rounds += math.ceil(count / self._width)
 
 
 def _answers(threshold: Threshold) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -193,10 +201,9 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
     budget_left = max(0, config.search.budget - state.launched)
     if state.finished is not None:
         return Estimate(0, "done", budget_left)
-    probe = _Replay(config, replay(records))
-    probe._open()
+    probe = replay_engine(config, replay(records))
     try:
-        result = probe._search()
+        result = probe.search()
     except (TrainingBroken, SwitchIgnored):
         return None
     durations = [float(t.finished["duration"]) for t in state.trials.values()
@@ -204,7 +211,7 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
     mean = sum(durations) / len(durations) if durations else None
     running = [max(0.0, mean - (now - t.started_at)) if mean is not None else 0.0 for t in state.open_trials()]
     width = max(1, len(config.train.devices))
-    pre = probe._pre
+    pre = probe.references.preconditions
     if result.status in ANSWERS:
         if result.status == "found" and pre is not None and pre.threshold is not None:
             # The answer stands; what may be left are the dumped trainings of localization.
@@ -219,7 +226,8 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
         return Estimate(0, "done", budget_left)
     if pre is None or pre.threshold is None or not pre.ok:
         rules = len(state.definition.get("rules") or [])
-        references = sum(1 for key, _ in probe._reference_keys(probe._reference_extra) if probe._settled(key) is None)
+        keys = probe.references.keys(probe.references.extra)
+        references = sum(1 for key, _ in keys if probe.settling.settled(key) is None)
         per_culprit = 2 * max(1, math.ceil(math.log2(max(2, rules)))) + 1
         cap = budget_left + len(state.open_trials())
         left = min(references + per_culprit, cap)
@@ -332,10 +340,11 @@ def _continue(
     def answer(config_names: frozenset[str]) -> dict[str, Any]:
         return failing if _fails(config_names, culprits, failed, passed) else passing
 
-    continuation = _Continuation(config, world, answer, budget_left)
-    continuation._open()
+    sink = MemorySink(world)
+    continuation = _Hypothetical(sink, answer, budget_left, len(config.train.devices))
+    engine = Engine(config, sink=sink, trainer=continuation, budget=continuation, replaying=True)
     try:
-        continuation._search()
+        engine.search()
     except (TrainingBroken, SwitchIgnored):
         pass
     return continuation.launched, continuation.rounds

@@ -1,7 +1,8 @@
 """A search's report rebuilt from its journal alone, at any time, without training.
 
-How: the engine's decision layer runs again against the journal's cache with no
-budget left and a launcher that is never called. Resume is exact replay (the
+How: the engine's decision layer runs again against the journal's cache, with
+other ports (``fusion_dd.coordinator.ports``): records applied in memory, a
+trainer that is never called, no budget left. Resume is exact replay (the
 strategy is deterministic and asks its questions from the cache, the journaled
 ``question`` widths replay the parallelism), so the replay reaches exactly the
 point the search reached and stops there with the culprit sets, the smallest
@@ -15,7 +16,7 @@ coordinator holds the lock; the running engine rewrites it after each trial).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,64 +24,28 @@ from typing import Any
 from ..runner.broken import TrainingBroken
 from ..config.settings import DEFAULT_CONFIG_NAME, SearchConfig, parse_config
 from ..core.status import ANSWERS, ExitCode, SearchStatus, exit_code_of
-from .engine import Engine, SearchResult, SwitchIgnored
+from .engine import Engine
+from .ports import MemorySink, NeverTrainer, NoBudget, SwitchIgnored
 from ..core.errors import UsageError
 from ..store.journal import JOURNAL_NAME, read_records
-from ..runner.launcher import LocalLauncher
-from ..report.build import REPORT_NAME, finished_report
-from ..core.scoring import Preconditions
-from ..search.culprits import CulpritSearch
-from ..store.state import ConfigKey, SearchState, TrialState, replay
+from ..report.build import finished_report
+from ..store.state import SearchState, replay
 
 # Statuses that are an answer: the replay reached the end of the search.
 RUNNING = SearchStatus.RUNNING
 
 
-class _Replay(Engine):
-    """An Engine that only replays: no lock, no journal writes, no launches, no files written."""
+def replay_engine(config: SearchConfig, state: SearchState) -> Engine:
+    """The engine over a replayed journal: records applied in memory only, nothing trained, nothing to spend.
 
-    def __init__(self, config: SearchConfig, state: SearchState) -> None:
-        # Never the config's launcher: a replay launches nothing, and the dask launcher would
-        # connect to the scheduler (10 s and a failure when it is gone) for status, report
-        # and every estimate of the live view. Its width is the journal's: the recorded
-        # questions, then the session's devices (which a cluster launcher journals as found).
-        super().__init__(config, launcher=LocalLauncher())
-        self._given = state
-        self.seen: tuple[Preconditions | None, CulpritSearch | None] = (None, None)
-
-    def _open(self) -> None:
-        self.state = self._given
-
-    def _append(self, record: dict[str, Any], durable: bool = True) -> None:
-        self.state.apply(record)  # in memory only: a replay must not change the search
-
-    def remaining_budget(self) -> int:
-        return 0
-
-    def _launch_batch(self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None) -> None:
-        raise AssertionError("a replay never launches a training")  # remaining_budget() is 0
-
-    def _preflight(self) -> None:
-        pass
-
-    def _guide(self) -> list[Any]:
-        """The journaled prior only: deciding one is the running engine's (it may train and compare)."""
-        if self.state.guide is None:
-            return []
-        return super()._guide()
-
-    def _refined_record(self, names: tuple[str, ...]) -> dict[str, Any] | None:
-        """The journaled refinements only (``_refine`` reads them): comparing is the running engine's."""
-        return None
-
-    def _report(
-        self, status: str, pre: Preconditions | None, result: CulpritSearch | None, message: str | None = None
-    ) -> dict[str, Any]:
-        self.seen = (pre, result)
-        return super()._report(status, pre, result, message)
-
-    def _write(self, status: str, exit_code: int, report: dict[str, Any]) -> SearchResult:
-        return SearchResult(status, exit_code, report, self.state_dir / REPORT_NAME, None)
+    Never the config's launcher: a replay launches nothing, and the dask launcher would
+    connect to the scheduler (10 s and a failure when it is gone) for status, report
+    and every estimate of the live view. Its width is the journal's: the recorded
+    questions, then the session's devices (which a cluster launcher journals as found).
+    """
+    return Engine(
+        config, sink=MemorySink(state), trainer=NeverTrainer(config.train.devices), budget=NoBudget(), replaying=True
+    )
 
 
 @dataclass(frozen=True)
@@ -140,14 +105,13 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
     stopped = _stopped_as(state)  # before the replay adds its own (in-memory) stop
     said = bool(state.stops) and stopped == "interrupted"
     detail = state.stops[-1].get("detail") if state.stops else None
-    engine = _Replay(config, state)
-    engine._open()
+    engine = replay_engine(config, state)
     try:
-        result = engine._search()
+        result = engine.search()
     except TrainingBroken as exc:
-        result = engine._stop_broken(exc.broken)
+        result = engine.endings.stop_broken(exc.broken)
     except SwitchIgnored as exc:
-        result = engine._stop(SearchStatus.SWITCH_IGNORED, ExitCode.USAGE, None, None, message=str(exc))
+        result = engine.endings.stop(SearchStatus.SWITCH_IGNORED, ExitCode.USAGE, None, None, message=str(exc))
     if result.status in ANSWERS or result.status == SearchStatus.TRAINING_BROKEN and not running:
         return Rebuilt(result.report, result.status, result.exit_code)
     status = RUNNING if running else stopped
@@ -155,7 +119,7 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
                     SearchStatus.TRAINING_BROKEN, RUNNING)
     if status not in stopped_ways:
         status = SearchStatus.INTERRUPTED
-    pre, found = engine.seen
+    pre, found = engine.endings.reported
     message = None
     if status == RUNNING:
         message = "running: the report of the search so far"
@@ -163,7 +127,8 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
         message = f"stopped: {detail}"
     elif status == SearchStatus.INTERRUPTED and not said:
         message = "interrupted: the coordinator stopped without a word (killed or crashed); rebuilt from the journal"
-    report = engine._report(status, pre if pre is not None else engine._known_preconditions(), found, message)
+    known = pre if pre is not None else engine.references.known_preconditions()
+    report = engine.endings.report(status, known, found, message)
     if result.status == SearchStatus.TRAINING_BROKEN:
         report["training_broken"] = result.report.get("training_broken")
     code = exit_code_of(status)

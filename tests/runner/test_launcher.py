@@ -111,7 +111,7 @@ def test_a_request_and_its_result_are_plain_data(tmp_path: Path) -> None:
     request = TrialRequest(
         spec=_spec(engine, trial_dir),
         metric=MetricSpec.from_text(r"accuracy[=:]\s*(\S+)", "accuracy", "max", None),
-        hooks=tuple(engine._hooks),
+        hooks=tuple(engine.trainer.hooks),
     )
     assert pickle.loads(pickle.dumps(request)).spec == request.spec
     run = TrialRun("t", trial_dir, 0, None, False, False, 1.5, 0.0, 1.5, trial_dir / "output.log",
@@ -128,4 +128,4 @@ def _spec(engine: Engine, trial_dir: Path):
 
     trial = TrialState(trial_id="t", config=frozenset({CULPRIT}), repeat=0, device=("0",), trial_dir=str(trial_dir),
                        started_at=0.0)
-    return engine._request(trial, ("0",)).spec
+    return engine.trainer.request(trial, ("0",)).spec

@@ -1,6 +1,6 @@
 """Hand-made journal records, for tests of the state, the report and ``fusion-dd status``.
 
-Each builder returns one record as the engine journals it (fusion_dd/coordinator/engine.py);
+Each builder returns one record as the engine journals it (fusion_dd/coordinator/);
 ``trial`` returns the records of one whole training. Keeping them here means a
 change of the journal's format is made once for all these tests.
 """

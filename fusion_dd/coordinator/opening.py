@@ -1,0 +1,123 @@
+"""Opening a search's state directory for a session: the journal, its search, and what must refuse to start.
+
+A new search is journaled (``search_started``) only after the pre-flight check
+passed, so that a fixed config starts afresh; a journal of another definition,
+trial directories no journal knows, or trainings whose switch file the compiler
+ignored make the session refuse before anything is trained or overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..config.settings import SearchConfig
+from ..core.errors import UsageError
+from ..runner.broken import BrokenTraining, TrainingBroken
+from ..store.identity import SEARCH_ID_KEY, check_journal_belongs, journaled_id, new_search_id, record_state_dir_id
+from ..store.journal import JOURNAL_NAME, TRIALS_DIR
+from ..store.records import RecordType
+from ..store.state import SearchState, definition_changes
+from .guidance import references_dump
+from .ports import Context, JournalSink
+from .preflight import preflight
+
+
+def open_search(context: Context, sink: JournalSink, adopt: Sequence[dict[str, Any]]) -> None:
+    """Lock and replay the journal, complete the config with the search's started defaults, and
+    journal a new search (with ``adopt``, the records of an all-on reference trained before it)."""
+    state_dir = context.state_dir
+    if not (state_dir / JOURNAL_NAME).exists():
+        refuse_trials_without_journal(state_dir, context.state)  # before creating anything there
+    sink.open()
+    state = context.state
+    if state.start_record is not None:
+        check_journal_belongs(state_dir, sink.path, journaled_id(state.start_record))
+    context.config = context.config.with_started_defaults(state.definition)
+    definition = context.config.definition()
+    if state.definition is None:
+        refuse_trials_without_journal(state_dir, state)
+    unknown = unknown_trial_dirs(state_dir, state)
+    if unknown:
+        shown = ", ".join(f"{TRIALS_DIR}/{name}" for name in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        context.events.message(
+            f"warning: {len(unknown)} trial director{'y' if len(unknown) == 1 else 'ies'} the journal does not "
+            f"know ({shown}); left untouched: new trials skip those numbers"
+        )
+    if state.definition is None:
+        refuse_broken_command(context.config)  # before the search is journaled: a fixed config then starts afresh
+        search_id = new_search_id()
+        context.append(
+            {
+                "type": RecordType.SEARCH_STARTED,
+                SEARCH_ID_KEY: search_id,
+                "definition": definition,
+                "version": __version__,
+                "config_path": str(context.config.source),
+                "config_document": context.config.document,
+            }
+        )
+        record_state_dir_id(state_dir, search_id)
+        if adopt and references_dump(context.config):
+            context.events.message("the all-on training of rules.from: all_on dumped no tensors: all-on trains again")
+        elif adopt:
+            for adopted in adopt:
+                context.append(dict(adopted))
+            context.events.message("the all-on training of rules.from: all_on is the all-on reference (trial all-on)")
+    elif state.definition != definition:
+        changes = ", ".join(definition_changes(state.definition, definition))
+        raise UsageError(
+            f"{state_dir}: holds a search with a different definition (changed: {changes}); "
+            "restore the old config, start over with 'fusion-dd search --restart' (moves this state "
+            "directory aside, keeping its journal), or use another --state-dir for the new search"
+        )
+
+
+def refuse_broken_command(config: SearchConfig) -> None:
+    """Stop before any training when the command cannot run (see fusion_dd.coordinator.preflight)."""
+    result = preflight(config)
+    if result.errors:
+        raise TrainingBroken(
+            BrokenTraining(
+                f"pre-flight: {result.errors[0]}",
+                command=tuple(result.argv),
+                details={"problems": list(result.errors[1:]), "workdir": result.workdir, "preflight": True},
+            )
+        )
+
+
+def refuse_trials_without_journal(state_dir: Path, state: SearchState) -> None:
+    """Trial directories but no search in the journal: starting over here would overwrite them."""
+    unknown = unknown_trial_dirs(state_dir, state)
+    if unknown:
+        raise UsageError(
+            f"{state_dir}: holds {len(unknown)} trial director{'y' if len(unknown) == 1 else 'ies'} "
+            f"under {TRIALS_DIR}/ but no journal of a search, so fusion-dd cannot know what they are "
+            "(was the journal deleted?); restore journal.jsonl, or start over with "
+            "'fusion-dd search --restart', which moves this state directory aside"
+        )
+
+
+def unknown_trial_dirs(state_dir: Path, state: SearchState) -> list[str]:
+    """Entries under trials/ that no journaled trial owns: never to be reused or overwritten."""
+    try:
+        entries = sorted(entry.name for entry in (state_dir / TRIALS_DIR).iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise UsageError(f"{state_dir / TRIALS_DIR}: cannot list the trial directories ({exc})") from None
+    known = {Path(trial.trial_dir).name for trial in state.trials.values()}
+    return [name for name in entries if name not in known]
+
+
+def refuse_ignored_switch(state_dir: Path, state: SearchState) -> None:
+    """Trainings whose switch file was ignored make every result in this state directory meaningless."""
+    for trial in state.trials.values():
+        if trial.finished is not None and trial.finished.get("switch_check") == "ignored":
+            raise UsageError(
+                f"{state_dir}: trial #{trial.trial_id} was trained with its switch file ignored by the "
+                "compiler, so the results here prove nothing; fix the wiring (see docs/training.md) and start "
+                "over with another --state-dir"
+            )

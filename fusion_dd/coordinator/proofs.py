@@ -1,0 +1,214 @@
+"""Full trainings behind an answer that early verdicts gave, and the fix preferred for speed.
+
+Early stopping lets the search decide most questions before a training ends,
+but an answer must stand on full trainings: the fix is trained to its end when
+only early passes vouch for it, and each culprit set when only early failures
+blame it. A full training that contradicts them is journaled as a revision of
+the early verdicts it withdraws, and the search asks again in its next round.
+With ``fix.prefer: speed`` the other minimum fixes are trained in full too and
+the fastest that passes is handed over.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Any
+
+from ..core.rules import Rule
+from ..report.build import trial_speed
+from ..search.alternatives import fastest, minimum_hitting_sets
+from ..search.culprits import CulpritSearch
+from ..search.oracle import Outcome
+from ..store.records import RecordType
+from ..store.state import ALTERNATIVE_ROLE, EARLY_FAIL, EARLY_KINDS, EARLY_PASS, LOCALIZE_ROLE, PROOF_ROLE
+from ..store.state import ConfigKey, TrialState
+from .ports import Context, Launch
+from .settling import Settling
+from .training_oracle import TrainingOracle
+
+
+class Proofs:
+    """The full trainings that back a search's answer, over the engine's trainer and budget."""
+
+    def __init__(self, context: Context, settling: Settling, launch: Launch) -> None:
+        self._context = context
+        self._settling = settling
+        self._launch = launch
+        self.alternatives: list[dict[str, Any]] = []  # fix.prefer: speed: the fixes compared, for the report
+
+    def prove_fix(self, result: CulpritSearch, oracle: TrainingOracle) -> bool | None:
+        """Back the fix by a full training when only early passes vouch for it.
+
+        True: the fix needs no proof (no early pass among its trainings, or a
+        full one passed already) or its full training passed. False: the full
+        training contradicts the early passes; journaled once as
+        ``early_passes_revised``, after which no early pass counts (the noise
+        layer's answer to an inconsistency, one level up: the verdicts are
+        revised and the search asks again). None: the budget is spent first.
+        """
+        if not result.fix_verified:
+            return True
+        say = self._context.events.message
+        names = oracle.key_names(result.fix)
+        trials: list[TrialState] = []
+        while (trial := self._settling.settled((names, len(trials)))) is not None:  # repeats are numbered from 0 on
+            trials.append(trial)
+        full = [trial for trial in trials if (trial.finished or {}).get("kind") not in EARLY_KINDS]
+        if not any((trial.finished or {}).get("kind") == EARLY_PASS for trial in trials):
+            return True
+        if any(oracle.verdict_of(trial) is Outcome.PASS for trial in full):
+            return True
+        say("early passes: training the fix to its end, to prove it")
+        proof = self.full_training((names, 0), PROOF_ROLE)
+        if proof is None:
+            return None
+        verdict = oracle.verdict_of(proof)
+        if verdict is Outcome.PASS:
+            say(f"early passes: the fix passed its full training (#{proof.trial_id})")
+            return True
+        self._revise(
+            {
+                "round": self._settling.round, "config": sorted(names), "trial_id": proof.trial_id, "scope": "inside",
+                "reason": f"the fix's full training #{proof.trial_id} gave {verdict.value} "
+                f"({proof.finished.get('reason', '') if proof.finished else ''}) after early passes",
+            }
+        )  # fmt: skip
+        say(
+            f"warning: the fix's full training #{proof.trial_id} did not pass although early passes vouched for it: "
+            "the damage appears after the horizon; searching again with full trainings only"
+        )
+        return False
+
+    def _revise(self, record: dict[str, Any]) -> None:
+        """Journal one revision of early verdicts, once per round (a replay finds it journaled already)."""
+        if not any(int(done["round"]) == record["round"] for done in self._context.state.early_revisions):
+            self._context.append({"type": RecordType.EARLY_PASSES_REVISED, **record})
+
+    def prove_culprits(self, result: CulpritSearch, oracle: TrainingOracle) -> bool | None:
+        """Back each culprit set's failure by a full training when only early failures blame it.
+
+        One culprit set needs none: the all-on training failed in full and the
+        fix, all-on without the set, passed in full. With several sets, a set is
+        proven by a full failing training of a configuration that holds it and no
+        other set; if there is none, the set alone is trained to its end (the
+        trainings of all unproven sets at once). True: every set is proven.
+        False: a set's full training passed, so the early failures that blamed it
+        are revised and the search asks again. None: the budget is spent first.
+        """
+        context = self._context
+        state = context.state
+        sets = [frozenset(rule.name for rule in culprit.rules) for culprit in result.culprit_sets]
+        if len(sets) < 2 or not any((trial.finished or {}).get("kind") == EARLY_FAIL for trial in state.trials.values()):
+            return True
+
+        def proven(names: frozenset[str]) -> bool:
+            return any(
+                trial.finished is not None and trial.finished.get("kind") not in EARLY_KINDS
+                and trial.role != LOCALIZE_ROLE and names <= trial.config
+                and not any(other <= trial.config for other in sets if other != names)
+                and oracle.verdict_of(trial) is Outcome.FAIL
+                for trial in state.trials.values()
+            )  # fmt: skip
+
+        unproven = [names for names in sets if not proven(names)]
+        if not unproven:
+            return True
+        context.events.message(f"early failures: training {len(unproven)} culprit set(s) alone to the end, to prove them")
+        while True:
+            missing = [(names, 0) for names in unproven if self._settling.full((names, 0)) is None]
+            if not missing:
+                break
+            if context.remaining_budget() < len(missing):
+                return None
+            self._launch(missing, None, PROOF_ROLE)
+        for names in unproven:
+            proof = state.full_trial((names, 0))
+            assert proof is not None
+            verdict = oracle.verdict_of(proof)
+            if verdict is Outcome.FAIL:
+                continue
+            self._revise(
+                {
+                    "round": self._settling.round, "config": sorted(names), "trial_id": proof.trial_id,
+                    "scope": "containing",
+                    "reason": f"culprit set {', '.join(sorted(names))} alone gave {verdict.value} in its full training "
+                    f"#{proof.trial_id} after early failures",
+                }
+            )  # fmt: skip
+            context.events.message(
+                f"warning: the full training #{proof.trial_id} of culprit set {', '.join(sorted(names))} alone did "
+                "not fail although early failures blamed it; searching again with full trainings only"
+            )
+            return False
+        context.events.message("early failures: each culprit set failed its full training alone")
+        return True
+
+    def full_training(self, key: ConfigKey, role: str) -> TrialState | None:
+        """The full-length training that decides this key, trained (as ``role``) if there is none; None: no budget."""
+        while True:
+            trial = self._settling.full(key)
+            if trial is not None:
+                return trial
+            if self._context.remaining_budget() == 0:
+                return None
+            self._launch([key], None, role)
+
+    def _speed_of(self, names: frozenset[str]) -> float | None:
+        """The median speed of this configuration's full-length trainings (``fusion_dd.runner.speed``)."""
+        from_output = self._context.config.metric.speed_pattern is not None
+        trials = [
+            trial for trial in self._context.state.trials.values()
+            if trial.config == names and trial.finished is not None and trial.role != LOCALIZE_ROLE
+            and trial.finished.get("kind") != EARLY_PASS
+        ]  # fmt: skip
+        speeds = [speed for trial in trials if (speed := trial_speed(trial, from_output)) is not None]
+        return statistics.median(speeds) if speeds else None
+
+    def prefer_speed(self, result: CulpritSearch, oracle: TrainingOracle) -> CulpritSearch:
+        """``fix.prefer: speed``: train the other minimum fixes in full, hand over the fastest that passes.
+
+        Deterministic given the journal (the alternatives in name order, their
+        trainings cached), so a resume hands over the same fix.
+        """
+        say = self._context.events.message
+        chosen = frozenset(rule for culprit in result.culprit_sets for rule in culprit.switched_off)
+        others = minimum_hitting_sets(
+            [culprit.rules for culprit in result.culprit_sets], chosen, self._context.config.fix.max_alternatives,
+            key=lambda rule: rule.name,
+        )  # fmt: skip
+        self.alternatives = []
+        if not others:
+            return result
+        say(f"fix.prefer: speed: training {len(others)} other fix(es) that switch off as few rules")
+        universe = result.fix | chosen
+        measured: list[tuple[frozenset[Rule], bool, float | None]] = []
+        for switched_off in others:
+            names = oracle.key_names(universe - switched_off)
+            trial = self.full_training((names, 0), ALTERNATIVE_ROLE)
+            if trial is None:
+                say("fix.prefer: speed: the budget is spent; the alternatives not trained are not compared")
+                break
+            passed = oracle.verdict_of(trial) is Outcome.PASS
+            measured.append((switched_off, passed, self._speed_of(names)))
+        chosen_speed = self._speed_of(oracle.key_names(result.fix))
+        best = fastest(chosen, chosen_speed, measured)
+        self.alternatives = [
+            {"switched_off": sorted(rule.name for rule in chosen), "passed": True, "per_second": chosen_speed,
+             "picked": best == chosen, "searched": True},
+            *({"switched_off": sorted(rule.name for rule in off), "passed": passed, "per_second": speed,
+               "picked": best == off, "searched": False} for off, passed, speed in measured),
+        ]  # fmt: skip
+        if best == chosen:
+            return result
+        sets = [
+            replace(culprit, switched_off=culprit.rules & best, reason=(
+                f"{{{', '.join(sorted(rule.name for rule in culprit.rules))}}} ({culprit.kind}): of the fixes that "
+                f"switch off as few rules, switching off {', '.join(sorted(rule.name for rule in culprit.rules & best))} "
+                "passed its full training and trained fastest (fix.prefer: speed)"))
+            for culprit in result.culprit_sets
+        ]  # fmt: skip
+        singles = {rule for culprit in result.culprit_sets if len(culprit.rules) == 1 for rule in culprit.rules}
+        # Switched off without failing alone: a culprit set containing it could hide behind the fix.
+        hiding = frozenset(rule for rule in best if rule not in singles)
+        return replace(result, fix=universe - best, culprit_sets=sets, may_hide=hiding)
