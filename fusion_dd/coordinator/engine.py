@@ -60,7 +60,7 @@ from .opening import open_search, refuse_broken_command, refuse_ignored_switch
 from .orphans import Orphans
 from .ports import Budget, Context, JournalSink, QuietEvents, RecordSink, SearchEvents, SearchResult
 from .ports import SessionBudget, SwitchIgnored, Trainer, TrialPlan
-from .proofs import Proofs
+from .proofs import HorizonOutrun, Proofs
 from .references import References
 from .required import RequiredPasses
 from .settling import Settling
@@ -117,7 +117,7 @@ class Engine:
         self.references = References(context, self.required, self.settling)
         self.containers = Containers(context)
         self.localizing = Localizing(context, self._launch)
-        self.proofs = Proofs(context, self.settling, self._launch)
+        self.proofs = Proofs(context, self.settling, self._launch, self._fix_candidates, lambda: self.references.horizon)
         self.guidance = Guidance(context, self.required, self.localizing, self._launch, journal_only=replaying)
         self._snapshots = None if replaying else ReportSnapshots(context, running_report)
         self.endings = Endings(context, self.required, self.proofs, self.containers, self._rounds, self._snapshots)
@@ -165,7 +165,8 @@ class Engine:
         dumps = repeat == 0 and references_dump(self.config) and (
             role in ("baseline", "all_on") or (role in ("search", PROOF_ROLE) and names in self._fix_candidates)
         )
-        return TrialPlan(key, role, dumps)
+        to_end = not references_dump(self.config) and self.proofs.trains_to_end(role, names)
+        return TrialPlan(key, role, dumps, to_end)
 
     def _shown_verdict(self, trial: TrialState) -> Outcome | None:
         """A finished training's verdict for the display, once the threshold is known."""
@@ -307,6 +308,7 @@ class Engine:
             remaining_budget=self.remaining_budget,
             repeats=self.config.search.confirm != "off",
             realize=self.required.realize,
+            answered=lambda trials: self.proofs.check_horizon(trials, self._oracle),
         )
 
     def search(self) -> SearchResult:
@@ -377,15 +379,20 @@ class Engine:
                 prior, STRATEGIES[self.config.search.strategy], partners=guidance.partners(),
                 refine=guidance.refine if guidance.refines() else None,
             )  # fmt: skip
-            result = find_culprits(
-                [rule for rule in self.context.rules if rule not in self.required.rules and rule not in self.containers.inner],
-                oracle,
-                strategy,
-                parallelism=lanes,
-                noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
-                choose_off=self._switch_off_chooser(),
-                on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
-            )
+            try:
+                result = find_culprits(
+                    [rule for rule in self.context.rules if rule not in self.required.rules and rule not in self.containers.inner],
+                    oracle,
+                    strategy,
+                    parallelism=lanes,
+                    noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
+                    choose_off=self._switch_off_chooser(),
+                    on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
+                )
+            except HorizonOutrun as outrun:
+                self.proofs.revise_after_outrun(outrun)
+                self.settling.round += 1  # early passes missed damage: search again without them
+                continue
             if self.required.rules:  # the fix keeps the required passes on, like every configuration trained
                 result = replace(result, fix=result.fix | self.required.rules)
             if result.exhausted or result.no_failure:

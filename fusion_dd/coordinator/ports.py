@@ -182,11 +182,13 @@ class MemorySink:
 
 @dataclass(frozen=True)
 class TrialPlan:
-    """One training the engine asks for: its key, what it is for, and whether it also dumps tensors."""
+    """One training the engine asks for: its key, what it is for, whether it also dumps tensors,
+    and whether it trains to its end unless it fails (a fix candidate under early passes)."""
 
     key: ConfigKey
     role: str
     dumps: bool = False
+    to_end: bool = False
 
 
 class Trainer(Protocol):

@@ -12,6 +12,7 @@ the fastest that passes is handed over.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,14 +29,97 @@ from .settling import Settling
 from .training_oracle import TrainingOracle
 
 
+#: How a failing training is stopped before its end, at a step its early_stop record names:
+#: leaving the baseline's band, the user's divergence limit, a NaN loss.
+_STOPPED_FAILING = (EARLY_FAIL, "diverged", "nonfinite")
+
+
+class HorizonOutrun(Exception):
+    """A fix candidate trained to its end failed where early passes could not have seen it."""
+
+    def __init__(self, trial: TrialState, step: int | None) -> None:
+        super().__init__(trial.trial_id)
+        self.trial = trial
+        self.step = step
+
+
 class Proofs:
     """The full trainings that back a search's answer, over the engine's trainer and budget."""
 
-    def __init__(self, context: Context, settling: Settling, launch: Launch) -> None:
+    def __init__(
+        self, context: Context, settling: Settling, launch: Launch, fix_candidates: set[frozenset[str]],
+        horizon: Callable[[], int | None],
+    ) -> None:
+        """``fix_candidates``: those the search announced (it adds to the set); ``horizon``: the
+        references' horizon of early passes, None until known or when there is none."""
         self._context = context
         self._settling = settling
         self._launch = launch
+        self._fix_candidates = fix_candidates
+        self._horizon = horizon
         self.alternatives: list[dict[str, Any]] = []  # fix.prefer: speed: the fixes compared, for the report
+
+    def trains_to_end(self, role: str, names: frozenset[str]) -> bool:
+        """Whether a fix candidate's first training runs to its end unless its loss leaves the band.
+
+        Every fix handed over needs a full training that passes; an early pass of
+        the candidate would cost its horizon and then the full proof besides. Its
+        failure still stops early (the search goes on at once), and a failure it
+        shows only after the horizon is the evidence that early passes missed
+        damage: ``check_horizon`` then ends the round.
+        """
+        return (
+            role == "search"
+            and names in self._fix_candidates
+            and self._context.config.early_stop is not None
+            and self._horizon() is not None
+            and self._context.state.early_revised_round is None
+        )
+
+    def check_horizon(self, trials: Sequence[TrialState], oracle: TrainingOracle | None) -> None:
+        """Raise ``HorizonOutrun`` when a fix candidate trained to its end failed where early passes were blind.
+
+        It failed after the horizon (its loss left the band only then) or at its
+        end with its loss inside the band all along: the early passes of the
+        configurations inside it could not have seen that damage. Told at the end
+        of the question that asked the candidate, so a replay, asking the same
+        questions, ends the round at the same point.
+        """
+        horizon = self._horizon()
+        state = self._context.state
+        if horizon is None or oracle is None or oracle.threshold is None:
+            return
+        if any(int(done["round"]) < self._settling.round for done in state.early_revisions):
+            return  # this round already searches without early verdicts
+        for trial in trials:
+            if not state.to_end(trial.trial_id) or trial.finished is None or oracle.verdict_of(trial) is not Outcome.FAIL:
+                continue
+            kind = trial.finished.get("kind")
+            if kind == "metric":  # its loss never left the band, yet it failed
+                raise HorizonOutrun(trial, None)
+            step = (trial.finished.get("early_stop") or {}).get("step")
+            if kind in _STOPPED_FAILING and isinstance(step, int) and step > horizon:
+                raise HorizonOutrun(trial, step)
+            # Otherwise seen inside the horizon (an ordinary failure: the early passes stand), or a
+            # crash or a timeout, which tells nothing about the horizon.
+
+    def revise_after_outrun(self, outrun: HorizonOutrun) -> None:
+        """Journal the revision a fix candidate's late failure calls for, and say it."""
+        trial = outrun.trial
+        where = (
+            f"after the horizon (step {outrun.step} > {self._horizon()})" if outrun.step is not None
+            else "at its end, its loss inside the band all along"
+        )  # fmt: skip
+        self._revise(
+            {
+                "round": self._settling.round, "config": sorted(trial.config), "trial_id": trial.trial_id,
+                "scope": "inside", "reason": f"the fix candidate's full training #{trial.trial_id} failed {where}",
+            }
+        )  # fmt: skip
+        self._context.events.message(
+            f"warning: the fix candidate's training #{trial.trial_id} failed {where}: the early passes "
+            "cannot see that damage; searching again with full trainings only"
+        )
 
     def prove_fix(self, result: CulpritSearch, oracle: TrainingOracle) -> bool | None:
         """Back the fix by a full training when only early passes vouch for it.

@@ -99,6 +99,8 @@ class LauncherTrainer:
                 record["attempt"] = attempt
             if plan.dumps:
                 record["dumps"] = True
+            if plan.to_end:
+                record["to_end"] = True
             return record
 
         # Written before the launch, so a killed coordinator finds it; without an fsync, since a
@@ -193,7 +195,8 @@ class LauncherTrainer:
         """The early-stop rule for this training: with the horizon for the search's own trainings.
 
         The references, a fix's proof and (when the references dump for the
-        guide) the fix candidates always run to their end; after a full training
+        guide) the fix candidates always run to their end; the other fix
+        candidates too, unless their loss leaves the band; after a full training
         contradicted early verdicts, no training stops early as a pass or an
         early failure (a divergence the user set still stops it).
         """
@@ -210,6 +213,8 @@ class LauncherTrainer:
             or (trial.config in self._fix_candidates and references_dump(config))
         ):
             return rule
+        if self._context.state.to_end(trial.trial_id):
+            return replace(rule, fail_band=True)  # a fix candidate: its pass is the fix's proof
         step = horizon
         localize = config.localize
         if self._context.state.dumped(trial.trial_id) and localize is not None and localize.step is not None:

@@ -45,6 +45,7 @@ class TrainingOracle:
         repeats: bool = True,
         lanes: LanePlan | None = None,
         realize: Callable[[frozenset[Rule]], frozenset[Rule]] | None = None,
+        answered: Callable[[Sequence[TrialState]], None] | None = None,
     ) -> None:
         self.threshold = threshold
         self.crash_is_failure = crash_is_failure
@@ -68,6 +69,10 @@ class TrainingOracle:
         self._prefetched: list[frozenset[Rule]] = []
         self._along: list[frozenset[Rule]] = []
         self._width: int | None = None
+        # Told the trainings that answered each question once it is answered, before the
+        # strategy sees the answer; it may raise to end the search's round there (the same
+        # point in a replay, which asks the same questions).
+        self._answered = answered
 
     def prefetch(self, configs: Sequence[frozenset[Rule]]) -> None:
         """Train these (repeat 0) along with the next question, where it leaves a device idle.
@@ -214,6 +219,7 @@ class TrainingOracle:
                 if verdict is Outcome.FAIL:
                     if not pending:
                         self._mark_asked(configs[: index + 1])
+                        self._tell_answered([(config, 0) for config in configs[: index + 1]])
                         return index
                     break
                 if verdict is None:
@@ -221,6 +227,7 @@ class TrainingOracle:
             else:
                 if not pending:
                     self._mark_asked(configs)
+                    self._tell_answered([(config, 0) for config in configs])
                     return None
             # A retried training (crash, timeout) may need another round.
             if not self._run(pending, self._fails):
@@ -244,6 +251,7 @@ class TrainingOracle:
         configs = [self._realize(frozenset(config)) for config in configs]
         verdicts = self._settle([(config, 0) for config in configs])
         self._mark_asked(configs)
+        self._tell_answered([(config, 0) for config in configs])
         return verdicts
 
     def retest(self, configs: Sequence[frozenset[Rule]]) -> list[Outcome]:
@@ -259,7 +267,14 @@ class TrainingOracle:
             next_repeat[names] = repeat + 1
         verdicts = self._settle(requests)
         self._asked = next_repeat
+        self._tell_answered(requests)
         return verdicts
+
+    def _tell_answered(self, requests: Sequence[tuple[frozenset[Rule], int]]) -> None:
+        if self._answered is None:
+            return
+        trials = [trial for config, repeat in requests if (trial := self._cached((self._names(config), repeat)))]
+        self._answered(trials)
 
     def trials(self, config: frozenset[Rule]) -> list[Observation]:
         """Every training of ``config`` asked in this session, in repeat order."""

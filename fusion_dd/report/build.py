@@ -358,14 +358,23 @@ def _add_cost(report: dict[str, Any], state: SearchState) -> None:
     # A full training of a culprit set alone proves it (it should fail); any other proof is the fix's.
     sets = {frozenset(rule["name"] for rule in culprit["rules"]) for culprit in report.get("culprits") or []}
     sets |= {frozenset(record.get("config") or ()) for record in state.early_revisions if record.get("scope") == "containing"}
-    proofs = [trial for trial in finished if trial.role == "proof" and trial.config not in sets]
+    # The fix's full trainings: its proofs, and fix candidates trained to their end (their pass is the proof).
+    proofs = [
+        trial for trial in finished
+        if (trial.role == "proof" and trial.config not in sets) or state.to_end(trial.trial_id)
+    ]  # fmt: skip
     set_proofs = [trial for trial in finished if trial.role == "proof" and trial.config in sets]
+    # A fix candidate that fails is the search going on, unless a revision names it (it failed past the horizon).
+    named = {record.get("trial_id") for record in state.early_revisions}
     report["early_passes"] = {
         "trainings": len(early_passes),
         "steps": sorted({step for trial in early_passes if (step := _trial_steps(trial)) is not None}),
         # Full trainings of the fix that passed where early passes had vouched for it.
         "fix_proven_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) == "pass"],
-        "contradicted_by": [trial.trial_id for trial in proofs if outcomes.get(trial.trial_id) != "pass"]
+        "contradicted_by": [
+            trial.trial_id for trial in proofs
+            if outcomes.get(trial.trial_id) != "pass" and (trial.role == "proof" or trial.trial_id in named)
+        ]  # fmt: skip
         + [trial.trial_id for trial in set_proofs if outcomes.get(trial.trial_id) != "fail"],
         "revised": [record.get("reason") for record in state.early_revisions],
         # Trainings stopped when their loss left the band before the horizon, and the culprit sets' own proofs.

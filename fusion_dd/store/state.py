@@ -233,6 +233,9 @@ class SearchState:
     # Reference trainings that dumped tensors for the guide (``"dumps": true`` in trial_started):
     # the same training as the search's, so their dumps also serve localization.
     _dumping: set[str] = field(default_factory=set, repr=False)
+    # Fix candidates trained with no early pass (``"to_end": true`` in trial_started): their
+    # pass is the fix's proof, and a failure they show late is one early passes missed.
+    _to_end: set[str] = field(default_factory=set, repr=False)
     # Full-length trainings by key (every finished training that did not pass early, proofs
     # included): what a key's early pass is replaced by once early passes were revised.
     _full_by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
@@ -284,6 +287,10 @@ class SearchState:
     def dumped(self, trial_id: str) -> bool:
         """Whether this (reference) trial was started to dump tensors for the guide."""
         return trial_id in self._dumping
+
+    def to_end(self, trial_id: str) -> bool:
+        """Whether this trial was started to train to its end unless it fails (no early pass)."""
+        return trial_id in self._to_end
 
     def attempts(self, key: ConfigKey) -> int:
         """How many trainings of this (configuration, repeat) finished."""
@@ -337,6 +344,10 @@ class SearchState:
             self._dumping.add(trial_id)
         else:
             self._dumping.discard(trial_id)
+        if record.get("to_end"):
+            self._to_end.add(trial_id)
+        else:
+            self._to_end.discard(trial_id)
 
     def _apply_trial_launched(self, record: dict[str, Any]) -> None:
         trial = self.trials.get(record["trial_id"])

@@ -43,6 +43,10 @@ def test_early_passes_save_steps_and_a_full_training_proves_the_fix(tmp_path: Pa
                  if name != CULPRIT)  # fmt: skip
     fix_trials = [trial for trial in found["trials"] if trial["configuration"] == fix and trial["repeat"] == 0]
     assert any(trial.get("kind") == "metric" and trial["outcome"] == "pass" for trial in fix_trials)
+    # The fix candidate trains to its end (a failing one would still stop early): its pass is the
+    # fix's proof, so there is neither an early pass of it nor a separate proof training.
+    assert fix_trials[0]["role"] == "search" and fix_trials[0]["kind"] == "metric"
+    assert not [trial for trial in found["trials"] if trial["role"] == "proof"]
     cost = found["cost"]
     assert cost["steps_per_full_training"] == 40 and cost["steps_unknown"] == 0
     assert cost["training_steps"] == sum(trial["steps"] for trial in found["trials"])
@@ -72,6 +76,10 @@ def test_damage_after_the_horizon_is_caught_by_the_fix_s_full_training(tmp_path:
     assert culprits(found) == sorted([[CULPRIT], [LATE]]) and found["fix_verified"]
     assert found["early_passes"]["revised"] and found["early_passes"]["contradicted_by"]
     assert "early verdicts revised" in done.stdout
+    # Caught by the fix candidate's own training, which ran past the horizon, not by a proof after the search.
+    (reason,) = found["early_passes"]["revised"]
+    assert reason.startswith("the fix candidate's full training #") and "failed after the horizon" in reason
+    assert not [trial for trial in found["trials"] if trial["role"] == "proof"]
     # After the revision, no training passes early: the answer rests on full trainings.
     journal = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
     revision = next(index for index, record in enumerate(journal) if record.get("type") == "early_passes_revised")

@@ -66,3 +66,13 @@ def test_a_revision_withdraws_only_the_early_verdicts_that_could_have_led_to_its
 def test_an_early_failure_decides_its_key_and_is_not_a_full_training() -> None:
     state = replay([search_started(), *trial("0001", ["A"], None, kind="early_fail")])
     assert state.cache()[(A, 0)].resolved and state.full_trial((A, 0)) is None
+
+
+def test_a_fix_candidate_started_to_train_to_its_end_is_known_as_such_and_a_restart_without_it_is_not() -> None:
+    first = trial("0001", ["A"], 0.9)
+    first[0] = {**first[0], "to_end": True}
+    state = replay([search_started(), *first])
+    assert state.to_end("0001")
+    assert not replay([search_started(), *trial("0001", ["A"], 0.9)]).to_end("0001")  # older journals: none
+    again = trial("0001", ["A"], 0.9)  # the same id started again (a resumed session) without the key
+    assert not replay([search_started(), *first, *again]).to_end("0001")
