@@ -395,8 +395,8 @@ def test_prefetching_the_next_fix_candidate_beside_a_confirming_repeat_never_cos
 
 
 def _scanned_necessary(guard: NoiseGuard, leaf: frozenset) -> set:
-    """``_necessary`` the straightforward way: every passing verdict, as frozensets."""
-    passing = [c for c in [*guard._verdict, *guard._given] if guard.verdict(c) is Outcome.PASS]
+    """``Monotonicity.necessary`` the straightforward way: every passing verdict, as frozensets."""
+    passing = [c for c, verdict in guard._votes.settled().items() if verdict is Outcome.PASS]
     return {next(iter(leaf - other)) for other in passing if len(leaf - other) == 1}
 
 
@@ -416,20 +416,23 @@ def test_the_guard_keeps_its_bookkeeping_in_place_and_it_matches_a_scan_of_every
     noise = flip_noise(0.2, seed=seed, exempt=[F(), F(universe)])
     oracle = SimulatedOracle(or_model(culprits), noise=noise)
     guard = NoiseGuard(oracle, universe, NoisePolicy())
-    chains = guard._antichains()
+    monotone = guard._monotone
+    chains = monotone.antichains()
     for question in questions:
         try:
             guard.outcomes([question])
         except Revised:
             guard.replay()
-        assert guard._antichains() is chains  # never rebuilt
-        verdicts = {**guard._verdict, **guard._given}
+        assert monotone.antichains() is chains  # never rebuilt
+        verdicts = guard._votes.settled()
+        assert all(guard.verdict(c) is v for c, v in verdicts.items())
         failing = {c for c, v in verdicts.items() if v is Outcome.FAIL}
         passing = {c for c, v in verdicts.items() if v is Outcome.PASS}
-        masks = guard._masks
-        assert sorted(guard._fail_masks) == sorted(masks.of(c) for c in failing)
-        assert sorted(guard._pass_masks) == sorted(masks.of(c) for c in passing)
+        masks = monotone.masks
+        assert sorted(monotone.fail_masks) == sorted(masks.of(c) for c in failing)
+        assert sorted(monotone.pass_masks) == sorted(masks.of(c) for c in passing)
+        assert sorted(monotone.pass_set) == sorted(masks.of(c) for c in passing)
         assert set(chains.min_fail) == {masks.of(c) for c in failing if not any(o < c for o in failing)}
         assert set(chains.max_pass) == {masks.of(c) for c in passing if not any(o > c for o in passing)}
         for leaf in failing:
-            assert guard._necessary(leaf) == _scanned_necessary(guard, leaf)
+            assert monotone.necessary(leaf) == _scanned_necessary(guard, leaf)
