@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusion_dd.search import STRATEGIES, NoiseGuard, NoisePolicy, find_culprits
-from fusion_dd.search.noise import Revised, majority, tally
+from fusion_dd.search import noise, votes
+from fusion_dd.search.noise import Revised
 from fusion_dd.search.oracle import Observation, Outcome
 from fusion_dd.search.simulate import (
     SimulatedOracle,
@@ -280,18 +281,8 @@ def test_bisect_finds_one_culprit_despite_any_single_flip_at_no_clean_cost(data,
 # -- votes ------------------------------------------------------------------------------------
 
 
-def obs(*marks: str) -> list[Observation]:
-    """'F', 'P', 'U', with '~' for a reading near the threshold."""
-    table = {"F": Outcome.FAIL, "P": Outcome.PASS, "U": Outcome.UNRESOLVED}
-    return [Observation(i, table[m[0]], m.endswith("~")) for i, m in enumerate(marks)]
-
-
-def test_votes_weigh_near_readings_half_and_ties_fail() -> None:
-    assert tally(obs("F", "P~", "U")) == (2, 1)
-    assert majority(obs("F", "P")) is Outcome.FAIL  # a tie: a fix that fails half the time is no fix
-    assert majority(obs("F~", "P")) is Outcome.PASS
-    assert majority(obs("U", "U")) is Outcome.UNRESOLVED
-    assert majority(obs("U", "F~")) is Outcome.FAIL
+def test_the_noise_layer_names_the_votes_rule_it_follows() -> None:
+    assert noise.majority is votes.majority and noise.tally is votes.tally  # the all-culprits layer uses it
 
 
 def guard_for(readings: dict, universe=range(8), policy=None) -> tuple[NoiseGuard, SimulatedOracle]:
