@@ -10,7 +10,7 @@ from fusion_dd.search import STRATEGIES, NoiseGuard, NoisePolicy, find_culprits
 from fusion_dd.search import noise, votes
 from fusion_dd.search.noise import Revised
 from fusion_dd.search.oracle import Observation, Outcome
-from fusion_dd.search.simulate import (
+from fusion_dd.testing.simulate import (
     SimulatedOracle,
     any_of,
     flip_noise,
