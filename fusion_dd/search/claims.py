@@ -18,10 +18,21 @@ passing superset (``Claims.support``). The rules, and why:
   configuration are the likeliest way left to a wrong claim, and two single
   trainings of different configurations that imply each other are two chances
   for a flip, not a confirmation.
+- **Without noise, two aligned flips.** Claims supported by monotonicity (a
+  failing subset, a passing superset) need nothing more, except where two
+  aligned flips would contradict nothing: a set found by a second or later
+  search (a false FAIL of the fix candidate, then of a single), every searched
+  set once two were found, and the "passes alone" claims of an interacting
+  pair. One culprit costs nothing more; each further set or pair a training or
+  two. Which claims are checked when is the all-culprits layer's choice
+  (``fusion_dd.search.culprits``); before a rule of an interacting set is
+  switched off, the removals that make it an interaction (``everything``
+  False) must rest on two trainings, their own or a passing superset's.
 - **The references count.** The engine settles the two references (all off,
-  all on) by majority before the search; when their own trainings disagreed,
-  the run has shown noise before its first question, so every claim needs
-  three agreeing trainings from the start.
+  all on) by majority before the search
+  (``fusion_dd.core.scoring.reference_decision``); when their own trainings
+  disagreed, the run has shown noise before its first question, so every
+  claim needs three agreeing trainings from the start.
 - **The fix is never claimed on one training.** One training is one flip away
   from a false claim and nothing else can back it (``verified``).
 - **An interacting pair's "passes alone" claims need their own trainings.**

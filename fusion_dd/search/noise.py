@@ -16,7 +16,8 @@ with its reasons:
   the majority flips one (noise) or both hold (a genuinely non-monotone failure).
 - **An interaction claim is checked once** (``fusion_dd.search.interactions``):
   noise and interactions look the same from one training each.
-- **A lone culprit needs a second witness** (``necessity_shown``): ``{c}``
+- **A lone culprit needs a second witness** (``necessity_shown``, from
+  ``fusion_dd.search.monotonicity``): ``{c}``
   failing is backed by one training; usually another shows that ``c`` matters
   (a failing configuration whose removal of ``c`` passes: bisect's boundary, the
   fix verification). When none does, ``{c}`` is re-trained.
