@@ -319,7 +319,7 @@ def bench_resume_5000(work: Path) -> dict[str, Any]:
 
 def bench_bisect() -> dict[str, Any]:
     from fusion_dd.search import STRATEGIES, NoisePolicy, find_culprits
-    from fusion_dd.search.simulate import SimulatedOracle, sets_model
+    from fusion_dd.testing.simulate import SimulatedOracle, sets_model
 
     n, d = 4096, 128
     picks = random.Random(f"OR/{n}/{d}/0").sample(range(n), d)
@@ -343,7 +343,7 @@ def _noisy_seed(seed: int) -> dict[str, Any]:
     import signal
 
     from fusion_dd.search import STRATEGIES, NoisePolicy, find_culprits
-    from fusion_dd.search.simulate import SimulatedOracle, flip_noise, sets_model
+    from fusion_dd.testing.simulate import SimulatedOracle, flip_noise, sets_model
 
     n, d = 4096, 128
     picks = random.Random(f"OR/{n}/{d}/{seed}").sample(range(n), d)

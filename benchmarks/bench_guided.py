@@ -36,7 +36,7 @@ if str(REPO) not in sys.path:
 
 from fusion_dd.search import bisect, find_culprits  # noqa: E402
 from fusion_dd.search.guided import Guided  # noqa: E402
-from fusion_dd.search.simulate import SimulatedOracle, sets_model  # noqa: E402
+from fusion_dd.testing.simulate import SimulatedOracle, sets_model  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
 BEGIN, END = "<!-- bench_guided:begin -->", "<!-- bench_guided:end -->"

@@ -52,7 +52,7 @@ from fusion_dd.config.settings import Tolerance
 from fusion_dd.core.scoring import Measurement, check_preconditions
 from fusion_dd.search import STRATEGIES, NoisePolicy, find_culprits
 from fusion_dd.search.oracle import Outcome
-from fusion_dd.search.simulate import (
+from fusion_dd.testing.simulate import (
     NoiseModel,
     SimulatedOracle,
     flip_noise,

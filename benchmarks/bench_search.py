@@ -33,7 +33,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fusion_dd.search import STRATEGIES, find_culprits  # noqa: E402
-from fusion_dd.search.simulate import (  # noqa: E402
+from fusion_dd.testing.simulate import (  # noqa: E402
     SimulatedOracle,
     any_of,
     masked_model,

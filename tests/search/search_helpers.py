@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from fusion_dd.search.simulate import SimulatedOracle, as_outcome
+from fusion_dd.testing.simulate import SimulatedOracle, as_outcome
 
 
 def fails(model: Callable, config: frozenset) -> bool:

@@ -13,7 +13,7 @@ import fusion_dd.search.bisection as bisect_module
 from fusion_dd.search import DEFAULT_STRATEGY, STRATEGIES
 from fusion_dd.search.bisection import bisect
 from fusion_dd.search.oracle import BudgetExhausted, Outcome
-from fusion_dd.search.simulate import SimulatedOracle, and_model, masked_model, or_model, sets_model
+from fusion_dd.testing.simulate import SimulatedOracle, and_model, masked_model, or_model, sets_model
 from tests.search.search_helpers import is_one_minimal_failing, no_repeats, random_predicate
 
 F = frozenset

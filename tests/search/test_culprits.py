@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fusion_dd.backends.cann import CannBackend
 from fusion_dd.core.rules import Rule, Section
 from fusion_dd.search import STRATEGIES, default_choose_off, find_culprits
-from fusion_dd.search.simulate import (
+from fusion_dd.testing.simulate import (
     SimulatedOracle,
     and_model,
     any_of,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fusion_dd.search.ddmin import ddmin, split
 from fusion_dd.search.oracle import BudgetExhausted, Outcome
-from fusion_dd.search.simulate import SimulatedOracle, and_model, or_model, sets_model
+from fusion_dd.testing.simulate import SimulatedOracle, and_model, or_model, sets_model
 from tests.search.search_helpers import is_one_minimal_failing, no_repeats, random_predicate
 
 F = frozenset

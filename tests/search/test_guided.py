@@ -13,7 +13,7 @@ from fusion_dd.search import bisect, ddmin, find_culprits
 from fusion_dd.search.guided import Guided, guided, prior_order
 from fusion_dd.search.lanes import LanePlan
 from fusion_dd.search.oracle import BudgetExhausted, Outcome
-from fusion_dd.search.simulate import SimulatedOracle, sets_model
+from fusion_dd.testing.simulate import SimulatedOracle, sets_model
 from tests.search.search_helpers import is_one_minimal_failing, no_repeats
 
 F = frozenset

@@ -9,7 +9,7 @@ from fusion_dd.search import STRATEGIES, NoisePolicy, find_culprits
 from fusion_dd.search.bisection import bisect
 from fusion_dd.search.masks import Answers, Antichains, Masks, answers_from
 from fusion_dd.search.oracle import Outcome
-from fusion_dd.search.simulate import SimulatedOracle, flip_noise, sets_model
+from fusion_dd.testing.simulate import SimulatedOracle, flip_noise, sets_model
 
 F = frozenset
 RULES = list("abcdefgh")

@@ -7,9 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusion_dd.search import STRATEGIES, NoiseGuard, NoisePolicy, find_culprits
-from fusion_dd.search.noise import Revised, majority, tally
+from fusion_dd.search import noise, votes
+from fusion_dd.search.noise import Revised
 from fusion_dd.search.oracle import Observation, Outcome
-from fusion_dd.search.simulate import (
+from fusion_dd.testing.simulate import (
     SimulatedOracle,
     any_of,
     flip_noise,
@@ -280,18 +281,8 @@ def test_bisect_finds_one_culprit_despite_any_single_flip_at_no_clean_cost(data,
 # -- votes ------------------------------------------------------------------------------------
 
 
-def obs(*marks: str) -> list[Observation]:
-    """'F', 'P', 'U', with '~' for a reading near the threshold."""
-    table = {"F": Outcome.FAIL, "P": Outcome.PASS, "U": Outcome.UNRESOLVED}
-    return [Observation(i, table[m[0]], m.endswith("~")) for i, m in enumerate(marks)]
-
-
-def test_votes_weigh_near_readings_half_and_ties_fail() -> None:
-    assert tally(obs("F", "P~", "U")) == (2, 1)
-    assert majority(obs("F", "P")) is Outcome.FAIL  # a tie: a fix that fails half the time is no fix
-    assert majority(obs("F~", "P")) is Outcome.PASS
-    assert majority(obs("U", "U")) is Outcome.UNRESOLVED
-    assert majority(obs("U", "F~")) is Outcome.FAIL
+def test_the_noise_layer_names_the_votes_rule_it_follows() -> None:
+    assert noise.majority is votes.majority and noise.tally is votes.tally  # the all-culprits layer uses it
 
 
 def guard_for(readings: dict, universe=range(8), policy=None) -> tuple[NoiseGuard, SimulatedOracle]:
@@ -395,8 +386,8 @@ def test_prefetching_the_next_fix_candidate_beside_a_confirming_repeat_never_cos
 
 
 def _scanned_necessary(guard: NoiseGuard, leaf: frozenset) -> set:
-    """``_necessary`` the straightforward way: every passing verdict, as frozensets."""
-    passing = [c for c in [*guard._verdict, *guard._given] if guard.verdict(c) is Outcome.PASS]
+    """``Monotonicity.necessary`` the straightforward way: every passing verdict, as frozensets."""
+    passing = [c for c, verdict in guard._votes.settled().items() if verdict is Outcome.PASS]
     return {next(iter(leaf - other)) for other in passing if len(leaf - other) == 1}
 
 
@@ -416,20 +407,23 @@ def test_the_guard_keeps_its_bookkeeping_in_place_and_it_matches_a_scan_of_every
     noise = flip_noise(0.2, seed=seed, exempt=[F(), F(universe)])
     oracle = SimulatedOracle(or_model(culprits), noise=noise)
     guard = NoiseGuard(oracle, universe, NoisePolicy())
-    chains = guard._antichains()
+    monotone = guard._monotone
+    chains = monotone.antichains()
     for question in questions:
         try:
             guard.outcomes([question])
         except Revised:
             guard.replay()
-        assert guard._antichains() is chains  # never rebuilt
-        verdicts = {**guard._verdict, **guard._given}
+        assert monotone.antichains() is chains  # never rebuilt
+        verdicts = guard._votes.settled()
+        assert all(guard.verdict(c) is v for c, v in verdicts.items())
         failing = {c for c, v in verdicts.items() if v is Outcome.FAIL}
         passing = {c for c, v in verdicts.items() if v is Outcome.PASS}
-        masks = guard._masks
-        assert sorted(guard._fail_masks) == sorted(masks.of(c) for c in failing)
-        assert sorted(guard._pass_masks) == sorted(masks.of(c) for c in passing)
+        masks = monotone.masks
+        assert sorted(monotone.fail_masks) == sorted(masks.of(c) for c in failing)
+        assert sorted(monotone.pass_masks) == sorted(masks.of(c) for c in passing)
+        assert sorted(monotone.pass_set) == sorted(masks.of(c) for c in passing)
         assert set(chains.min_fail) == {masks.of(c) for c in failing if not any(o < c for o in failing)}
         assert set(chains.max_pass) == {masks.of(c) for c in passing if not any(o > c for o in passing)}
         for leaf in failing:
-            assert guard._necessary(leaf) == _scanned_necessary(guard, leaf)
+            assert monotone.necessary(leaf) == _scanned_necessary(guard, leaf)

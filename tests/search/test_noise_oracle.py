@@ -11,7 +11,7 @@ import math
 import pytest
 
 from fusion_dd.search.oracle import BudgetExhausted, Observation, Outcome, RepeatOracle, supports_repeats
-from fusion_dd.search.simulate import SimulatedOracle, flip_noise, flip_probability, gaussian_noise
+from fusion_dd.testing.simulate import SimulatedOracle, flip_noise, flip_probability, gaussian_noise
 
 F = frozenset
 

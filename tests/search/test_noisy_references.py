@@ -13,7 +13,7 @@ from fusion_dd.config.settings import Tolerance
 from fusion_dd.core.scoring import ACCEPT, REFUSE, RETRAIN, Measurement, check_preconditions, reference_decision
 from fusion_dd.search import STRATEGIES, NoisePolicy, find_culprits
 from fusion_dd.search.oracle import Outcome
-from fusion_dd.search.simulate import SimulatedOracle, or_model
+from fusion_dd.testing.simulate import SimulatedOracle, or_model
 
 F = frozenset
 N = 16

@@ -4,7 +4,7 @@ The repeat bookkeeping documented in fusion_dd/search/oracle.py (``RepeatOracle`
 is what makes resume an exact replay: repeat indices are counted per run, so a
 new run over the same finished trainings asks exactly the (configuration, repeat)
 pairs the first run asked, and trains only those that never finished. Every test
-here runs against ``SimulatedOracle`` (fusion_dd/search/simulate.py) and against
+here runs against ``SimulatedOracle`` (fusion_dd/testing/simulate.py) and against
 ``TrainingOracle`` (fusion_dd/coordinator/training_oracle.py) driven by an in-memory journal
 and launcher (tests/support/oracle.py), with one device: both must give the same
 answers, list the same trainings and train the same pairs.
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from fusion_dd.core.rules import Rule
 from fusion_dd.search.lanes import LanePlan
 from fusion_dd.search.oracle import BudgetExhausted, Observation, Outcome, supports_repeats
-from fusion_dd.search.simulate import NoiseModel, SimulatedOracle, flip_noise, or_model
+from fusion_dd.testing.simulate import NoiseModel, SimulatedOracle, flip_noise, or_model
 from tests.support.oracle import MARGIN, NEAR_FAIL, NEAR_PASS, TrainingLab, rules
 
 A, B, C, D = rules("A", "B", "C", "D")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fusion_dd.search import STRATEGIES, find_culprits
 from fusion_dd.search.oracle import Outcome
-from fusion_dd.search.simulate import SimulatedOracle, masked_model, or_model, sets_model
+from fusion_dd.testing.simulate import SimulatedOracle, masked_model, or_model, sets_model
 from fusion_dd.search.splitting import expected_left, group_size, split
 from tests.search.search_helpers import fails, is_one_minimal_failing, no_repeats
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from fusion_dd.core.rules import Rule, Section
 from fusion_dd.core.scoring import Threshold
 from fusion_dd.search.oracle import Observation, Outcome
-from fusion_dd.search.simulate import NoiseModel, as_outcome
+from fusion_dd.testing.simulate import NoiseModel, as_outcome
 from fusion_dd.store.state import ConfigKey, TrialState
 from fusion_dd.coordinator.training_oracle import TrainingOracle
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fusion_dd.search.oracle import BudgetExhausted, Outcome
-from fusion_dd.search.simulate import (
+from fusion_dd.testing.simulate import (
     SimulatedOracle,
     and_model,
     any_of,
