@@ -36,8 +36,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_file import replace_section  # noqa: E402
 
-from fusion_dd.ascend.dump import TensorToWrite, dump_file_name, write_dump_file  # noqa: E402
-from fusion_dd.ascend.layout import FRACTAL_NZ, NC1HWC0, ND, to_device  # noqa: E402
+from fusion_dd.backends.cann.artifacts.dump import TensorToWrite, dump_file_name, write_dump_file  # noqa: E402
+from fusion_dd.backends.cann.artifacts.layout import FRACTAL_NZ, NC1HWC0, ND, to_device  # noqa: E402
 
 BEGIN, END = "<!-- bench_compare:begin -->", "<!-- bench_compare:end -->"
 MiB = 1 << 20

@@ -541,8 +541,8 @@ def rules(
     ),
 ) -> None:
     """Print the candidate rules found in a compiler's artifacts, or where a rule acted in a graph; or close a config's candidates."""
-    from ..ascend import collect_candidates, format_locations, format_rules, graph_paths, load_graphs
-    from ..ascend import where as where_rule
+    from ..backends.cann.artifacts import collect_candidates, format_locations, format_rules, graph_paths, load_graphs
+    from ..backends.cann.artifacts import where as where_rule
 
     if where is not None and output_format is not None:
         raise UsageError(f"--format {output_format}: --where prints the fused ops as text; drop --format")
@@ -718,7 +718,7 @@ def init(
         return
     found: list = []
     if sources:
-        from ..ascend import collect_candidates
+        from ..backends.cann.artifacts import collect_candidates
 
         candidates = collect_candidates(sources)
         for warning in candidates.warnings:

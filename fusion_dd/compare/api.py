@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..ascend.graph import GraphModel
-from ..ascend.layout import LayoutError
+from ..backends.cann.artifacts.graph import GraphModel
+from ..backends.cann.artifacts.layout import LayoutError
 from ..core.errors import UsageError
 from .metrics import Metrics, Thresholds, compare_arrays, compare_statistics, tensor_statistics
 from .pairing import Pair, pair_tensors
@@ -269,7 +269,7 @@ def load_graph_dumps(paths: Sequence[str | Path]) -> GraphModel | None:
     A training compiles several graphs (one per dumped model); their op names do
     not collide, so their ops are simply pooled for pairing and provenance.
     """
-    from ..ascend import load_graphs
+    from ..backends.cann.artifacts import load_graphs
 
     models = load_graphs(paths) if paths else []
     if not models:

@@ -75,7 +75,7 @@ def _use_converters(folder: Path) -> None:
     """Make the converters in ``folder`` visible to this process and its workers."""
     import os
 
-    from ..ascend.converters import ENV, check_folder
+    from ..backends.cann.artifacts.converters import ENV, check_folder
 
     if not folder.is_dir():
         raise UsageError(f"--converters {folder}: not a directory; give the folder holding convert_<FROM>_to_<TO>.py files")

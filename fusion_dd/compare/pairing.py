@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..ascend.graph import GraphModel, GraphOp
+from ..backends.cann.artifacts.graph import GraphModel, GraphOp
 from .sources import DumpedTensor, FileProblem
 
 
@@ -151,7 +151,7 @@ def _graph_names(tensors: Sequence[DumpedTensor], ops: dict[str, GraphOp]) -> li
     of the graph has that file-name form."""
     if not ops:
         return list(tensors)
-    from ..ascend.dump import sanitize
+    from ..backends.cann.artifacts.dump import sanitize
 
     forms: dict[str, list[str]] = {}
     for name in ops:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..ascend.dump import (
+from ..backends.cann.artifacts.dump import (
     MAPPING_CSV,
     NAME_GRAMMAR,
     DumpFile,
@@ -51,7 +51,7 @@ from ..ascend.dump import (
     read_dump_header,
     read_mapping,
 )
-from ..ascend import discover
+from ..backends.cann.artifacts import discover
 from ..core.errors import UsageError
 from ..integrations.dump import ORDER_FILE
 from ..core.safe_read import MiB
@@ -129,8 +129,8 @@ class DumpedTensor:
 def load_slices(slices: tuple[tuple[str, TensorInfo], ...], axis: int | None) -> np.ndarray:
     """FFTS+ slices joined in device layout along ``axis``, then converted as one tensor
     with the first slice's format and original shape (msaccucmp's reassembly)."""
-    from ..ascend.dump import load_device_values
-    from ..ascend.layout import complex_as_pairs, to_framework
+    from ..backends.cann.artifacts.dump import load_device_values
+    from ..backends.cann.artifacts.layout import complex_as_pairs, to_framework
 
     parts = [load_device_values(path, info) for path, info in slices]
     first = slices[0][1]

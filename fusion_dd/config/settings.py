@@ -632,8 +632,8 @@ def _read_rules(
                 raise reader.error(key, f"duplicate rule {name!r} (also in {listed_keys[name]})")
             listed_keys[name] = f"{key}[{index}]"
             listed.append(Rule(name, section_enum))
-    from ..ascend import validate_names
-    from ..ascend.validate import SUGGESTED_NAMES
+    from ..backends.cann.artifacts import validate_names
+    from ..backends.cann.artifacts.validate import SUGGESTED_NAMES
 
     # Spelling suggestions cost milliseconds per name, and "ignore" shows none of them.
     suggest = 0 if policy == "ignore" else SUGGESTED_NAMES
@@ -721,7 +721,7 @@ def _rules_from_artifacts(
     A name a rule list there gives without a section takes the section ``listed``
     gives it (``rules.GraphFusion`` / ``rules.UBFusion`` of the same config).
     """
-    from ..ascend import collect_candidates
+    from ..backends.cann.artifacts import collect_candidates
 
     if isinstance(raw, str):
         raw = [raw]

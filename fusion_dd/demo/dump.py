@@ -5,7 +5,7 @@ training writes, for one step of the training graph's forward pass:
 
 * one Ascend dump file per executed op under
   ``{dump_dir}/{YYYYMMDDhhmmss}/0/{model}/1/{step}/``, in the runtime's binary
-  layout (``fusion_dd/ascend/dump.py``), matmul outputs in ``FRACTAL_NZ`` and
+  layout (``fusion_dd/backends/cann/artifacts/dump.py``), matmul outputs in ``FRACTAL_NZ`` and
   other 2-D fp16 outputs in ``NC1HWC0``, both padded, the way the device stores them;
 * the compiled graph as ``ge_proto_00000001_graph_1_Build.txt`` with
   ``pass_name``, ``pass_name_ub``, ``_datadump_original_op_names`` and output
@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 from google.protobuf import text_format
 
-from fusion_dd.ascend.dump import TensorToWrite, dump_file_name, write_dump_file
-from fusion_dd.ascend.ge_schema import message_class
-from fusion_dd.ascend.layout import FRACTAL_NZ, NC1HWC0, ND, to_device
+from fusion_dd.backends.cann.artifacts.dump import TensorToWrite, dump_file_name, write_dump_file
+from fusion_dd.backends.cann.artifacts.ge_schema import message_class
+from fusion_dd.backends.cann.artifacts.layout import FRACTAL_NZ, NC1HWC0, ND, to_device
 
 from .graph import Graph, Node
 

@@ -559,7 +559,7 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
     reasons = [reason for reason in (_switch_reason(trial) for trial in state.trials.values()) if reason]
     # "No training left a fusion_result.json" only when that is what every trial's reason says: an
     # unreadable file, or a compiler without fusion_result.json, is named with its own reason.
-    from ..ascend.applied import NO_RESULT
+    from ..backends.cann.artifacts.applied import NO_RESULT
 
     specific = [reason for reason in reasons if reason != NO_RESULT]
     if counts and not counts.get("applied"):
@@ -581,7 +581,7 @@ def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[s
 
 def _add_layers(report: dict[str, Any], graphs: Sequence[str]) -> None:
     """Name the network layers each culprit rule fused, from graph dumps of an all-on run."""
-    from ..ascend import graph_paths, load_graphs, rule_locations
+    from ..backends.cann.artifacts import graph_paths, load_graphs, rule_locations
     from ..core.errors import UsageError
 
     try:

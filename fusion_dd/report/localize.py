@@ -211,8 +211,8 @@ class Localizer:
         return compare_dumps(dirs[0], dirs[1], graphs[0], graphs[1], self.config.step)
 
     def _graphs(self, trial: TrialState, dump: Path) -> Any:
-        from ..ascend import graph_paths
-        from ..ascend.discover import graph_dumps_in
+        from ..backends.cann.artifacts import graph_paths
+        from ..backends.cann.artifacts.discover import graph_dumps_in
         from ..compare import load_graph_dumps
 
         trial_dir = self.state_dir / trial.trial_dir

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 from google.protobuf import text_format
 
-from fusion_dd.ascend.ge_schema import message_class
-from tests.ascend.dump_writer import ffts_attrs, op_file, write, write_nano
+from fusion_dd.backends.cann.artifacts.ge_schema import message_class
+from tests.backends.cann.artifacts.dump_writer import ffts_attrs, op_file, write, write_nano
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pytest
 
 from fusion_dd.compare import compare_dumps
 from fusion_dd.integrations import dump_tensors
-from tests.ascend.dump_writer import NC1HWC0, device, write
+from tests.backends.cann.artifacts.dump_writer import NC1HWC0, device, write
 from tests.compare.compare_support import Op, write_run
 
 RULE = "BatchNormBnInferFusionPass"
@@ -147,7 +147,7 @@ def test_npy_dumps_from_dump_tensors(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_parallel_workers_give_the_same_result(tmp_path: Path, runs) -> None:
     on, off, graph_on, graph_off = runs
-    from fusion_dd.ascend.graph import load_graph
+    from fusion_dd.backends.cann.artifacts.graph import load_graph
 
     serial = compare_dumps(on, off, load_graph(graph_on), load_graph(graph_off), jobs=1)
     parallel = compare_dumps(on, off, load_graph(graph_on), load_graph(graph_off), jobs=2)

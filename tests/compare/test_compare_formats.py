@@ -14,7 +14,7 @@ import pytest
 
 from fusion_dd.compare import compare_dumps
 from fusion_dd.compare.sources import scan
-from tests.ascend.dump_writer import op_file, write
+from tests.backends.cann.artifacts.dump_writer import op_file, write
 from tests.compare.compare_support import Op, write_run
 
 RULE = "BatchNormBnInferFusionPass"

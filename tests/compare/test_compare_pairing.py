@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fusion_dd.ascend.graph import GraphModel, GraphOp
+from fusion_dd.backends.cann.artifacts.graph import GraphModel, GraphOp
 from fusion_dd.compare.pairing import pair_tensors
 from fusion_dd.compare.sources import DumpedTensor
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion_dd.ascend.graph import load_graph
+from fusion_dd.backends.cann.artifacts.graph import load_graph
 from fusion_dd.compare import compare_dumps
 from fusion_dd.demo.dump import GRAPH_FILE, DemoDumper
 from fusion_dd.demo.scenarios import SCENARIOS
@@ -63,8 +63,8 @@ def test_every_planted_culprit_is_localized_to_the_damaged_layer(tmp_path: Path,
 
 
 def test_dump_files_carry_device_formats_and_the_graph_carries_provenance(tmp_path: Path) -> None:
-    from fusion_dd.ascend.dump import read_dump_header
-    from fusion_dd.ascend.layout import FRACTAL_NZ, NC1HWC0
+    from fusion_dd.backends.cann.artifacts.dump import read_dump_header
+    from fusion_dd.backends.cann.artifacts.layout import FRACTAL_NZ, NC1HWC0
 
     directory = _dump(tmp_path / "d", "quick", frozenset({"LayerNormFusionPass"}))
     headers = [read_dump_header(path) for path in directory.rglob("*.*.*.*.*") if path.name != GRAPH_FILE]

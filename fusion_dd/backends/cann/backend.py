@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ...ascend import check_switch_applied, read_trial_results
+from .artifacts import check_switch_applied, read_trial_results
 from ...core.hooks import TrialFiles, missing_message
 from ...core.rules import Rule, Section
 from ...search.culprits import Chooser, choose_off_by_effect, preferring

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.errors import UsageError
+from ....core.errors import UsageError
 from .fusion_result import FILE_NAME as FUSION_RESULT
 
 if TYPE_CHECKING:

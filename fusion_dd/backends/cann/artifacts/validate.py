@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from ..core.rules import Rule, Section, catalog
+from ....core.rules import Rule, Section, catalog
 
 WarningKind = Literal["unknown", "never-fired", "section-mismatch"]
 #: Unknown names for which the closest spellings are looked up (see ``validate_names``).

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..core.errors import UsageError
-from ..core.rules import Rule
-from ..core.safe_read import read_bytes
+from ....core.errors import UsageError
+from ....core.rules import Rule
+from ....core.safe_read import read_bytes
 
 
 def read_text(path: Path, what: str, limit: int) -> str:

@@ -30,10 +30,10 @@ from typing import Any, Literal
 
 import yaml
 
-from ..core.errors import UsageError
-from ..core.rules import Rule, Section, catalog, catalog_section, name_problem
-from ..core.safe_read import FUSION_RESULT_BYTES, GRAPH_DUMP_BYTES, SMALL_FILE_BYTES, loads_json, too_deep
-from ..backends.cann.switch import parse_switch_text
+from ....core.errors import UsageError
+from ....core.rules import Rule, Section, catalog, catalog_section, name_problem
+from ....core.safe_read import FUSION_RESULT_BYTES, GRAPH_DUMP_BYTES, SMALL_FILE_BYTES, loads_json, too_deep
+from ....backends.cann.switch import parse_switch_text
 from .common import read_text, sort_rules
 from .discover import artifacts_in
 from .fusion_result import FILE_NAME as FUSION_RESULT

@@ -6,7 +6,7 @@ fields) with the field numbers and enum values of CANN's ``dump_data.proto``
 wrong field number in the reader cannot be mirrored by the writer. Nano dumps
 (magic ``0x5A5A5A5A``, TLV header, own dtype enum) are packed with ``struct``
 as msaccucmp's nano reader unpacks them. Device formats are built with
-element-wise formulas, so that the transposes in ``fusion_dd/ascend/layout.py``
+element-wise formulas, so that the transposes in ``fusion_dd/backends/cann/artifacts/layout.py``
 are checked against index arithmetic.
 """
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import UsageError
-from ..core.rules import Rule, Section
-from ..core.safe_read import FUSION_RESULT_BYTES, check_depth, too_deep
+from ....core.errors import UsageError
+from ....core.rules import Rule, Section
+from ....core.safe_read import FUSION_RESULT_BYTES, check_depth, too_deep
 from .common import read_text, sort_rules
 
 FILE_NAME = "fusion_result.json"

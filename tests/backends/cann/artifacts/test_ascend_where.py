@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fusion_dd.ascend import format_locations, layers, load_graph, rule_locations, ub_kernels, where
+from fusion_dd.backends.cann.artifacts import format_locations, layers, load_graph, rule_locations, ub_kernels, where
 from fusion_dd.core.rules import Rule, Section
 
 

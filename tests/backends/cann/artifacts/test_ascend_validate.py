@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusion_dd.ascend import closest_names, collect_candidates, validate_names
-from fusion_dd.ascend.validate import _within_edits, likely_typos
+from fusion_dd.backends.cann.artifacts import closest_names, collect_candidates, validate_names
+from fusion_dd.backends.cann.artifacts.validate import _within_edits, likely_typos
 from fusion_dd.core.rules import Rule, Section
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from ..core.safe_read import MiB
+from ....core.safe_read import MiB
 from .dump_schema import message_class
 from .layout import (
     BF16,

@@ -22,9 +22,9 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from ..core.errors import UsageError
-from ..core.rules import Rule, Section
-from ..core.safe_read import GRAPH_DUMP_BYTES, MAX_JSON_DEPTH, loads_json, too_deep
+from ....core.errors import UsageError
+from ....core.rules import Rule, Section
+from ....core.safe_read import GRAPH_DUMP_BYTES, MAX_JSON_DEPTH, loads_json, too_deep
 from .common import read_text, sort_rules
 from .ge_schema import message_class
 

@@ -13,7 +13,7 @@ and checks that a trial's switch file was really applied.
 import importlib
 from typing import Any
 
-# Imported on first use (PEP 562), so that ``from fusion_dd.ascend import validate_names``
+# Imported on first use (PEP 562), so that ``from fusion_dd.backends.cann.artifacts import validate_names``
 # costs only its own module: the graph and dump readers pull protobuf and numpy, which a
 # search that only checks names and reads fusion_result.json never needs (start-up time).
 _SUBMODULE_OF = {

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fusion_dd.ascend.dump import (
+from fusion_dd.backends.cann.artifacts.dump import (
     DumpFileError,
     DumpName,
     TensorToWrite,
@@ -17,9 +17,9 @@ from fusion_dd.ascend.dump import (
     read_mapping,
     write_dump_file,
 )
-from fusion_dd.ascend.layout import LayoutError
+from fusion_dd.backends.cann.artifacts.layout import LayoutError
 from fusion_dd.compare.sources import scan
-from tests.ascend.dump_writer import (
+from tests.backends.cann.artifacts.dump_writer import (
     BF16,
     DHWCN,
     FLOAT8_E4M3FN,
@@ -96,7 +96,7 @@ def test_device_formats_come_back_in_framework_layout_with_padding_cropped(
 
 
 def test_fusion_dd_writer_and_reader_agree_on_device_formats(tmp_path: Path) -> None:
-    from fusion_dd.ascend.layout import to_device
+    from fusion_dd.backends.cann.artifacts.layout import to_device
 
     original = np.random.default_rng(2).normal(size=(3, 20, 37)).astype(np.float32)
     path = tmp_path / "MatMul.mm.1.0.1"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fusion_dd.ascend import check_switch_applied, find_fusion_results, read_trial_results
-from fusion_dd.ascend.fusion_result import parse_fusion_result
+from fusion_dd.backends.cann.artifacts import check_switch_applied, find_fusion_results, read_trial_results
+from fusion_dd.backends.cann.artifacts.fusion_result import parse_fusion_result
 from fusion_dd.core.rules import Rule, Section
 
 A = Rule("ConvBatchnormFusionPass", Section.GRAPH)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from fusion_dd.ascend import read_fusion_result
-from fusion_dd.ascend.discover import fusion_results_in
-from fusion_dd.ascend.fusion_result import PassStats, looks_like_fusion_result, parse_fusion_result
+from fusion_dd.backends.cann.artifacts import read_fusion_result
+from fusion_dd.backends.cann.artifacts.discover import fusion_results_in
+from fusion_dd.backends.cann.artifacts.fusion_result import PassStats, looks_like_fusion_result, parse_fusion_result
 from fusion_dd.core.errors import UsageError
 from fusion_dd.core.rules import Rule, Section
 from tests.support import REPO

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusion_dd.ascend import load_graph, load_graphs, rules_of
-from fusion_dd.ascend.ge_schema import FIELDS, message_class
+from fusion_dd.backends.cann.artifacts import load_graph, load_graphs, rules_of
+from fusion_dd.backends.cann.artifacts.ge_schema import FIELDS, message_class
 from fusion_dd.core.errors import UsageError
 from fusion_dd.core.rules import Rule, Section
 

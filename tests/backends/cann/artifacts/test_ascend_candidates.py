@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
-from fusion_dd.ascend import collect_candidates, format_rules, load_graph, read_fusion_result
+from fusion_dd.backends.cann.artifacts import collect_candidates, format_rules, load_graph, read_fusion_result
 from fusion_dd.backends.cann.switch import parse_switch_text
 from fusion_dd.core.errors import UsageError
 from fusion_dd.core.rules import Rule, Section
+from tests.support import REPO
 
 
 def names(candidates, section):
@@ -255,7 +255,7 @@ def test_fusion_result_section_beats_a_bare_pass_name_entry(tmp_path, dumps):
     assert [w.kind for w in alone.name_warnings] == ["section-mismatch"]
 
 
-REAL = Path(__file__).resolve().parents[1] / "fixtures" / "ascend-real"
+REAL = REPO / "tests" / "fixtures" / "ascend-real"
 
 
 def real_pass_names() -> dict[str, Section]:

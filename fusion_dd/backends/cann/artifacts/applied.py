@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..core.errors import UsageError
-from ..core.rules import Rule
+from ....core.errors import UsageError
+from ....core.rules import Rule
 from .discover import fusion_results_in
 from .fusion_result import FusionResult, read_fusion_result
 

@@ -12,8 +12,8 @@ import json
 
 import yaml
 
-from ..core.errors import UsageError
-from ..core.rules import AUTOFUSE_POINTS, Section
+from ....core.errors import UsageError
+from ....core.rules import AUTOFUSE_POINTS, Section
 from .candidates import CandidateSet
 
 FORMATS = ("yaml", "txt", "json")

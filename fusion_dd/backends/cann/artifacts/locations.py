@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.rules import Rule, Section
+from ....core.rules import Rule, Section
 from .common import sort_rules
 from .graph import GraphModel, GraphOp
 
