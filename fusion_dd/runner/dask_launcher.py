@@ -237,7 +237,7 @@ def run_trial(request: TrialRequest, key: str, device_env: str) -> TrialResult:
     if not device:
         raise RuntimeError(
             f"dask worker {worker_name or worker_address} on {host} has no {device_env} in its environment: "
-            f"start it with {device_env}=ID (see README, 'On a dask cluster')"
+            f"start it with {device_env}=ID (see docs/clusters.md, 'On a dask cluster')"
         )
     claim = {
         "key": key,
@@ -524,6 +524,64 @@ def _address_in(scheduler_file: str) -> str:
     return address
 
 
+def describe_workers(workers: Mapping[str, Mapping[str, Any]]) -> str:
+    """The cluster's workers and their resources, for a message that says why nothing can be placed."""
+    if not workers:
+        return "the cluster has no workers"
+    parts = [
+        f"{info.get('name', address)} ({address}): resources {dict(info.get('resources') or {}) or 'none'}"
+        for address, info in sorted(workers.items())
+    ]
+    return "; ".join(parts)
+
+
+def find_devices(
+    client: Any, workers: Mapping[str, Mapping[str, Any]], address: str, device_env: str, allowed: set[str] | None
+) -> list[dict[str, Any]]:
+    """The cluster's devices as the search would use them, found without writing anything.
+
+    One entry per worker that offers a ``device`` resource (only the devices
+    ``train.devices`` lists, when given: plain ids, ``HOST:ID`` or the slot), sorted
+    by slot: ``{"slot": "HOST:ID/WORKER", "host", "device", "name", "address"}``.
+    The slot names the device as people know it (a host and the id in its
+    worker's environment) and the worker's name, which dask keeps unique: under
+    Slurm or in containers, workers on one host may each see their own device as
+    ``0``, so the id alone does not tell devices apart; a worker restarted with
+    the same ``--name`` takes the same slot. Fails with the cluster's resources
+    listed when no worker can take a training.
+    """
+    offering = {a: info for a, info in workers.items() if (info.get("resources") or {}).get("device", 0) >= 1}
+    if not offering:
+        raise UsageError(
+            f"--scheduler {address}: no dask worker offers a 'device' resource, so no training can be placed "
+            f"({describe_workers(workers)}); start one worker per device with "
+            "'dask worker ADDRESS --nthreads 1 --resources device=1' (see docs/clusters.md, 'On a dask cluster')"
+        )
+    facts = client.run(worker_facts, device_env, workers=list(offering))
+    missing = sorted(str(offering[a].get("name", a)) for a, f in facts.items() if not f.get("device"))
+    if missing:
+        raise UsageError(
+            f"dask workers {', '.join(missing)} offer a device but have no {device_env} in their "
+            f"environment (train.device_env): start each with {device_env}=ID"
+        )
+    found = [
+        {"slot": f"{f['host']}:{f['device']}/{offering[a].get('name', a)}", "host": str(f["host"]),
+         "device": str(f["device"]),
+         "name": str(offering[a].get("name", a)), "address": a}
+        for a, f in facts.items()
+    ]
+    chosen = [
+        e for e in found
+        if allowed is None or not {e["device"], f"{e['host']}:{e['device']}", e["slot"]}.isdisjoint(allowed)
+    ]
+    if not chosen:
+        seen = ", ".join(sorted({e["slot"] for e in found}))
+        raise UsageError(
+            f"train.devices: none of the listed devices is offered by a dask worker (workers' devices: {seen})"
+        )
+    return sorted(chosen, key=lambda e: (e["slot"], e["address"]))
+
+
 class DaskLauncher:
     """Trials as dask tasks, one per device worker; see the module docstring."""
 
@@ -649,59 +707,11 @@ class DaskLauncher:
             return address in self._alive
 
     def describe_cluster(self, workers: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-        workers = self._workers() if workers is None else workers
-        if not workers:
-            return "the cluster has no workers"
-        parts = [
-            f"{info.get('name', address)} ({address}): resources {dict(info.get('resources') or {}) or 'none'}"
-            for address, info in sorted(workers.items())
-        ]
-        return "; ".join(parts)
+        return describe_workers(self._workers() if workers is None else workers)
 
     def devices(self) -> list[dict[str, Any]]:
-        """The cluster's devices as the search would use them, found without writing anything.
-
-        One entry per worker that offers a ``device`` resource (only the devices
-        ``train.devices`` lists, when given: plain ids, ``HOST:ID`` or the slot), sorted
-        by slot: ``{"slot": "HOST:ID/WORKER", "host", "device", "name", "address"}``.
-        The slot names the device as people know it (a host and the id in its
-        worker's environment) and the worker's name, which dask keeps unique: under
-        Slurm or in containers, workers on one host may each see their own device as
-        ``0``, so the id alone does not tell devices apart; a worker restarted with
-        the same ``--name`` takes the same slot. Fails with the cluster's resources
-        listed when no worker can take a training.
-        """
-        workers = self._workers()
-        offering = {a: info for a, info in workers.items() if (info.get("resources") or {}).get("device", 0) >= 1}
-        if not offering:
-            raise UsageError(
-                f"--scheduler {self.address}: no dask worker offers a 'device' resource, so no training can be placed "
-                f"({self.describe_cluster(workers)}); start one worker per device with "
-                "'dask worker ADDRESS --nthreads 1 --resources device=1' (see README, 'On a dask cluster')"
-            )
-        facts = self.client.run(worker_facts, self.device_env, workers=list(offering))
-        missing = sorted(str(offering[a].get("name", a)) for a, f in facts.items() if not f.get("device"))
-        if missing:
-            raise UsageError(
-                f"dask workers {', '.join(missing)} offer a device but have no {self.device_env} in their "
-                f"environment (train.device_env): start each with {self.device_env}=ID"
-            )
-        found = [
-            {"slot": f"{f['host']}:{f['device']}/{offering[a].get('name', a)}", "host": str(f["host"]),
-             "device": str(f["device"]),
-             "name": str(offering[a].get("name", a)), "address": a}
-            for a, f in facts.items()
-        ]
-        chosen = [
-            e for e in found
-            if self.allowed is None or not {e["device"], f"{e['host']}:{e['device']}", e["slot"]}.isdisjoint(self.allowed)
-        ]
-        if not chosen:
-            seen = ", ".join(sorted({e["slot"] for e in found}))
-            raise UsageError(
-                f"train.devices: none of the listed devices is offered by a dask worker (workers' devices: {seen})"
-            )
-        return sorted(chosen, key=lambda e: (e["slot"], e["address"]))
+        """The cluster's devices as the search would use them (``find_devices``), found without writing anything."""
+        return find_devices(self.client, self._workers(), self.address, self.device_env, self.allowed)
 
     def slots(self) -> list[tuple[str, ...]]:
         """One slot per device of the cluster (``devices``), each proven to see the state directory."""
