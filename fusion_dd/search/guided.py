@@ -54,7 +54,6 @@ against the journal asks exactly the same questions.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
@@ -62,16 +61,9 @@ from fusion_dd.search.ddmin import ordered
 from fusion_dd.search.lanes import Lanes, width_of
 from fusion_dd.search.masks import Answers, Masks
 from fusion_dd.search.oracle import Oracle, Outcome
+from fusion_dd.search.strategy import Strategy
 
 T = TypeVar("T", bound=Hashable)
-
-
-def _accepts(function: Callable[..., object], keyword: str) -> bool:
-    try:
-        params = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def _fails(answer: object) -> bool | None:
@@ -94,7 +86,7 @@ def prior_order(universe: Sequence[T], prior: Iterable[T]) -> list[T]:
 
 
 class Guided(Generic[T]):
-    """A minimizer with ddmin's signature that tries the prior's suspects alone first.
+    """A ``Strategy`` that tries the prior's suspects alone first.
 
     ``prior``: the suspects, most suspicious first (any subset of the
     candidates; unknown ones are ignored). ``base``: the minimizer that takes
@@ -109,7 +101,7 @@ class Guided(Generic[T]):
     def __init__(
         self,
         prior: Sequence[T],
-        base: Callable[..., frozenset] | None = None,
+        base: Strategy | None = None,
         patience: int | None = None,
         partners: Mapping[T, Sequence[T]] | None = None,
         refine: Callable[[frozenset[T]], tuple[Sequence[T], Mapping[T, Sequence[T]]] | None] | None = None,
@@ -127,9 +119,6 @@ class Guided(Generic[T]):
             rule: list(dict.fromkeys(mates)) for rule, mates in (partners or {}).items()
         }
         self.refine = refine
-        self._base_known = _accepts(base, "known")
-        self._base_lanes = _accepts(base, "parallelism")
-        self._base_masks = _accepts(base, "masks")
 
     def __call__(
         self,
@@ -256,30 +245,23 @@ class Guided(Generic[T]):
     ) -> frozenset[T]:
         """The wrapped minimizer over the universe in prior order, told every answer so far."""
         guided_order = prior_order(order, ranking)
-        extra: dict[str, object] = {}
-        if self._base_lanes:
-            extra["parallelism"] = parallelism
-        if self._base_known:
-            mask_source = known.masks if isinstance(known, Answers) else None
-            masks = Masks(guided_order)
-            if mask_source is not None and mask_source.starts_with(guided_order):
-                masks = mask_source
-            given: Answers[T] = Answers(masks)
-            for config, fails in answers.items():
-                given.note(config, fails)
-            extra["known"] = given
-            if self._base_masks:
-                extra["masks"] = masks
-        return frozenset(self.base(guided_order, oracle, start, **extra))
+        mask_source = known.masks if isinstance(known, Answers) else None
+        masks = Masks(guided_order)
+        if mask_source is not None and mask_source.starts_with(guided_order):
+            masks = mask_source
+        given: Answers[T] = Answers(masks)
+        for config, fails in answers.items():
+            given.note(config, fails)
+        return frozenset(self.base(guided_order, oracle, start, parallelism=parallelism, known=given, masks=masks))
 
 
 def guided(
     prior: Sequence[T] | None,
-    base: Callable[..., frozenset],
+    base: Strategy,
     patience: int | None = None,
     partners: Mapping[T, Sequence[T]] | None = None,
     refine: Callable[[frozenset[T]], tuple[Sequence[T], Mapping[T, Sequence[T]]] | None] | None = None,
-) -> Callable[..., frozenset]:
+) -> Strategy:
     """``base`` itself when there is no prior and nothing to refine it (nothing changes), else ``Guided``."""
     if not prior and refine is None:
         return base
