@@ -4,9 +4,9 @@
 
 Each case plants culprits among n = 256 candidates and gives the search a prior
 (a ranking of every candidate, as the references' dumps or a user would give
-it) in which the culprits sit where the case says: first, within the top 4,
-within the top 8, at random (an uninformative prior), last (an adversarial
-one). The partner cases also name the top suspect's partners (as the graph
+it) in which the culprits sit where the case says: first, 2nd to 4th, 8th,
+16th, within the top 8, at random (an uninformative prior), last (an
+adversarial one). The partner cases also name the top suspect's partners (as the graph
 dump does: the rules of the ops around its bad op), with the pair's other rule
 first, somewhere among 6, or not at all. The same planted culprits are searched
 unguided (``bisect``) and guided (``Guided(prior, bisect)``), inside the all-culprits layer against a
@@ -45,7 +45,9 @@ N = 256
 # (label, where the culprits sit in the prior, culprits, P, metric: 0 trainings / 1 rounds, target)
 CASES = [
     ("1 culprit, ranked 1st by the dumps", "first", 1, 1, 0, 4),
-    ("1 culprit, ranked within the top 4", "top4", 1, 1, 0, 6),
+    ("1 culprit, ranked 2nd to 4th", "rank2-4", 1, 1, 0, 8),
+    ("1 culprit, ranked 8th", "rank8", 1, 1, 0, 10),
+    ("1 culprit, ranked 16th", "rank16", 1, 1, 0, 12),
     ("3 independent culprits, each within the top 8", "top8", 3, 1, 0, 12),
     ("1 culprit, prior random (uninformative)", "random", 1, 1, 0, 14),
     ("1 culprit, ranked last (adversarial)", "last", 1, 1, 0, 14),
@@ -75,8 +77,10 @@ def plant(where: str, count: int, seed: int) -> tuple[list[frozenset[int]], list
         return [frozenset({top, mate})], prior, {top: mates}
     if where == "first":
         picks = [prior[0]]
-    elif where == "top4":
-        picks = [prior[rng.randrange(4)]]
+    elif where == "rank2-4":
+        picks = [prior[rng.randrange(1, 4)]]
+    elif where in ("rank8", "rank16"):
+        picks = [prior[int(where[4:]) - 1]]
     elif where in ("top8", "top8-pair"):
         picks = [prior[i] for i in rng.sample(range(8), count)]
     elif where in ("random", "random-pair"):
