@@ -277,7 +277,7 @@ class _Search(Generic[T]):
         unasked = [self.single(i) for i in range(reach) if self.single(i) not in self.answers]
         if width == 1:
             first = unasked[:1]  # the top suspect (of those not asked yet) alone
-        elif fence > width - 1:  # the top suspect, the fence, the next suspects alone
+        elif fence > width:  # the top suspect, the fence, the next suspects alone
             first = unasked[:1] + [self.prefix(fence)] + unasked[1 : width - 1]
         else:  # one round asks every suspect a fence would hold: no fence
             fence = 0
