@@ -33,7 +33,6 @@ so that it follows the corrected branch.
 from __future__ import annotations
 
 import copy
-import inspect
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,10 +46,10 @@ from fusion_dd.search.masks import Answers, Masks
 from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised, majority
 from fusion_dd.search.splitting import Split, split
 from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, prefetch, supports_repeats
+from fusion_dd.search.strategy import Strategy
 
 T = TypeVar("T", bound=Hashable)
 
-Strategy = Callable[..., frozenset]
 Chooser = Callable[[frozenset], "tuple[object, str]"]
 
 
@@ -187,14 +186,6 @@ def choose_off_by_effect(effects: Mapping[T, int], fallback: Chooser = default_c
     return choose
 
 
-def _accepts(strategy: Strategy, keyword: str) -> bool:
-    try:
-        params = inspect.signature(strategy).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in params)
-
-
 class _NoFailure(Exception):
     """The universe, asked because nothing failed for a while, does not fail."""
 
@@ -218,8 +209,8 @@ class _Recorder(Generic[T]):
     """Passes questions through and remembers the answers (True: fails).
 
     Each search of the loop starts inside the previous fix candidate; what the
-    earlier searches learnt tells a strategy that accepts ``known`` where not to
-    look again.
+    earlier searches learnt tells the strategy (as ``known``) where not to look
+    again.
 
     It also watches the one assumption of the first search: that ``start`` (the
     universe) fails. Until some answer fails, passing answers are counted; past
@@ -556,8 +547,6 @@ def _loop(
         oracle, universe, _patience(len(order), width_of(parallelism)), witness, masks
     )
     preference: _Preference[T] = _Preference(choose)
-    wants_known = _accepts(strategy, "known")
-    extra: dict[str, object] = {"parallelism": parallelism} if _accepts(strategy, "parallelism") else {}
     sets: list[frozenset[T]] = []
     failing: frozenset[T] | None = universe  # known (at first: assumed) to fail; None: try singles
     width = 1  # how many first rules the next dense round asks alone
@@ -576,9 +565,8 @@ def _loop(
             dense = len(new) == len(firsts)
             width *= 2  # a streak of dense culprits fills more devices each round
         else:
-            if wants_known:
-                extra["known"] = recorder.answers.snapshot()  # a dict, with masks kept for speed
-            rules = frozenset(strategy(order, recorder, failing, **extra))
+            known = recorder.answers.snapshot()  # a dict, with masks kept for speed
+            rules = frozenset(strategy(order, recorder, failing, parallelism=parallelism, known=known))
             if recorder.unverified:
                 recorder.verify_start()  # nothing failed in the first search: the universe's failure was all it had
             if not rules or not rules <= failing:
@@ -745,9 +733,8 @@ def find_culprits(
     passes, ``universe`` fails); they are not asked again, except that the
     universe is asked when the first search sees no failure for a while or at
     all: if it does not fail, the result says so (``no_failure``). ``strategy`` is any
-    minimizer with ddmin's signature, given ``parallelism`` when it accepts it,
-    and ``known`` (the answers this call has collected so far) when it accepts
-    that. Everything passed is a function of the oracle's answers in this run, so
+    ``Strategy`` (``fusion_dd.search.strategy``), given ``parallelism`` and
+    ``known`` (the answers this call has collected so far). Everything passed is a function of the oracle's answers in this run, so
     running the layer again against a cache asks the same questions (resume).
     Each round finds a set that contains no earlier one; past |universe| rounds
     the switched-off set only grows, so the loop ends even when answers are

@@ -7,10 +7,12 @@ fall back to it when an outcome contradicts their assumptions.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from fusion_dd.search.oracle import Oracle
+from fusion_dd.search.lanes import Lanes
+from fusion_dd.search.masks import Masks
+from fusion_dd.search.oracle import Oracle, Outcome
 
 T = TypeVar("T", bound=Hashable)
 
@@ -39,9 +41,20 @@ def split(items: Sequence[T], n: int) -> list[list[T]]:
 
 
 def ddmin(
-    universe: Sequence[T], oracle: Oracle[T], failing: frozenset[T] | None = None
+    universe: Sequence[T],
+    oracle: Oracle[T],
+    failing: frozenset[T] | None = None,
+    *,
+    parallelism: Lanes = 1,
+    known: Mapping[frozenset[T], Outcome | bool] | None = None,
+    masks: Masks[T] | None = None,
 ) -> frozenset[T]:
     """A 1-minimal failing subset of ``failing`` (default: the whole universe).
+
+    The ``Strategy`` signature (``fusion_dd.search.strategy``): ``parallelism``,
+    ``known`` and ``masks`` are accepted and ignored. ddmin is the reference that
+    assumes nothing, so it neither batches by devices beyond what ``first_failing``
+    lets the oracle do nor narrows by earlier answers (they are monotone guesses).
 
     ``failing`` is taken as already known to fail and is not tested again; the
     empty configuration is taken as known to pass (the engine's preconditions).

@@ -167,9 +167,9 @@ def test_every_rule_a_culprit_uses_the_known_passing_empty_set() -> None:
 def test_later_searches_are_told_what_earlier_ones_learnt() -> None:
     seen = []
 
-    def strategy(universe, oracle, failing=None, *, known=None):
+    def strategy(universe, oracle, failing=None, *, parallelism=1, known=None, masks=None):
         seen.append(dict(known))
-        return STRATEGIES["bisect"](universe, oracle, failing, known=known)
+        return STRATEGIES["bisect"](universe, oracle, failing, parallelism=parallelism, known=known, masks=masks)
 
     oracle = SimulatedOracle(or_model([10, 100, 200]))
     result = find_culprits(range(256), oracle, strategy)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusion_dd.search import bisect, ddmin, find_culprits
-from fusion_dd.search.guided import Guided, guided, prior_order
+from fusion_dd.search.guided import Guided, blind, fence_size, guided, prior_order
 from fusion_dd.search.lanes import LanePlan
 from fusion_dd.search.oracle import BudgetExhausted, Outcome
 from fusion_dd.testing.simulate import SimulatedOracle, sets_model
@@ -157,12 +157,13 @@ def test_a_partner_that_fails_alone_is_the_answer_not_the_pair() -> None:
     assert [sorted(c.rules) for c in result.culprit_sets] == [[30]]
 
 
-def test_misleading_partners_cost_at_most_one_more_patience() -> None:
+def test_misleading_partners_cost_at_most_two_pairs_more() -> None:
     universe = list(range(256))
     oracle, result = search(universe, [F({17})], Guided([1, 2, 3], partners={1: [4, 5, 6, 7]}), 1)
     pairs = [c for c in oracle.calls if len(c) == 2]
-    assert pairs == [F({1, 4}), F({1, 5})]  # patience 2 on one device, then the unguided search
-    assert [c for c in oracle.calls if len(c) == 1][:2] == [F({1}), F({2})] and F({3}) not in oracle.calls
+    assert pairs == [F({1, 4}), F({1, 5})]  # max(2, P) pairs on one device, then the fence and the search
+    asked = oracle.calls[2 : oracle.calls.index(F(universe) - {17})]  # the search's own questions
+    assert len(asked) <= blind(256) + 2 + 2
     assert [sorted(c.rules) for c in result.culprit_sets] == [[17]]
 
 
@@ -232,30 +233,45 @@ def test_a_culprit_ranked_first_costs_one_question() -> None:
     assert [sorted(c.rules) for c in result.culprit_sets] == [[200]] and result.fix_verified
 
 
-def test_a_misleading_prior_costs_at_most_patience_questions_before_the_unguided_search() -> None:
+def test_a_misleading_prior_costs_at_most_two_questions_more_than_blind_bisect() -> None:
     universe = list(range(256))
     oracle, result = search(universe, [F({17})], Guided([1, 2, 3, 4, 5]), 1)
-    singles = [c for c in oracle.calls[2:] if len(c) == 1]
-    assert singles[:2] == [F({1}), F({2})] and F({3}) not in oracle.calls  # patience 2 on one device
+    # the top suspect alone, the fence of the five suspects (it passes), then the budgeted search
+    assert oracle.calls[2:4] == [F({1}), F({1, 2, 3, 4, 5})]
+    assert F({2}) not in oracle.calls  # the suspects of a passing fence are not asked alone
+    asked = oracle.calls[2 : oracle.calls.index(F(universe) - {17})]
+    assert len(asked) <= blind(256) + 2
     assert result.fix_verified and [sorted(c.rules) for c in result.culprit_sets] == [[17]]
 
 
-def test_on_p_devices_one_round_asks_p_suspects_alone() -> None:
+def test_on_p_devices_the_first_round_asks_the_top_suspect_the_fence_and_the_next_suspects() -> None:
     universe = list(range(256))
-    prior = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]
-    oracle, result = search(universe, [F({3})], Guided(prior), 8)
-    assert oracle.rounds == 3  # references, 8 suspects alone, the fix
-    assert oracle.calls[2:10] == [F({rule}) for rule in prior[:8]]
-    assert result.fix_verified
+    prior = [19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]
+    oracle, result = search(universe, [F({13})], Guided(prior), 8)
+    # the top suspect, the fence (2P - 1 = 15 suspects), suspects 2 to 7 alone: one round
+    assert oracle.calls[2:10] == [F({19}), F(prior[:15])] + [F({rule}) for rule in prior[1:7]]
+    assert oracle.rounds == 3  # references, that round, the fix
+    assert result.fix_verified and [sorted(c.rules) for c in result.culprit_sets] == [[13]]
 
 
-def test_suspects_proven_guilty_extend_the_patience() -> None:
-    """Once the prior was right, later searches walk further down it."""
+def test_on_p_devices_a_failing_fence_has_its_other_suspects_asked_in_the_next_round() -> None:
+    universe = list(range(256))
+    prior = list(range(100, 120))
+    oracle, result = search(universe, [F({110})], Guided(prior), 4)
+    # round 1: {100}, the fence of 7, {101}, {102}; round 2: 103..106 alone; round 3: ...
+    assert oracle.calls[2:6] == [F({100}), F(prior[:7]), F({101}), F({102})]
+    assert F({110}) not in oracle.calls[:14]
+    assert [sorted(c.rules) for c in result.culprit_sets] == [[110]] and result.fix_verified
+
+
+def test_later_searches_do_not_ask_known_suspects_again() -> None:
+    """Three culprits among the top suspects: each suspect is asked alone once in the whole run."""
     universe = list(range(64))
     sets = [F({10}), F({20}), F({30})]
     prior = [10, 1, 2, 3, 20, 4, 5, 30]
     oracle, result = search(universe, sets, Guided(prior), 1)
-    assert [c for c in oracle.calls if len(c) == 1] == [F({r}) for r in prior]
+    singles = [c for c in oracle.calls if len(c) == 1]
+    assert singles == [F({r}) for r in prior]  # in rank order, none twice
     assert sorted(map(sorted, (c.rules for c in result.culprit_sets))) == [[10], [20], [30]]
 
 
@@ -334,3 +350,138 @@ def test_on_fix_is_told_every_fix_candidate_and_changes_no_question() -> None:
     result = find_culprits(universe, oracle, bisect, parallelism=2, on_fix=told.append)
     assert oracle.calls == plain.calls and answer(result) == answer(expected)
     assert told and told[-1] == result.fix and all(c in oracle.calls for c in told)
+
+
+def questions(n: int, culprit_rank: int, prior_size: int | None = None, parallelism: int = 1):
+    """The strategy alone (no all-culprits layer): what it asks for one culprit at ``culprit_rank`` (1-based)."""
+    universe = list(range(n))
+    prior = list(reversed(universe))[: prior_size or n]  # rank r is rule n - r
+    oracle = SimulatedOracle(sets_model([{n - culprit_rank}]), parallelism=parallelism)
+    assert Guided(prior)(universe, oracle, parallelism=parallelism) == {n - culprit_rank}
+    return oracle
+
+
+def test_blind_is_what_bisect_needs_for_one_culprit() -> None:
+    for n in [2, 3, 4, 5, 8, 9, 100, 256, 257]:
+        worst = 0
+        for culprit in range(n):
+            oracle = SimulatedOracle(sets_model([{culprit}]))
+            bisect(list(range(n)), oracle)
+            worst = max(worst, oracle.trainings)
+        assert worst == blind(n), n
+
+
+def test_the_question_sequence_for_the_first_ranks() -> None:
+    """n = 256: the top suspect, the fence of the top 8 (blind(256) - 1), its suspects alone in rank order."""
+    top = [F({255})]
+    fence = F(range(248, 256))
+    assert blind(256) == 9 and fence_size(256, 1, 256) == 8
+    assert questions(256, 1).calls == top
+    assert questions(256, 2).calls == top + [fence, F({254})]
+    assert questions(256, 3).calls == top + [fence, F({254}), F({253})]
+    assert questions(256, 8).calls == top + [fence] + [F({rule}) for rule in range(254, 247, -1)]
+
+
+def test_past_the_fence_the_search_halves_what_the_budget_leaves() -> None:
+    """Rank 9 (just past the fence): prefixes of 128, 64, 32, 16 suspects fail, then rank 9 alone."""
+    calls = questions(256, 9).calls
+    prefixes = [len(c) for c in calls[2:-1]]
+    assert calls[:2] == [F({255}), F(range(248, 256))] and prefixes == [128, 64, 32, 16]
+    assert calls[-1] == F({247}) and len(calls) == 7  # the budget's spare questions go to the top of the rest
+
+
+def test_the_last_rank_asks_the_next_fix_candidate_on_the_way() -> None:
+    """The two last rules: the prefix without the last one (the fix once the last is found), then it alone."""
+    calls = questions(256, 256).calls
+    assert calls[-2:] == [F(range(1, 256)), F({0})]
+    assert len(calls) <= blind(256) + 2
+
+
+@pytest.mark.parametrize("n", [*range(2, 40), 64, 100, 129, 256, 300])
+def test_one_device_never_costs_more_than_two_questions_over_blind_bisect(n: int) -> None:
+    """Every rank, a full prior and a short one: at most blind(n) + 2; inside the fence rank r costs r + 1."""
+    fence = fence_size(n, 1, n)
+    for prior_size in (n, 3, 1):
+        for rank in range(1, n + 1):
+            asked = questions(n, rank, prior_size).trainings
+            assert asked <= blind(n) + 2, (prior_size, rank)
+            if prior_size == n and rank <= fence:
+                assert asked == (1 if rank == 1 else rank + 1)
+
+
+@pytest.mark.parametrize("parallelism", [2, 3, 4, 8])
+@pytest.mark.parametrize("n", [5, 17, 40, 100, 256])
+def test_p_devices_never_cost_more_than_one_round_over_blind_bisect(n: int, parallelism: int) -> None:
+    """The worst rank's rounds against blind bisect's worst culprit; the top P - 1 suspects cost one round."""
+    blind_rounds = 0
+    for culprit in range(n):
+        oracle = SimulatedOracle(sets_model([{culprit}]), parallelism=parallelism)
+        bisect(list(range(n)), oracle, parallelism=parallelism)
+        blind_rounds = max(blind_rounds, oracle.rounds)
+    for rank in range(1, n + 1):
+        rounds = questions(n, rank, parallelism=parallelism).rounds
+        assert rounds <= blind_rounds + 1, rank
+        if rank < parallelism:
+            assert rounds == 1
+
+
+@st.composite
+def families(draw):
+    """Culprit sets over a small universe, overlapping ones included, and a random prior."""
+    n = draw(st.integers(2, 24))
+    universe = list(range(n))
+    sets = draw(
+        st.lists(st.sets(st.sampled_from(universe), min_size=1, max_size=3).map(F), min_size=1, max_size=4)
+    )
+    prior = draw(st.permutations(universe))
+    cut = draw(st.integers(0, n))
+    return universe, sets, list(prior)[:cut]
+
+
+def brute_minimal(model, config: frozenset) -> bool:
+    """1-minimal by every subset of one rule less: an oracle that trusts nothing the search inferred."""
+    return model(config) and all(not model(config - {rule}) for rule in config)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 5])
+@settings(deadline=None, max_examples=60)
+@given(case=families())
+def test_the_strategy_alone_answers_a_one_minimal_failing_set(case, parallelism: int) -> None:
+    """Any monotone family (overlapping and interacting sets), any prior: a brute-force-checked answer."""
+    universe, sets, prior = case
+    model = sets_model(sets)
+    oracle = SimulatedOracle(model, parallelism=parallelism)
+    got = Guided(prior)(universe, oracle, parallelism=parallelism)
+    assert brute_minimal(model, got)
+    assert any(s <= got for s in sets) and got in {F(s) for s in sets}  # minimal in a monotone family: a set
+    assert no_repeats(oracle)
+
+
+@settings(deadline=None, max_examples=60)
+@given(n=st.integers(3, 20), seed=st.integers(0, 10**6), data=st.data())
+def test_any_predicate_still_gets_a_one_minimal_answer(n: int, seed: int, data) -> None:
+    """Not monotone at all: every answer is still 1-minimal by the oracle's own answers."""
+    from tests.search.search_helpers import random_predicate
+
+    universe = list(range(n))
+    predicate = random_predicate(seed, F(universe))
+    prior = data.draw(st.permutations(universe))
+    oracle = SimulatedOracle(predicate)
+    got = Guided(list(prior))(universe, oracle)
+    assert predicate(got) and all(not predicate(got - {rule}) for rule in got if len(got) > 1)
+
+
+@settings(deadline=None, max_examples=30)
+@given(case=families(), parallelism=st.sampled_from([1, 3]))
+def test_all_culprits_with_any_prior_match_the_unguided_sets(case, parallelism: int) -> None:
+    """Overlapping sets too: the layer finds every planted minimal set the fix needs, guided or not."""
+    universe, sets, prior = case
+    minimal = {s for s in map(F, sets) if not any(o < s for o in map(F, sets))}
+    model = sets_model(sets)
+    if model(F()):
+        return
+    _, unguided = search(universe, sets, bisect, parallelism)
+    _, result = search(universe, sets, Guided(prior), parallelism)
+    assert result.fix_verified and not model(result.fix)
+    assert all(c.rules in minimal for c in result.culprit_sets)
+    assert (F(universe) - result.fix) and len(F(universe) - result.fix) == len(F(universe) - unguided.fix)
