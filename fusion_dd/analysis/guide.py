@@ -308,7 +308,7 @@ def summary_lines(guide: Mapping[str, Any] | None, culprits: Sequence[Sequence[s
         for part, present in (("search.suspects", bool(user)), ("the references' tensor dumps", bool(evidence)))
         if present
     )
-    lines = [f"guide: suspects asked alone first, ranked by {source}:"]
+    lines = [f"guide: suspects asked first (the top one alone, then the next ones together), ranked by {source}:"]
     for row in ranking_rows(guide, culprits):
         mark = "  <- culprit" if row["culprit"] else ""
         lines.append(f"  {row['rank']}. {row['rule']}: {row['why']}{mark}")

@@ -362,7 +362,7 @@ def _dry_run_guide(config: SearchConfig) -> None:
     echo = typer.echo
     settings = config.search
     if settings.suspects:
-        echo(f"guide: search.suspects asked alone first: {', '.join(settings.suspects)}")
+        echo(f"guide: search.suspects asked first: {', '.join(settings.suspects)}")
     if settings.guide == "dumps":
         assert config.localize is not None
         how = (
@@ -370,7 +370,7 @@ def _dry_run_guide(config: SearchConfig) -> None:
             if config.localize.command is not None or config.localize.args
             else "the two references dump one step as they train"
         )
-        echo(f"guide: search.guide dumps: {how}; their comparison ranks the rules, suspects asked alone first")
+        echo(f"guide: search.guide dumps: {how}; their comparison ranks the rules, the top suspects asked first")
     journal = config.state_dir / JOURNAL_NAME
     if not journal.exists():
         return

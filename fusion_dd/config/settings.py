@@ -179,7 +179,7 @@ class SearchSettings:
     # The prior of the guided search (fusion_dd.search.guided): "dumps" ranks the rules by the
     # references' tensor dumps (needs localize:), "none" does not; None until resolved.
     guide: str = "none"
-    suspects: tuple[str, ...] = ()  # rule names the user suspects, asked alone first
+    suspects: tuple[str, ...] = ()  # rule names the user suspects, asked first
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def test_the_demo_is_guided_by_the_references_dumps(report, demo) -> None:
     # The independent culprit's fused op is the first to go wrong: it is among the first suspects.
     assert "LayerNormFusionPass" in guide["ranking"][:4]
     assert {entry["rule"] for entry in guide["evidence"]} == set(guide["ranking"])
-    assert "guide: suspects asked alone first, ranked by the references' tensor dumps:" in result.stdout
+    assert "guide: suspects asked first (the top one alone, then the next ones together), ranked by the references' tensor dumps:" in result.stdout
     assert "LayerNormFusionPass: first bad op" in result.stdout
     from fusion_dd.store.journal import read_records
 
