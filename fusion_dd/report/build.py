@@ -276,6 +276,31 @@ def build_report(
     return report
 
 
+#: How many other fixes the summary names; report.json lists them all.
+SHOWN_FIXES = 3
+#: A fix of more rules than this is said by how it differs, not listed.
+SHOWN_NAMES = 8
+
+
+def _fix_words(names: list[str], fix: list[str] | None) -> str:
+    """A fix as the summary says it: by what it changes against ``fix`` (the handed-over or searched one).
+
+    Fixes of a search with many culprit sets share most of their rules (they differ
+    in which rule of an interacting set goes off): listing each whole would bury the
+    one or two names a user has to compare.
+    """
+    if not fix:
+        return ", ".join(names)
+    ours = set(fix)
+    instead = [name for name in names if name not in ours]
+    if not instead:  # the same fix
+        return ", ".join(names) if len(names) <= SHOWN_NAMES else f"the {len(names)} rules of the search's fix"
+    kept_on = sorted(ours - set(names))
+    if not kept_on:
+        return f"{', '.join(instead)} as well"
+    return f"{', '.join(instead)} instead of {', '.join(kept_on)}"
+
+
 def trial_speed(trial: TrialState, from_output: bool) -> float | None:
     """The trial's speed: its ``metric.speed_pattern`` reading, else its steps per second of wall time."""
     from ..runner.speed import steps_per_second
@@ -819,18 +844,23 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"about {early['seconds_saved'] / 60:.1f} training-minutes saved"
         )
     lines.extend(cost_lines(report))
+    searched = next(
+        (entry["switched_off"] for entry in report.get("fix_alternatives") or [] if entry.get("searched")), None
+    )
     for alternative in report.get("fix_alternatives") or []:
         speed = alternative.get("per_second")
         lines.append(
-            f"  fix.prefer: speed: switching off {', '.join(alternative['switched_off'])}: "
+            f"  fix.prefer: speed: switching off {_fix_words(alternative['switched_off'], searched)}: "
             f"{'passes' if alternative['passed'] else 'does NOT pass'} its full training, "
             f"{'speed unknown' if speed is None else f'{speed:.4g}/s'}"
             f"{' (the search chose it)' if alternative.get('searched') else ''}{' <- handed over' if alternative['picked'] else ''}"
         )
-    if report.get("other_fixes"):
-        shown = "; ".join(", ".join(names) for names in report["other_fixes"])
+    others = report.get("other_fixes") or []
+    if others:
+        shown = ", or ".join(_fix_words(names, report.get("switched_off")) for names in others[:SHOWN_FIXES])
+        more = f" (and {len(others) - SHOWN_FIXES} more: report.json other_fixes)" if len(others) > SHOWN_FIXES else ""
         lines.append(
-            f"  a faster fix may exist: switching off {shown} instead also defeats every culprit set; "
+            f"  a faster fix may exist: switching off {shown}{more} also defeats every culprit set; "
             "fix.prefer: speed trains such alternatives and hands over the fastest that passes"
         )
     if report.get("status") == "found" and report.get("speed"):

@@ -170,3 +170,33 @@ def test_the_summary_tells_what_the_report_says(tmp_path: Path) -> None:
     assert "switched off: C; every other fusion stays on" in text
     assert "fix config (verified: trained and passes, 1 of 1 training(s) passed)" in text
     assert "  warning: all-on is close" in lines
+
+
+def _found_report(tmp_path: Path) -> dict:
+    records = [*references(), *trial("0003", ["C"], 0.5), *trial("0004", ["A", "B"], 0.9)]
+    return build_report(config=make_config(tmp_path), state=replay(records), status="found", preconditions=OK,
+                        result=found_result(), rounds=3)
+
+
+def test_other_fixes_are_said_by_what_they_switch_off_instead(tmp_path: Path) -> None:
+    fix = [f"Rule{index:03d}" for index in range(40)]
+    others = [[*fix[1:], "Other1"], [*fix[2:], "Other1", "Other2"], *([[*fix[1:], f"More{k}"] for k in range(3)])]
+    report = {**_found_report(tmp_path), "switched_off": fix, "other_fixes": others}
+    line = next(line for line in summary_lines(report) if "a faster fix may exist" in line)
+    assert "switching off Other1 instead of Rule000, or Other1, Other2 instead of Rule000, Rule001" in line
+    assert "(and 2 more: report.json other_fixes)" in line
+    assert "Rule039" not in line  # the rules every fix shares are not listed again
+
+
+def test_alternatives_trained_for_speed_are_said_against_the_searched_fix(tmp_path: Path) -> None:
+    fix = [f"Rule{index:03d}" for index in range(40)]
+    report = {
+        **_found_report(tmp_path), "switched_off": fix,
+        "fix_alternatives": [
+            {"switched_off": fix, "passed": True, "per_second": 90.0, "searched": True, "picked": False},
+            {"switched_off": [*fix[1:], "Fast"], "passed": True, "per_second": 99.0, "picked": True},
+        ],
+    }  # fmt: skip
+    lines = [line for line in summary_lines(report) if "fix.prefer: speed" in line]
+    assert "the 40 rules of the search's fix: passes its full training, 90/s (the search chose it)" in lines[0]
+    assert "switching off Fast instead of Rule000: passes its full training, 99/s <- handed over" in lines[1]
