@@ -82,12 +82,16 @@ class Claims(Generic[T]):
         where two flips of one configuration are the likeliest way left to a wrong claim."""
         return 3 if self._votes.flaky else 2
 
-    def support(self, config: frozenset[T], fails: bool, direct: bool = False) -> int:
+    def support(self, config: frozenset[T], fails: bool, direct: bool = False, enough: int | None = None) -> int:
         """Trainings that back "``config`` fails" (a failing subset) or "passes" (a passing superset).
 
         ``direct``: only trainings of ``config`` itself. Once a run has shown
         noise, two single trainings of different configurations that imply each
         other are two chances for a flip, not a confirmation.
+
+        ``enough``: the count stops once it reaches this many (every claim asks
+        whether a few trainings back it, and counting every answer of a long search
+        around each claim made the final checks quadratic); below it, the count is exact.
         """
         votes = self._votes
         config = frozenset(config)
@@ -122,6 +126,8 @@ class Claims(Generic[T]):
                 other = config_of.get(mask)
                 if other is not None and votes.trained(other) is wanted:  # references count above
                     total += votes.agreeing(other)
+                    if enough is not None and total >= enough:
+                        break
         return total
 
     def claims(
@@ -156,7 +162,7 @@ class Claims(Generic[T]):
         votes = self._votes
         direct = votes.flaky
         return all(
-            self.support(c, fails, direct) >= self.witnesses() and (votes.verdict(c) is None or votes.fails(c) == fails)
+            self.support(c, fails, direct, self.witnesses()) >= self.witnesses() and (votes.verdict(c) is None or votes.fails(c) == fails)
             for c, fails in self.claims(culprit_sets, fix)
         )
 
@@ -192,7 +198,7 @@ class Claims(Generic[T]):
         return [
             c
             for c, fails in self.claims(culprit_sets, fix, everything)
-            if self.support(c, fails, direct) < self.witnesses()
+            if self.support(c, fails, direct, self.witnesses()) < self.witnesses()
             and votes.can_retrain(c)
             and votes.verdict(c) is not Outcome.UNRESOLVED
         ]
