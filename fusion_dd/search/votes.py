@@ -169,10 +169,20 @@ class Votes(Generic[T]):
         return abs(fail - passed) >= 2 + min(fail, passed, 2)
 
     def clear(self, config: frozenset[T]) -> bool:
-        """A lead of two clear trainings, or twice the usual limit reached."""
+        """A lead of four clear trainings, or twice the usual limit reached.
+
+        Asked of the two sides of a contradiction (a failing configuration inside a
+        passing one), one of which is wrong unless the failure is genuinely not
+        monotone. A long search holds thousands of verdicts, so some side of some
+        contradiction rests on two or three flips in a row (1 in 400, 1 in 8,000 at
+        5 % flips); taken for a genuine non-monotone failure, it sends bisection to
+        ddmin over the whole configuration, again at every replay of the search
+        (searches of 128 culprits among 4,096 rules ran past 50,000 trainings). A
+        genuinely non-monotone pair pays a few trainings more to be believed.
+        """
         observations = self._obs.get(config, ())
         fail, passed = tally(observations)
-        return abs(fail - passed) >= 4 or len(observations) >= 2 * self.max_trainings
+        return abs(fail - passed) >= 8 or len(observations) >= 2 * self.max_trainings
 
     def agreeing(self, config: frozenset[T]) -> int:
         """Trainings that agree with the verdict, net of those that dissent.

@@ -227,6 +227,21 @@ def test_strict_confirms_every_claim_with_two_agreeing_trainings() -> None:
     assert [r for c, r in oracle.launched if r] == [1, 1]
 
 
+def test_a_contradiction_resting_on_three_flips_is_trained_until_it_resolves() -> None:
+    # {0..23} truly passes (the culprit is 40) but its first three trainings fail: a lead of
+    # three, as strong as its passing superset {0..31}. Taken for a genuine non-monotone
+    # failure, it sent bisection to ddmin; trained on, the majority of {0..23} comes back.
+    low = F(range(24))
+    flips = scheduled_flips([(low, 0), (low, 1), (low, 2)])
+    oracle = SimulatedOracle(or_model([40]), noise=flips)
+    guard = NoiseGuard(oracle, range(64), NoisePolicy())
+    guard.outcomes([F(range(32))])
+    guard.outcomes([low])
+    assert guard.verdict(low) is Outcome.PASS and guard.verdict(F(range(32))) is Outcome.PASS
+    flaky = next(i for i in guard.inconsistencies() if i.kind == "flaky" and i.configs == (low,))
+    assert len(flaky.observations[0]) > 3 and flaky.verdicts == (Outcome.PASS,)
+
+
 def test_genuinely_non_monotone_contradictions_are_recorded_not_called_flaky() -> None:
     model = masked_model(9, 3, 13)  # {9} fails, {0..11} passes: a superset of a failing set
     oracle = SimulatedOracle(model, repeats=True)
