@@ -42,6 +42,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from fusion_dd.search.lanes import SPECULATION_WIDTH
+
 T = TypeVar("T", bound=Hashable)
 
 Ask = Callable[[Sequence[frozenset]], "list[bool]"]  # configurations -> fails?
@@ -131,14 +133,11 @@ def split(
         if left == 0:
             result.fix_passes = True  # the whole candidate is a passing prefix
             return result
-        more = known_fail <= len(order) and known_fail > lo
-        expected = expected_left(found, examined, left, more)
         devices = max(1, width())
-        size = left if expected < threshold else group_size(left, expected)
-        if size == 1 and left > 1 and order[lo] not in passed_alone:
+        batch, ends = _wave(order, lo, known_fail, found, examined, devices, passed_alone, threshold)
+        if batch:
             # Culprits this dense are asked alone, P at a time: each that fails is found and proven
             # by its one training; the first that passes alone is then covered by a prefix.
-            batch = [rule for rule in order[lo : lo + devices] if rule not in passed_alone]
             answers = ask([frozenset({rule}) for rule in batch])
             for rule, fails in zip(batch, answers):
                 if fails:
@@ -151,9 +150,6 @@ def split(
                     passed_alone.add(rule)
             known_fail = len(order) + 1
             continue
-        size = max(size, 2) if size == 1 else size
-        ends = sorted({min(len(order), lo + size * (i + 1)) for i in range(devices)})
-        ends = [end for end in ends if end < known_fail] or [known_fail]
         answers = _ask_prefixes(order, ends, ask, announce, known_fail)
         hit = next((end for end, fails in zip(ends, answers) if fails), None)
         below = [end for end, fails in zip(ends, answers) if not fails and (hit is None or end < hit)]
@@ -177,6 +173,50 @@ def split(
         known_fail = len(order) + 1
 
 
+def _wave(
+    order: list[T],
+    lo: int,
+    known_fail: int,
+    found: int,
+    examined: int,
+    devices: int,
+    passed_alone: set[T],
+    threshold: float,
+) -> tuple[list[T], list[int]]:
+    """The next round of ``split``: rules to ask alone (dense culprits), else the prefix ends to ask."""
+    left = len(order) - lo
+    more = known_fail <= len(order) and known_fail > lo
+    expected = expected_left(found, examined, left, more)
+    size = left if expected < threshold else group_size(left, expected)
+    if size == 1 and left > 1 and order[lo] not in passed_alone:
+        return [rule for rule in order[lo : lo + devices] if rule not in passed_alone], []
+    size = max(size, 2) if size == 1 else size
+    ends = sorted({min(len(order), lo + size * (i + 1)) for i in range(devices)})
+    return [], [end for end in ends if end < known_fail] or [known_fail]
+
+
+def first_wave(rules: Sequence[T], clean: int, *, found: int, devices: int, threshold: float = 1.5) -> list[frozenset[T]]:
+    """The configurations ``split`` asks first, with these arguments, on ``devices`` devices.
+
+    A caller that may start a splitting phase after its next question (when a
+    fix candidate fails) can have them trained beside that question
+    (``fusion_dd.search.oracle.prefetch``): the phase's first round is then saved.
+    """
+    order = list(rules)
+    if clean >= len(order):
+        return []
+    devices = max(1, devices)
+    batch, ends = _wave(order, clean, len(order), found, clean + found, devices, set(), threshold)
+    if batch:
+        return [frozenset({rule}) for rule in batch]
+    if ends == [len(order)]:  # the whole candidate, known to fail: its boundary is searched at once
+        if len(order) - clean == 2 and devices == 1:
+            return [frozenset({order[clean]})]
+        cuts, singles = _segment(clean, len(order), devices)
+        return [frozenset(order[:c]) for c in cuts] + [frozenset({order[i]}) for i in singles]
+    return [frozenset(order[:end]) for end in ends if end != len(order)]
+
+
 def _ask_prefixes(
     order: list[T], ends: list[int], ask: Ask, announce: Callable[[frozenset[T]], None], known_fail: int
 ) -> list[bool]:
@@ -186,6 +226,22 @@ def _ask_prefixes(
         announce(frozenset(order))
     answers = iter(ask(configs) if configs else [])
     return [True if end == known_fail else next(answers) for end in ends]
+
+
+def _segment(lo: int, hi: int, devices: int) -> tuple[list[int], list[int]]:
+    """One round of ``_boundary`` over (lo, hi]: the prefix ends to ask, and the rules to ask alone.
+
+    Once one round can settle the segment, it asks each rule alone too (the proof).
+    """
+    size = hi - lo
+    if 2 * size - 1 <= devices or size == 1:
+        return list(range(lo + 1, hi)), list(range(lo, hi))
+    if size <= devices and devices >= SPECULATION_WIDTH:
+        # Every rule alone fits, not every cut beside: the rules alone settle it (in rule
+        # order the first that fails is a culprit), the cuts that fit only narrow an
+        # interaction down, should none fail alone. One round instead of two.
+        return _cuts(lo, hi, devices - size), list(range(lo, hi))
+    return _cuts(lo, hi, devices), []
 
 
 def _boundary(
@@ -213,12 +269,7 @@ def _boundary(
             if ask([frozenset({second})])[0]:
                 return second, lo, None  # order[:lo + 1] is not known to pass: start again at lo
             return None, lo, frozenset(order[:hi])  # neither fails alone: an interaction in order[:hi]
-        singles: list[int] = []
-        if 2 * size - 1 <= devices or size == 1:
-            cuts = list(range(lo + 1, hi))
-            singles = list(range(lo, hi))
-        else:
-            cuts = _cuts(lo, hi, devices)
+        cuts, singles = _segment(lo, hi, devices)
         configs = [frozenset(order[:c]) for c in cuts] + [frozenset({order[i]}) for i in singles]
         answers = ask(configs) if configs else []
         cut_answers = answers[: len(cuts)]
@@ -226,10 +277,16 @@ def _boundary(
         passing = [c for c, fails in zip(cuts, cut_answers) if not fails and (first is None or c < first)]
         new_hi = first if first is not None else hi
         new_lo = max(passing, default=lo)
-        if singles:
+        if singles and len(cuts) == size - 1:
             rule_at = new_hi - 1  # order[:new_hi] fails, order[:new_hi - 1] passes
             alone = dict(zip(singles, answers[len(cuts) :]))
             if alone.get(rule_at):
                 return order[rule_at], rule_at, None
             return None, rule_at, frozenset(order[:new_hi])
+        if singles:
+            failing = [i for i, fails in zip(singles, answers[len(cuts) :]) if fails]
+            if failing:  # order[:clean] passed and does not hold it: the next prefixes start there
+                clean = max((c for c in passing if c <= failing[0]), default=lo)
+                return order[failing[0]], clean, None
+            return None, new_lo, frozenset(order[:new_hi])
         lo, hi = new_lo, new_hi
