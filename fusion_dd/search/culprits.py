@@ -734,12 +734,14 @@ def _group_phase(
     def announce(fix: frozenset[T]) -> None:
         if on_fix is not None:
             on_fix(fix)
-        if check is not None and speculates(parallelism):
-            prefetch(recorder, [fix, fix])  # a passing fix's repeat, alongside (the guard asks it next)
+
+    def ride(configs: Sequence[frozenset[T]]) -> None:
+        prefetch(recorder, configs)
 
     outcome = split(
-        rules, clean, ask, on_culprit, found=len(sets), width=lambda: width_of(parallelism), announce=announce
-    )
+        rules, clean, ask, on_culprit, found=len(sets), width=lambda: width_of(parallelism), announce=announce,
+        ride=ride, repeats=check is not None,  # behind a guard a passing fix is trained twice
+    )  # fmt: skip
     if outcome.fix_passes:
         fix = universe - progress.switched_off
         progress.fix_outcome = recorder.outcomes([fix])[0] if fix else Outcome.PASS  # asked already: free

@@ -111,6 +111,8 @@ def split(
     width: Callable[[], int] = lambda: 1,
     announce: Callable[[frozenset[T]], None] = lambda config: None,
     threshold: float = 1.5,
+    ride: Callable[[Sequence[frozenset[T]]], None] = lambda configs: None,
+    repeats: bool = False,
 ) -> Split[T]:
     """Find the independent culprits among ``rules`` (the failing fix candidate, in order) by prefixes.
 
@@ -120,7 +122,14 @@ def split(
     switches it off), and whether it was asked alone only (dense culprits: no
     prefix around it shows that it matters). ``found``: culprits found before (the density estimate's
     start). ``width``: devices, read each round. ``announce`` is told the fix
-    candidate (the whole of what is left on) before it is asked.
+    candidate (the whole of what is left on) before it is asked or trained on a guess.
+
+    ``ride`` is handed, right before a question, what will probably be asked
+    after it, to train on the devices it leaves idle (``fusion_dd.search.oracle.prefetch``;
+    from ``SPECULATION_WIDTH`` devices on): beside the fix candidate its repeat
+    when ``repeats`` (a passing fix is trained twice), and beside the rules of a
+    segment asked alone, for each of them in order, the round that follows if
+    it is the culprit. Guesses change no question; an unused one costs a training.
     """
     order = list(rules)
     result: Split[T] = Split()
@@ -150,7 +159,8 @@ def split(
                     passed_alone.add(rule)
             known_fail = len(order) + 1
             continue
-        answers = _ask_prefixes(order, ends, ask, announce, known_fail)
+        riders = ride if devices >= SPECULATION_WIDTH and repeats else None
+        answers = _ask_prefixes(order, ends, ask, announce, known_fail, riders)
         hit = next((end for end, fails in zip(ends, answers) if fails), None)
         below = [end for end, fails in zip(ends, answers) if not fails and (hit is None or end < hit)]
         if below:
@@ -161,7 +171,22 @@ def split(
                 result.fix_passes = True
                 return result
             continue
-        culprit, lo, failing = _boundary(order, lo, hit, ask, width, announce)
+
+        def ahead(hypotheses: Sequence[tuple[int, int]], devices: int, found: int = found, examined: int = examined) -> None:
+            """Beside rules asked alone: for each (its index, the clean prefix then), the next round."""
+            if devices < SPECULATION_WIDTH:
+                return
+            configs: list[frozenset[T]] = []
+            for index, clean_at in hypotheses:
+                following = _following(order, index, clean_at, found, examined, devices, passed_alone, threshold, announce)
+                for config in following:
+                    if config not in configs:
+                        configs.append(config)
+                        if repeats and len(config) == len(order) - 1:
+                            configs.append(config)  # the fix candidate: its repeat too
+            ride(configs)
+
+        culprit, lo, failing = _boundary(order, lo, hit, ask, width, ahead)
         if culprit is None:
             result.failing = failing
             return result
@@ -217,13 +242,46 @@ def first_wave(rules: Sequence[T], clean: int, *, found: int, devices: int, thre
     return [frozenset(order[:end]) for end in ends if end != len(order)]
 
 
+def _following(
+    order: list[T],
+    index: int,
+    clean: int,
+    found: int,
+    examined: int,
+    devices: int,
+    passed_alone: set[T],
+    threshold: float,
+    announce: Callable[[frozenset[T]], None],
+) -> list[frozenset[T]]:
+    """What ``split`` asks right after finding ``order[index]`` a culprit with ``order[:clean]`` passing."""
+    rest = order[:index] + order[index + 1 :]
+    if clean >= len(rest):
+        return []
+    batch, ends = _wave(rest, clean, len(rest) + 1, found + 1, examined + 1, devices, passed_alone, threshold)
+    if batch:
+        return [frozenset({rule}) for rule in batch]
+    if len(rest) in ends:
+        announce(frozenset(rest))  # a fix candidate, trained on a guess: the engine is told first
+    return [frozenset(rest[:end]) for end in ends]
+
+
 def _ask_prefixes(
-    order: list[T], ends: list[int], ask: Ask, announce: Callable[[frozenset[T]], None], known_fail: int
+    order: list[T],
+    ends: list[int],
+    ask: Ask,
+    announce: Callable[[frozenset[T]], None],
+    known_fail: int,
+    ride: Callable[[Sequence[frozenset[T]]], None] | None = None,
 ) -> list[bool]:
-    """Ask each prefix ``order[:end]``; a prefix already known to fail is not asked."""
+    """Ask each prefix ``order[:end]``; a prefix already known to fail is not asked.
+
+    ``ride``: told the fix candidate twice (its repeat rides along) when the prefixes include it.
+    """
     configs = [frozenset(order[:end]) for end in ends if end != known_fail]
     if any(end == len(order) for end in ends if end != known_fail):
         announce(frozenset(order))
+        if ride is not None:
+            ride([frozenset(order), frozenset(order)])
     answers = iter(ask(configs) if configs else [])
     return [True if end == known_fail else next(answers) for end in ends]
 
@@ -250,12 +308,14 @@ def _boundary(
     hi: int,
     ask: Ask,
     width: Callable[[], int],
-    announce: Callable[[frozenset[T]], None],
+    ahead: Callable[[Sequence[tuple[int, int]], int], None] = lambda hypotheses, devices: None,
 ) -> tuple[T | None, int, frozenset[T] | None]:
     """The rule where prefixes start failing, in (lo, hi]: (culprit, new clean length, or what to minimize).
 
     ``order[:lo]`` passes, ``order[:hi]`` fails. Once one round settles the
-    segment, the same round asks each of its rules alone (the proof).
+    segment, the same round asks each of its rules alone (the proof); ``ahead``
+    is told, just before, each rule's index and the clean length it would leave
+    as the culprit, and the devices.
     """
     while True:
         devices = max(1, width())
@@ -271,13 +331,17 @@ def _boundary(
             return None, lo, frozenset(order[:hi])  # neither fails alone: an interaction in order[:hi]
         cuts, singles = _segment(lo, hi, devices)
         configs = [frozenset(order[:c]) for c in cuts] + [frozenset({order[i]}) for i in singles]
+        exact = len(cuts) == size - 1
+        if singles:
+            # The culprit is the first rule that fails alone; every cut up to it passes.
+            ahead([(i, i if exact else max((c for c in cuts if c <= i), default=lo)) for i in singles], devices)
         answers = ask(configs) if configs else []
         cut_answers = answers[: len(cuts)]
         first = next((c for c, fails in zip(cuts, cut_answers) if fails), None)
         passing = [c for c, fails in zip(cuts, cut_answers) if not fails and (first is None or c < first)]
         new_hi = first if first is not None else hi
         new_lo = max(passing, default=lo)
-        if singles and len(cuts) == size - 1:
+        if singles and exact:
             rule_at = new_hi - 1  # order[:new_hi] fails, order[:new_hi - 1] passes
             alone = dict(zip(singles, answers[len(cuts) :]))
             if alone.get(rule_at):

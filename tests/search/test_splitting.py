@@ -251,7 +251,7 @@ def test_a_failing_segment_whose_rules_fit_the_devices_is_settled_in_one_round(c
         return asker(configs)
 
     rules = list(range(64))
-    found, clean, failing = splitting._boundary(rules, 40, 47, ask, lambda: devices, lambda fix: None)
+    found, clean, failing = splitting._boundary(rules, 40, 47, ask, lambda: devices)
     assert found == culprit and failing is None and F(rules[:clean]).isdisjoint({culprit})
     assert (len(rounds) == 1) is (devices >= 7)
     assert all(len(batch) <= devices for batch in rounds)
@@ -259,5 +259,28 @@ def test_a_failing_segment_whose_rules_fit_the_devices_is_settled_in_one_round(c
 
 def test_a_segment_whose_rules_fit_but_none_fails_alone_is_handed_back_failing() -> None:
     asker = Asker(sets_model([{41, 45}]))
-    culprit, _, failing = splitting._boundary(list(range(64)), 40, 47, asker, lambda: 8, lambda fix: None)
+    culprit, _, failing = splitting._boundary(list(range(64)), 40, 47, asker, lambda: 8)
     assert culprit is None and failing is not None and {41, 45} <= failing and asker.model(failing)
+
+
+def test_what_follows_a_rule_asked_alone_rides_along_with_it() -> None:
+    """On eight devices, beside the last culprit alone: the fix candidate that follows it, and its repeat."""
+    asker = Asker(or_model([5, 50]))
+    told: list[list[frozenset]] = []
+    announced: list[frozenset] = []
+    rules = [rule for rule in range(64) if rule != 5]  # 5 found before, and off
+    result = split(
+        rules, 6, asker, lambda rule, dense: None, found=1, width=lambda: 8,
+        announce=announced.append, ride=lambda configs: told.append(list(configs)), repeats=True,
+    )  # fmt: skip
+    assert result.culprits == [50] and result.fix_passes
+    fix = F(rules) - {50}
+    assert any(configs.count(fix) == 2 for configs in told)  # beside {50} alone: the fix, twice
+    assert fix in announced
+
+
+def test_below_three_devices_nothing_rides_along() -> None:
+    told: list = []
+    split(list(range(6, 64)), 0, Asker(or_model([50])), lambda rule, dense: None, found=1, width=lambda: 2,
+          ride=told.append, repeats=True)  # fmt: skip
+    assert told == []
