@@ -146,6 +146,21 @@ def _room(width: int, parallelism: int, follow: int) -> int:
     return 0
 
 
+def _gambles(width: int, parallelism: int, follow: int, room: int) -> bool:
+    """Whether the last round asks only the rules alone, leaving the prefixes' devices to the caller.
+
+    A search's first rule is the answer when it fails alone, and then the
+    prefixes of the last round tell nothing more. Where the caller's follow-up
+    trainings fit only without them, but then for at least half the
+    candidates (eight devices, four candidates: two fix candidates and their
+    repeats), the round after the answer is saved as often as not; a set that
+    fails only together (no rule fails alone) pays a round for the prefixes.
+    The rounds before then use every device, which leaves fewer candidates.
+    """
+    last = min(width, (parallelism + 1) // 2)  # the candidates of the last round, at most
+    return bool(follow) and not room and (2 + follow) * last - 1 > parallelism >= last + follow * -(-last // 2)
+
+
 def _probe_count(width: int, parallelism: int, follow: int = 0) -> int:
     """The fewest probes that still finish in the fewest rounds.
 
@@ -260,16 +275,27 @@ def _boundary(
             speculative: list[frozenset[T]] = []
         else:
             width = hi - lo
-            room = _room(width, parallelism, follow_ups(oracle))
-            probes = _spread(lo, hi, _probe_count(width, parallelism, room))
+            follow = follow_ups(oracle)
+            room = _room(width, parallelism, follow)
+            gamble = not found and _gambles(width, parallelism, follow, room)
+            count = parallelism if gamble and not _last_round(width, parallelism) else None
+            probes = _spread(lo, hi, count or _probe_count(width, parallelism, room))
             speculative = []
             if _last_round(width, parallelism):
                 # Few candidates left: also ask each one alone with the found rules,
                 # which is the first question of the next step whichever one it is.
                 speculative = [rest.with_one(found, rest.rules[j - 1]) for j in range(lo + 1, hi + 1)]
+                if gamble and all(ledger.known(c) is None for c in speculative):
+                    probes = []  # the rules alone, and beside them the caller's next questions
                 # Any of them may be the answer: the caller's questions after it can train
                 # on the devices left (all of them, when ``room`` was planned for).
                 anticipate(oracle, speculative)
+            if not probes:
+                answers = _ask(oracle, ledger, speculative)
+                alone = next((j for j, fails in zip(range(lo + 1, hi + 1), answers) if fails), None)
+                if alone is not None:
+                    return alone  # it fails alone: the answer, whatever the prefixes before it do
+                continue  # none fails alone: the prefixes decide, next round
         configs = [config(j) for j in probes]  # built once: a prefix costs its length
         known = [(j, ledger.known(c)) for j, c in zip(probes, configs)]
         if any(answer is not None for _, answer in known):

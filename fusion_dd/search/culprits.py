@@ -293,19 +293,23 @@ class _Recorder(Generic[T]):
         self._on_fix = on_fix
 
     def follow_ups(self) -> int:
-        """Trainings ``anticipate`` prefetches per answer: the fix candidate, and behind a guard its repeat."""
+        """Trainings per answer ``anticipate`` makes room for: the fix candidate and its repeat.
+
+        Two with or without a noise guard (without one the repeat is not asked, and its
+        device idles), so that a run without noise asks the same questions either way.
+        """
         if self._upcoming is None or not speculates(self._lanes):
             return 0
-        return 2 if self._witness is not None else 1
+        return 2
 
     def anticipate(self, answers: Sequence[frozenset[T]]) -> None:
         """Prefetch the fix candidate (and its repeat) of each answer the strategy may give, in its order.
 
         The engine is told each candidate first (``on_fix``), as for any fix candidate it trains.
         """
-        count = self.follow_ups()
-        if not count:
+        if not self.follow_ups():
             return
+        count = 2 if self._witness is not None else 1  # behind a guard a passing fix is trained twice
         upcoming = self._upcoming
         assert upcoming is not None  # follow_ups is 0 without it
         configs: list[frozenset[T]] = []

@@ -193,10 +193,29 @@ def test_sixteen_devices_leave_the_last_round_room_for_the_callers_next_question
 
 
 def test_room_is_planned_only_where_it_saves_a_round() -> None:
-    # Eight devices: making room costs a round of prefixes more, as the caller's round would.
-    eight = Foreseeing(or_model([220]), parallelism=8, follow=2)
-    plain = SimulatedOracle(or_model([220]), parallelism=8)
-    assert bisect(range(256), eight, parallelism=8) == bisect(range(256), plain, parallelism=8)
-    assert eight.calls == plain.calls and eight.told  # the same questions; the caller is told anyway
     assert bisect_module._room(256, 16, 2) == 2 and bisect_module._room(256, 8, 2) == 0
     assert bisect_module._room(256, 16, 0) == 0
+
+
+@pytest.mark.parametrize("culprit", [0, 37, 128, 220, 255])
+def test_on_eight_devices_the_last_round_asks_the_rules_alone_beside_the_callers_questions(culprit: int) -> None:
+    """No room for every answer's follow-ups beside the prefixes: the rules alone, and half the answers'."""
+    oracle = Foreseeing(or_model([culprit]), parallelism=8, follow=2)
+    assert bisect(range(256), oracle, parallelism=8) == F({culprit})
+    assert oracle.rounds <= 3
+    last = oracle.calls[-[b for b in oracle.batches if b][-1] :]
+    assert all(len(config) == 1 for config in last) and 2 <= len(last) <= 4
+    assert F({culprit}) in oracle.told[-1]
+    plain = SimulatedOracle(or_model([culprit]), parallelism=8)
+    assert bisect(range(256), plain, parallelism=8) == F({culprit}) and plain.rounds <= 3
+
+
+@pytest.mark.parametrize("parallelism", [4, 8])
+@settings(deadline=None, max_examples=30)
+@given(data=st.data(), n=st.integers(2, 120), size=st.integers(2, 4))
+def test_when_no_rule_fails_alone_the_prefixes_decide_a_round_later(data, n: int, size: int, parallelism: int) -> None:
+    size = min(size, n)
+    planted = F(data.draw(st.permutations(list(range(n))))[:size])
+    oracle = Foreseeing(and_model(planted), parallelism=parallelism, follow=2)
+    result = bisect(range(n), oracle, parallelism=parallelism)
+    assert result == planted and no_repeats(oracle)
