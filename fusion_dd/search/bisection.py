@@ -142,8 +142,21 @@ def _room(width: int, parallelism: int, follow: int) -> int:
     round after its answer.
     """
     if follow and _rounds(width, parallelism, follow) < _rounds(width, parallelism) + 1:
-        return follow
+        if _last_width(width, parallelism, follow) > 1:  # a lone candidate is a boundary, not a last round
+            return follow
     return 0
+
+
+def _last_width(width: int, parallelism: int, follow: int) -> int:
+    """The candidates left for the last round when every round asks ``_probe_count`` prefixes.
+
+    Prefixes alone that narrow the candidates to one leave its proof (it alone
+    with the found rules) to the next step's round, with nothing planned beside it.
+    """
+    while width > 1 and not _last_round(width, parallelism, follow):
+        count = _probe_count(width, parallelism, follow)
+        width = -(-width // (count + 1))
+    return width
 
 
 def _gambles(width: int, parallelism: int, follow: int, room: int) -> bool:
@@ -151,14 +164,17 @@ def _gambles(width: int, parallelism: int, follow: int, room: int) -> bool:
 
     A search's first rule is the answer when it fails alone, and then the
     prefixes of the last round tell nothing more. Where the caller's follow-up
-    trainings fit only without them, but then for at least half the
-    candidates (eight devices, four candidates: two fix candidates and their
+    trainings fit only without them, but then for half the candidates and at
+    least two (eight devices, four candidates: two fix candidates and their
     repeats), the round after the answer is saved as often as not; a set that
     fails only together (no rule fails alone) pays a round for the prefixes.
     The rounds before then use every device, which leaves fewer candidates.
+    With room for one answer's follow-ups only (four devices) the bet does not
+    pay: the prefixes it drops are what the searches there live on.
     """
     last = min(width, (parallelism + 1) // 2)  # the candidates of the last round, at most
-    return bool(follow) and not room and (2 + follow) * last - 1 > parallelism >= last + follow * -(-last // 2)
+    half = max(2, -(-last // 2))  # answers whose follow-ups must fit: half of them, two at least
+    return bool(follow) and not room and (2 + follow) * last - 1 > parallelism >= last + follow * half
 
 
 def _probe_count(width: int, parallelism: int, follow: int = 0) -> int:
