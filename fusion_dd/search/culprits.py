@@ -645,12 +645,11 @@ def _loop(
             continue
         if on_fix is not None:
             on_fix(candidate)
-        prefetch(
-            recorder,
-            _fix_question_riders(
-                order, recorder, candidate, sets, parallelism, masks, witness is not None, grouping and not grouped
-            ),
+        riders = _fix_question_riders(
+            order, recorder, candidate, sets, parallelism, masks, witness is not None, grouping and not grouped
         )
+        if riders:
+            prefetch(recorder, riders)
         progress.fix_outcome = recorder.outcomes([candidate])[0]
         if progress.fix_outcome is not Outcome.FAIL:
             break

@@ -95,9 +95,10 @@ def speculates(lanes: Lanes) -> bool:
     """Whether the next question's idle devices train guesses at what comes after it.
 
     A guess that is right saves a round; a wrong one costs a training. On two
-    devices a round is two trainings, so each wrong guess costs half a round of
-    accelerator time, and there the rounds are what the user already waits
-    least for: the searches keep to trainings they know they need. From three
-    devices on, idle devices train guesses (``fusion_dd.search.oracle.prefetch``).
+    devices a round is two trainings, so a wrong guess costs half a round of
+    accelerator time, and a search run on so few devices is one where that
+    time is scarce: there, as on one device, the searches train only what they
+    know they need. From three devices on, idle devices train guesses
+    (``fusion_dd.search.oracle.prefetch``).
     """
     return width_of(lanes) >= SPECULATION_WIDTH

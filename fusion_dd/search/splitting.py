@@ -172,19 +172,12 @@ def split(
                 return result
             continue
 
-        def ahead(hypotheses: Sequence[tuple[int, int]], devices: int, found: int = found, examined: int = examined) -> None:
-            """Beside rules asked alone: for each (its index, the clean prefix then), the next round."""
-            if devices < SPECULATION_WIDTH:
-                return
-            configs: list[frozenset[T]] = []
-            for index, clean_at in hypotheses:
-                following = _following(order, index, clean_at, found, examined, devices, passed_alone, threshold, announce)
-                for config in following:
-                    if config not in configs:
-                        configs.append(config)
-                        if repeats and len(config) == len(order) - 1:
-                            configs.append(config)  # the fix candidate: its repeat too
-            ride(configs)
+        def ahead(
+            hypotheses: Sequence[tuple[int, int]], devices: int, found: int = found, examined: int = examined
+        ) -> None:
+            if devices >= SPECULATION_WIDTH:
+                state = (found, examined, devices, passed_alone, threshold)
+                ride(_guesses(order, hypotheses, state, announce, repeats))
 
         culprit, lo, failing = _boundary(order, lo, hit, ask, width, ahead)
         if culprit is None:
@@ -220,7 +213,9 @@ def _wave(
     return [], [end for end in ends if end < known_fail] or [known_fail]
 
 
-def first_wave(rules: Sequence[T], clean: int, *, found: int, devices: int, threshold: float = 1.5) -> list[frozenset[T]]:
+def first_wave(
+    rules: Sequence[T], clean: int, *, found: int, devices: int, threshold: float = 1.5
+) -> list[frozenset[T]]:
     """The configurations ``split`` asks first, with these arguments, on ``devices`` devices.
 
     A caller that may start a splitting phase after its next question (when a
@@ -242,18 +237,35 @@ def first_wave(rules: Sequence[T], clean: int, *, found: int, devices: int, thre
     return [frozenset(order[:end]) for end in ends if end != len(order)]
 
 
+def _guesses(
+    order: list[T],
+    hypotheses: Sequence[tuple[int, int]],
+    state: tuple[int, int, int, set[T], float],
+    announce: Callable[[frozenset[T]], None],
+    repeats: bool,
+) -> list[frozenset[T]]:
+    """Beside rules asked alone: for each (its index, the clean length it would leave), in
+    order, the round ``split`` asks next if it is the culprit; a fix candidate twice when
+    ``repeats`` (its repeat too). ``state``: found, examined, devices, passed alone, threshold."""
+    configs: list[frozenset[T]] = []
+    for index, clean in hypotheses:
+        for config in _following(order, index, clean, state, announce):
+            if config not in configs:
+                configs.append(config)
+                if repeats and len(config) == len(order) - 1:
+                    configs.append(config)
+    return configs
+
+
 def _following(
     order: list[T],
     index: int,
     clean: int,
-    found: int,
-    examined: int,
-    devices: int,
-    passed_alone: set[T],
-    threshold: float,
+    state: tuple[int, int, int, set[T], float],
     announce: Callable[[frozenset[T]], None],
 ) -> list[frozenset[T]]:
     """What ``split`` asks right after finding ``order[index]`` a culprit with ``order[:clean]`` passing."""
+    found, examined, devices, passed_alone, threshold = state
     rest = order[:index] + order[index + 1 :]
     if clean >= len(rest):
         return []
@@ -297,7 +309,8 @@ def _segment(lo: int, hi: int, devices: int) -> tuple[list[int], list[int]]:
     if size <= devices and devices >= SPECULATION_WIDTH:
         # Every rule alone fits, not every cut beside: the rules alone settle it (in rule
         # order the first that fails is a culprit), the cuts that fit only narrow an
-        # interaction down, should none fail alone. One round instead of two.
+        # interaction down, should none fail alone. One round instead of two; from three
+        # devices on, as the guesses: on one or two the questions stay as they were.
         return _cuts(lo, hi, devices - size), list(range(lo, hi))
     return _cuts(lo, hi, devices), []
 
