@@ -166,8 +166,9 @@ def render(rows: list[dict], seeds: int) -> str:
         "",
         "Every guided answer here costs at least 5 trainings: the 2 references, the culprit's own "
         "training, and the fix trained twice (the noise guard never claims a fix on one training). "
-        "Targets one training under that floor (rank 1 ≤ 4) or one round under it (P = 8: the references' "
-        "round, the suspects' round, the fix's two rounds) cannot be met with the guard on. And the "
+        "Targets one training under that floor (rank 1 ≤ 4) cannot be met with the guard on; on 8 devices "
+        "the floor is 3 rounds (the references' round, the suspects' round, the fix's round: its two "
+        "trainings share the devices). And the "
         "single-culprit targets compete for one budget: a search is a binary tree of questions, and a culprit "
         "found in c questions takes 2^-c of it (twice that when its proof is a question of its own), so "
         "the top suspect proven in one question already takes half. With every rank kept within blind "

@@ -87,15 +87,22 @@ class TrainingOracle:
         self._width = self.lanes.advance() if self.lanes is not None else None
 
     def _alongside(self, pending: Sequence[ConfigKey]) -> list[ConfigKey]:
-        """The prefetched keys for the devices this question's trainings leave idle (taken once)."""
+        """The prefetched keys for the devices this question's trainings leave idle (taken once).
+
+        A configuration listed again stands for its next repeat (``prefetch``).
+        """
         along, self._along = self._along, []
         if self._width is None or not pending:
             return []
+        listed: dict[frozenset[str], int] = {}
         keys: list[ConfigKey] = []
         for config in along:
-            key = (self._names(config), 0)
+            names = self._names(config)
+            key = (names, listed.get(names, 0))
+            listed[names] = key[1] + 1
+            wanted = key[1] == 0 or self.supports_repeats
             idle = self._width - len(pending) - len(keys)
-            if idle > 0 and key not in pending and key not in keys and self._cached(key) is None:
+            if wanted and idle > 0 and key not in pending and self._cached(key) is None:
                 keys.append(key)
         return keys
 

@@ -33,7 +33,7 @@ from typing import Generic, TypeVar
 from fusion_dd.search.ddmin import ddmin, ordered
 from fusion_dd.search.lanes import Lanes, width_of
 from fusion_dd.search.masks import Answers, Antichains, Masks
-from fusion_dd.search.oracle import Oracle, Outcome
+from fusion_dd.search.oracle import Oracle, Outcome, anticipate, follow_ups
 
 T = TypeVar("T", bound=Hashable)
 
@@ -117,29 +117,75 @@ def _spread(lo: int, hi: int, count: int) -> list[int]:
     return sorted(p for p in points if lo < p < hi)
 
 
-def _last_round(width: int, parallelism: int) -> bool:
-    """Whether one round can both settle ``width`` candidates and ask each alone."""
-    return 2 * width - 1 <= parallelism
+def _last_round(width: int, parallelism: int, follow: int = 0) -> bool:
+    """Whether one round can settle ``width`` candidates, ask each alone, and hold ``follow``
+    trainings per candidate for what the caller asks after each possible answer (``anticipate``)."""
+    return (2 + follow) * width - 1 <= parallelism
 
 
-def _rounds(width: int, parallelism: int) -> int:
+def _rounds(width: int, parallelism: int, follow: int = 0) -> int:
     """Rounds a (P+1)-ary search needs for ``width`` candidates, last round included."""
     rounds = 1
-    while not _last_round(width, parallelism):
+    while not _last_round(width, parallelism, follow):
         width = -(-width // (parallelism + 1))
         rounds += 1
     return rounds
 
 
-def _probe_count(width: int, parallelism: int) -> int:
+def _room(width: int, parallelism: int, follow: int) -> int:
+    """The follow-up trainings per candidate the last round makes room for: ``follow`` or none.
+
+    Room for the caller's next questions (a fix candidate and its repeat per
+    possible answer) needs a smaller last interval, so sometimes a round more
+    of prefixes; it is planned only when the search, the caller's questions
+    included, then ends a round earlier than a search that leaves them to the
+    round after its answer.
+    """
+    if follow and _rounds(width, parallelism, follow) < _rounds(width, parallelism) + 1:
+        if _last_width(width, parallelism, follow) > 1:  # a lone candidate is a boundary, not a last round
+            return follow
+    return 0
+
+
+def _last_width(width: int, parallelism: int, follow: int) -> int:
+    """The candidates left for the last round when every round asks ``_probe_count`` prefixes.
+
+    Prefixes alone that narrow the candidates to one leave its proof (it alone
+    with the found rules) to the next step's round, with nothing planned beside it.
+    """
+    while width > 1 and not _last_round(width, parallelism, follow):
+        count = _probe_count(width, parallelism, follow)
+        width = -(-width // (count + 1))
+    return width
+
+
+def _gambles(width: int, parallelism: int, follow: int, room: int) -> bool:
+    """Whether the last round asks only the rules alone, leaving the prefixes' devices to the caller.
+
+    A search's first rule is the answer when it fails alone, and then the
+    prefixes of the last round tell nothing more. Where the caller's follow-up
+    trainings fit only without them, but then for half the candidates and at
+    least two (eight devices, four candidates: two fix candidates and their
+    repeats), the round after the answer is saved as often as not; a set that
+    fails only together (no rule fails alone) pays a round for the prefixes.
+    The rounds before then use every device, which leaves fewer candidates.
+    With room for one answer's follow-ups only (four devices) the bet does not
+    pay: the prefixes it drops are what the searches there live on.
+    """
+    last = min(width, (parallelism + 1) // 2)  # the candidates of the last round, at most
+    half = max(2, -(-last // 2))  # answers whose follow-ups must fit: half of them, two at least
+    return bool(follow) and not room and (2 + follow) * last - 1 > parallelism >= last + follow * half
+
+
+def _probe_count(width: int, parallelism: int, follow: int = 0) -> int:
     """The fewest probes that still finish in the fewest rounds.
 
     Idle devices cost nothing in wall-clock, but a training is still a training:
     asking fewer prefixes when that does not add a round saves device-hours.
     """
-    goal = _rounds(width, parallelism) - 1
+    goal = _rounds(width, parallelism, follow) - 1
     for count in range(1, parallelism + 1):
-        if _rounds(-(-width // (count + 1)), parallelism) <= goal:
+        if _rounds(-(-width // (count + 1)), parallelism, follow) <= goal:
             return count
     return parallelism
 
@@ -245,12 +291,27 @@ def _boundary(
             speculative: list[frozenset[T]] = []
         else:
             width = hi - lo
-            probes = _spread(lo, hi, _probe_count(width, parallelism))
+            follow = follow_ups(oracle)
+            room = _room(width, parallelism, follow)
+            gamble = not found and _gambles(width, parallelism, follow, room)
+            count = parallelism if gamble and not _last_round(width, parallelism) else None
+            probes = _spread(lo, hi, count or _probe_count(width, parallelism, room))
             speculative = []
             if _last_round(width, parallelism):
                 # Few candidates left: also ask each one alone with the found rules,
                 # which is the first question of the next step whichever one it is.
                 speculative = [rest.with_one(found, rest.rules[j - 1]) for j in range(lo + 1, hi + 1)]
+                if gamble and all(ledger.known(c) is None for c in speculative):
+                    probes = []  # the rules alone, and beside them the caller's next questions
+                # Any of them may be the answer: the caller's questions after it can train
+                # on the devices left (all of them, when ``room`` was planned for).
+                anticipate(oracle, speculative)
+            if not probes:
+                answers = _ask(oracle, ledger, speculative)
+                alone = next((j for j, fails in zip(range(lo + 1, hi + 1), answers) if fails), None)
+                if alone is not None:
+                    return alone  # it fails alone: the answer, whatever the prefixes before it do
+                continue  # none fails alone: the prefixes decide, next round
         configs = [config(j) for j in probes]  # built once: a prefix costs its length
         known = [(j, ledger.known(c)) for j, c in zip(probes, configs)]
         if any(answer is not None for _, answer in known):

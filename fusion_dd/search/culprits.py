@@ -41,10 +41,10 @@ from typing import Generic, TypeVar, cast
 from fusion_dd.search.bisection import bisect
 from fusion_dd.search.ddmin import ordered
 from fusion_dd.search.hitting import HittingSet, minimum_hitting_set
-from fusion_dd.search.lanes import Lanes, width_of
+from fusion_dd.search.lanes import Lanes, speculates, width_of
 from fusion_dd.search.masks import Answers, Masks
 from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy, Revised, majority
-from fusion_dd.search.splitting import Split, split
+from fusion_dd.search.splitting import Split, first_wave, split
 from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOracle, prefetch, supports_repeats
 from fusion_dd.search.strategy import Strategy
 
@@ -230,6 +230,9 @@ class _Recorder(Generic[T]):
     ) -> None:
         self._oracle = oracle
         self._witness = witness
+        self._upcoming: Callable[[frozenset[T]], frozenset[T]] | None = None  # see foresee
+        self._lanes: Lanes = 1
+        self._on_fix: Callable[[frozenset[T]], None] | None = None
         self.answers: Answers[T] = Answers(masks if masks is not None else Masks(start))
         self._start = start
         self._patience = patience
@@ -276,6 +279,46 @@ class _Recorder(Generic[T]):
         return result
 
     def prefetch(self, configs: Sequence[frozenset[T]]) -> None:
+        prefetch(self._oracle, configs)
+
+    def foresee(
+        self,
+        upcoming: Callable[[frozenset[T]], frozenset[T]],
+        lanes: Lanes,
+        on_fix: Callable[[frozenset[T]], None] | None,
+    ) -> None:
+        """What the loop asks once the strategy answers: ``upcoming`` maps an answer to its fix candidate."""
+        self._upcoming = upcoming
+        self._lanes = lanes
+        self._on_fix = on_fix
+
+    def follow_ups(self) -> int:
+        """Trainings per answer ``anticipate`` makes room for: the fix candidate and its repeat.
+
+        Two with or without a noise guard (without one the repeat is not asked, and its
+        device idles), so that a run without noise asks the same questions either way.
+        """
+        if self._upcoming is None or not speculates(self._lanes):
+            return 0
+        return 2
+
+    def anticipate(self, answers: Sequence[frozenset[T]]) -> None:
+        """Prefetch the fix candidate (and its repeat) of each answer the strategy may give, in its order.
+
+        The engine is told each candidate first (``on_fix``), as for any fix candidate it trains.
+        """
+        if not self.follow_ups():
+            return
+        count = 2 if self._witness is not None else 1  # behind a guard a passing fix is trained twice
+        upcoming = self._upcoming
+        assert upcoming is not None  # follow_ups is 0 without it
+        configs: list[frozenset[T]] = []
+        for answer in answers:
+            fix = upcoming(frozenset(answer))
+            if fix and fix not in configs:
+                if self._on_fix is not None:
+                    self._on_fix(fix)
+                configs += [fix] * count
         prefetch(self._oracle, configs)
 
     def first_failing(self, configs: Sequence[frozenset[T]]) -> int | None:
@@ -562,6 +605,9 @@ def _loop(
     )
     preference: _Preference[T] = _Preference(choose)
     sets: list[frozenset[T]] = []
+    recorder.foresee(
+        lambda rules: _next_candidate(progress, [*sets, rules], order, universe, preference), parallelism, on_fix
+    )
     failing: frozenset[T] | None = universe  # known (at first: assumed) to fail; None: try singles
     width = 1  # how many first rules the next dense round asks alone
     leading = 0  # searches in a row whose answer was the first rule of its configuration alone
@@ -613,6 +659,11 @@ def _loop(
             continue
         if on_fix is not None:
             on_fix(candidate)
+        riders = _fix_question_riders(
+            order, recorder, candidate, sets, parallelism, masks, witness is not None, grouping and not grouped
+        )
+        if riders:
+            prefetch(recorder, riders)
         progress.fix_outcome = recorder.outcomes([candidate])[0]
         if progress.fix_outcome is not Outcome.FAIL:
             break
@@ -624,6 +675,44 @@ def _loop(
                 break
             assert outcome.failing is not None
             failing = outcome.failing
+
+
+def _clean_prefix(recorder: _Recorder[T], masks: Masks[T], rules: list[T]) -> int:
+    """The length of the longest prefix of ``rules`` inside a configuration known to pass."""
+    clean = 0
+    for high in recorder.answers.antichains.max_pass:
+        j = 0
+        while j < len(rules) and high >> masks.bit(rules[j]) & 1:
+            j += 1
+        clean = max(clean, j)
+    return clean
+
+
+def _fix_question_riders(
+    order: list[T],
+    recorder: _Recorder[T],
+    candidate: frozenset[T],
+    sets: list[frozenset[T]],
+    parallelism: Lanes,
+    masks: Masks[T],
+    guarded: bool,
+    grouping: bool,
+) -> list[frozenset[T]]:
+    """What to train beside a fix candidate's question, where devices would idle.
+
+    Whichever way its answer goes, the next question is known: a passing fix
+    is trained again (behind a guard a fix is never claimed on one training),
+    and a failing one, when group testing takes over next, starts the
+    splitting phase, whose first round depends only on answers known already.
+    One of the two is always unused: that costs its trainings, never a round.
+    """
+    if not speculates(parallelism):
+        return []
+    riders = [candidate, candidate] if guarded else []
+    if grouping and all(len(rules) == 1 for rules in sets):
+        rules = [rule for rule in order if rule in candidate]
+        riders += first_wave(rules, _clean_prefix(recorder, masks, rules), found=len(sets), devices=width_of(parallelism))
+    return riders
 
 
 def _group_phase(
@@ -645,12 +734,7 @@ def _group_phase(
     universe = frozenset(order)
     candidate = universe - progress.switched_off
     rules = [rule for rule in order if rule in candidate]
-    clean = 0
-    for high in recorder.answers.antichains.max_pass:
-        j = 0
-        while j < len(rules) and high >> masks.bit(rules[j]) & 1:
-            j += 1
-        clean = max(clean, j)
+    clean = _clean_prefix(recorder, masks, rules)
 
     def ask(configs: Sequence[frozenset[T]]) -> list[bool]:
         return [outcome is Outcome.FAIL for outcome in recorder.outcomes(list(configs))]
@@ -668,9 +752,13 @@ def _group_phase(
         if on_fix is not None:
             on_fix(fix)
 
+    def ride(configs: Sequence[frozenset[T]]) -> None:
+        prefetch(recorder, configs)
+
     outcome = split(
-        rules, clean, ask, on_culprit, found=len(sets), width=lambda: width_of(parallelism), announce=announce
-    )
+        rules, clean, ask, on_culprit, found=len(sets), width=lambda: width_of(parallelism), announce=announce,
+        ride=ride, repeats=check is not None,  # behind a guard a passing fix is trained twice
+    )  # fmt: skip
     if outcome.fix_passes:
         fix = universe - progress.switched_off
         progress.fix_outcome = recorder.outcomes([fix])[0] if fix else Outcome.PASS  # asked already: free

@@ -85,3 +85,20 @@ def width_of(lanes: Lanes) -> int:
     if lanes < 1:
         raise ValueError(f"parallelism must be at least 1, got {lanes}")
     return lanes
+
+
+#: The fewest devices on which a search trains what it will probably ask next beside a question.
+SPECULATION_WIDTH = 3
+
+
+def speculates(lanes: Lanes) -> bool:
+    """Whether the next question's idle devices train guesses at what comes after it.
+
+    A guess that is right saves a round; a wrong one costs a training. On two
+    devices a round is two trainings, so a wrong guess costs half a round of
+    accelerator time, and a search run on so few devices is one where that
+    time is scarce: there, as on one device, the searches train only what they
+    know they need. From three devices on, idle devices train guesses
+    (``fusion_dd.search.oracle.prefetch``).
+    """
+    return width_of(lanes) >= SPECULATION_WIDTH

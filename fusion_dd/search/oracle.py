@@ -110,15 +110,47 @@ def prefetch(oracle: object, configs: Sequence[frozenset[T]]) -> None:
     """Tell ``oracle`` what will most likely be asked right after its next question.
 
     Optional in the protocol: an oracle without a ``prefetch`` method ignores it.
-    One that has it may train these configurations (repeat 0) on the devices its
-    next question leaves idle, so that when they are asked the answer is there
-    and the round they would have taken alone is saved. A right guess costs
-    nothing; a wrong one costs one training. Only the next question uses them,
-    and the answers a caller gets never change, only when their trainings ran.
+    One that has it may train these configurations on the devices its next
+    question leaves idle, in list order, so that when they are asked the answer
+    is there and the round they would have taken alone is saved. A right guess
+    costs nothing; a wrong one costs one training. Only the next question uses
+    them, and the answers a caller gets never change, only when their trainings ran.
+
+    A configuration stands for its repeat 0; listed twice, for its repeats 0
+    and 1 (an oracle that cannot repeat trainings ignores the second), which
+    is what ``retest`` asks once the first was answered. So a fix candidate
+    asked next, listed twice, gets the second training its claim needs in the
+    same round; a replay, which asks the same questions, trains the same
+    (configuration, repeat) pairs. Pairs already trained are never trained again.
     """
     method = getattr(oracle, "prefetch", None)
     if callable(method):
         method(configs)
+
+
+def follow_ups(oracle: object) -> int:
+    """How many trainings ``oracle`` would prefetch per answer announced with ``anticipate``.
+
+    0 for an oracle without the method. A strategy sizes its last round with
+    it: room for those trainings beside its own questions can save the round
+    its caller would spend on them after the answer.
+    """
+    method = getattr(oracle, "follow_ups", None)
+    return int(method()) if callable(method) else 0
+
+
+def anticipate(oracle: object, answers: Sequence[frozenset[T]]) -> None:
+    """Tell ``oracle`` that the strategy will probably return one of ``answers``, likeliest first.
+
+    Optional in the protocol, like ``prefetch`` (which it calls): a caller that
+    knows what it asks once a strategy has answered (the all-culprits layer:
+    the fix candidate for that answer, and behind a noise guard its repeat)
+    prefetches those questions for each answer, in order, beside the
+    strategy's next question. The answers, and so every question, stay the same.
+    """
+    method = getattr(oracle, "anticipate", None)
+    if callable(method):
+        method(answers)
 
 
 class BudgetExhausted(Exception, Generic[T]):

@@ -42,6 +42,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from fusion_dd.search.lanes import SPECULATION_WIDTH
+
 T = TypeVar("T", bound=Hashable)
 
 Ask = Callable[[Sequence[frozenset]], "list[bool]"]  # configurations -> fails?
@@ -109,6 +111,8 @@ def split(
     width: Callable[[], int] = lambda: 1,
     announce: Callable[[frozenset[T]], None] = lambda config: None,
     threshold: float = 1.5,
+    ride: Callable[[Sequence[frozenset[T]]], None] = lambda configs: None,
+    repeats: bool = False,
 ) -> Split[T]:
     """Find the independent culprits among ``rules`` (the failing fix candidate, in order) by prefixes.
 
@@ -118,7 +122,14 @@ def split(
     switches it off), and whether it was asked alone only (dense culprits: no
     prefix around it shows that it matters). ``found``: culprits found before (the density estimate's
     start). ``width``: devices, read each round. ``announce`` is told the fix
-    candidate (the whole of what is left on) before it is asked.
+    candidate (the whole of what is left on) before it is asked or trained on a guess.
+
+    ``ride`` is handed, right before a question, what will probably be asked
+    after it, to train on the devices it leaves idle (``fusion_dd.search.oracle.prefetch``;
+    from ``SPECULATION_WIDTH`` devices on): beside the fix candidate its repeat
+    when ``repeats`` (a passing fix is trained twice), and beside the rules of a
+    segment asked alone, for each of them in order, the round that follows if
+    it is the culprit. Guesses change no question; an unused one costs a training.
     """
     order = list(rules)
     result: Split[T] = Split()
@@ -131,14 +142,11 @@ def split(
         if left == 0:
             result.fix_passes = True  # the whole candidate is a passing prefix
             return result
-        more = known_fail <= len(order) and known_fail > lo
-        expected = expected_left(found, examined, left, more)
         devices = max(1, width())
-        size = left if expected < threshold else group_size(left, expected)
-        if size == 1 and left > 1 and order[lo] not in passed_alone:
+        batch, ends = _wave(order, lo, known_fail, found, examined, devices, passed_alone, threshold)
+        if batch:
             # Culprits this dense are asked alone, P at a time: each that fails is found and proven
             # by its one training; the first that passes alone is then covered by a prefix.
-            batch = [rule for rule in order[lo : lo + devices] if rule not in passed_alone]
             answers = ask([frozenset({rule}) for rule in batch])
             for rule, fails in zip(batch, answers):
                 if fails:
@@ -151,10 +159,8 @@ def split(
                     passed_alone.add(rule)
             known_fail = len(order) + 1
             continue
-        size = max(size, 2) if size == 1 else size
-        ends = sorted({min(len(order), lo + size * (i + 1)) for i in range(devices)})
-        ends = [end for end in ends if end < known_fail] or [known_fail]
-        answers = _ask_prefixes(order, ends, ask, announce, known_fail)
+        riders = ride if devices >= SPECULATION_WIDTH and repeats else None
+        answers = _ask_prefixes(order, ends, ask, announce, known_fail, riders)
         hit = next((end for end, fails in zip(ends, answers) if fails), None)
         below = [end for end, fails in zip(ends, answers) if not fails and (hit is None or end < hit)]
         if below:
@@ -165,7 +171,15 @@ def split(
                 result.fix_passes = True
                 return result
             continue
-        culprit, lo, failing = _boundary(order, lo, hit, ask, width, announce)
+
+        def ahead(
+            hypotheses: Sequence[tuple[int, int]], devices: int, found: int = found, examined: int = examined
+        ) -> None:
+            if devices >= SPECULATION_WIDTH:
+                state = (found, examined, devices, passed_alone, threshold)
+                ride(_guesses(order, hypotheses, state, announce, repeats))
+
+        culprit, lo, failing = _boundary(order, lo, hit, ask, width, ahead)
         if culprit is None:
             result.failing = failing
             return result
@@ -177,15 +191,128 @@ def split(
         known_fail = len(order) + 1
 
 
+def _wave(
+    order: list[T],
+    lo: int,
+    known_fail: int,
+    found: int,
+    examined: int,
+    devices: int,
+    passed_alone: set[T],
+    threshold: float,
+) -> tuple[list[T], list[int]]:
+    """The next round of ``split``: rules to ask alone (dense culprits), else the prefix ends to ask."""
+    left = len(order) - lo
+    more = known_fail <= len(order) and known_fail > lo
+    expected = expected_left(found, examined, left, more)
+    size = left if expected < threshold else group_size(left, expected)
+    if size == 1 and left > 1 and order[lo] not in passed_alone:
+        return [rule for rule in order[lo : lo + devices] if rule not in passed_alone], []
+    size = max(size, 2) if size == 1 else size
+    ends = sorted({min(len(order), lo + size * (i + 1)) for i in range(devices)})
+    return [], [end for end in ends if end < known_fail] or [known_fail]
+
+
+def first_wave(
+    rules: Sequence[T], clean: int, *, found: int, devices: int, threshold: float = 1.5
+) -> list[frozenset[T]]:
+    """The configurations ``split`` asks first, with these arguments, on ``devices`` devices.
+
+    A caller that may start a splitting phase after its next question (when a
+    fix candidate fails) can have them trained beside that question
+    (``fusion_dd.search.oracle.prefetch``): the phase's first round is then saved.
+    """
+    order = list(rules)
+    if clean >= len(order):
+        return []
+    devices = max(1, devices)
+    batch, ends = _wave(order, clean, len(order), found, clean + found, devices, set(), threshold)
+    if batch:
+        return [frozenset({rule}) for rule in batch]
+    if ends == [len(order)]:  # the whole candidate, known to fail: its boundary is searched at once
+        if len(order) - clean == 2 and devices == 1:
+            return [frozenset({order[clean]})]
+        cuts, singles = _segment(clean, len(order), devices)
+        return [frozenset(order[:c]) for c in cuts] + [frozenset({order[i]}) for i in singles]
+    return [frozenset(order[:end]) for end in ends if end != len(order)]
+
+
+def _guesses(
+    order: list[T],
+    hypotheses: Sequence[tuple[int, int]],
+    state: tuple[int, int, int, set[T], float],
+    announce: Callable[[frozenset[T]], None],
+    repeats: bool,
+) -> list[frozenset[T]]:
+    """Beside rules asked alone: for each (its index, the clean length it would leave), in
+    order, the round ``split`` asks next if it is the culprit; a fix candidate twice when
+    ``repeats`` (its repeat too). ``state``: found, examined, devices, passed alone, threshold."""
+    configs: list[frozenset[T]] = []
+    for index, clean in hypotheses:
+        for config in _following(order, index, clean, state, announce):
+            if config not in configs:
+                configs.append(config)
+                if repeats and len(config) == len(order) - 1:
+                    configs.append(config)
+    return configs
+
+
+def _following(
+    order: list[T],
+    index: int,
+    clean: int,
+    state: tuple[int, int, int, set[T], float],
+    announce: Callable[[frozenset[T]], None],
+) -> list[frozenset[T]]:
+    """What ``split`` asks right after finding ``order[index]`` a culprit with ``order[:clean]`` passing."""
+    found, examined, devices, passed_alone, threshold = state
+    rest = order[:index] + order[index + 1 :]
+    if clean >= len(rest):
+        return []
+    batch, ends = _wave(rest, clean, len(rest) + 1, found + 1, examined + 1, devices, passed_alone, threshold)
+    if batch:
+        return [frozenset({rule}) for rule in batch]
+    if len(rest) in ends:
+        announce(frozenset(rest))  # a fix candidate, trained on a guess: the engine is told first
+    return [frozenset(rest[:end]) for end in ends]
+
+
 def _ask_prefixes(
-    order: list[T], ends: list[int], ask: Ask, announce: Callable[[frozenset[T]], None], known_fail: int
+    order: list[T],
+    ends: list[int],
+    ask: Ask,
+    announce: Callable[[frozenset[T]], None],
+    known_fail: int,
+    ride: Callable[[Sequence[frozenset[T]]], None] | None = None,
 ) -> list[bool]:
-    """Ask each prefix ``order[:end]``; a prefix already known to fail is not asked."""
+    """Ask each prefix ``order[:end]``; a prefix already known to fail is not asked.
+
+    ``ride``: told the fix candidate twice (its repeat rides along) when the prefixes include it.
+    """
     configs = [frozenset(order[:end]) for end in ends if end != known_fail]
     if any(end == len(order) for end in ends if end != known_fail):
         announce(frozenset(order))
+        if ride is not None:
+            ride([frozenset(order), frozenset(order)])
     answers = iter(ask(configs) if configs else [])
     return [True if end == known_fail else next(answers) for end in ends]
+
+
+def _segment(lo: int, hi: int, devices: int) -> tuple[list[int], list[int]]:
+    """One round of ``_boundary`` over (lo, hi]: the prefix ends to ask, and the rules to ask alone.
+
+    Once one round can settle the segment, it asks each rule alone too (the proof).
+    """
+    size = hi - lo
+    if 2 * size - 1 <= devices or size == 1:
+        return list(range(lo + 1, hi)), list(range(lo, hi))
+    if size <= devices and devices >= SPECULATION_WIDTH:
+        # Every rule alone fits, not every cut beside: the rules alone settle it (in rule
+        # order the first that fails is a culprit), the cuts that fit only narrow an
+        # interaction down, should none fail alone. One round instead of two; from three
+        # devices on, as the guesses: on one or two the questions stay as they were.
+        return _cuts(lo, hi, devices - size), list(range(lo, hi))
+    return _cuts(lo, hi, devices), []
 
 
 def _boundary(
@@ -194,12 +321,14 @@ def _boundary(
     hi: int,
     ask: Ask,
     width: Callable[[], int],
-    announce: Callable[[frozenset[T]], None],
+    ahead: Callable[[Sequence[tuple[int, int]], int], None] = lambda hypotheses, devices: None,
 ) -> tuple[T | None, int, frozenset[T] | None]:
     """The rule where prefixes start failing, in (lo, hi]: (culprit, new clean length, or what to minimize).
 
     ``order[:lo]`` passes, ``order[:hi]`` fails. Once one round settles the
-    segment, the same round asks each of its rules alone (the proof).
+    segment, the same round asks each of its rules alone (the proof); ``ahead``
+    is told, just before, each rule's index and the clean length it would leave
+    as the culprit, and the devices.
     """
     while True:
         devices = max(1, width())
@@ -213,23 +342,28 @@ def _boundary(
             if ask([frozenset({second})])[0]:
                 return second, lo, None  # order[:lo + 1] is not known to pass: start again at lo
             return None, lo, frozenset(order[:hi])  # neither fails alone: an interaction in order[:hi]
-        singles: list[int] = []
-        if 2 * size - 1 <= devices or size == 1:
-            cuts = list(range(lo + 1, hi))
-            singles = list(range(lo, hi))
-        else:
-            cuts = _cuts(lo, hi, devices)
+        cuts, singles = _segment(lo, hi, devices)
         configs = [frozenset(order[:c]) for c in cuts] + [frozenset({order[i]}) for i in singles]
+        exact = len(cuts) == size - 1
+        if singles:
+            # The culprit is the first rule that fails alone; every cut up to it passes.
+            ahead([(i, i if exact else max((c for c in cuts if c <= i), default=lo)) for i in singles], devices)
         answers = ask(configs) if configs else []
         cut_answers = answers[: len(cuts)]
         first = next((c for c, fails in zip(cuts, cut_answers) if fails), None)
         passing = [c for c, fails in zip(cuts, cut_answers) if not fails and (first is None or c < first)]
         new_hi = first if first is not None else hi
         new_lo = max(passing, default=lo)
-        if singles:
+        if singles and exact:
             rule_at = new_hi - 1  # order[:new_hi] fails, order[:new_hi - 1] passes
             alone = dict(zip(singles, answers[len(cuts) :]))
             if alone.get(rule_at):
                 return order[rule_at], rule_at, None
             return None, rule_at, frozenset(order[:new_hi])
+        if singles:
+            failing = [i for i, fails in zip(singles, answers[len(cuts) :]) if fails]
+            if failing:  # order[:clean] passed and does not hold it: the next prefixes start there
+                clean = max((c for c in passing if c <= failing[0]), default=lo)
+                return order[failing[0]], clean, None
+            return None, new_lo, frozenset(order[:new_hi])
         lo, hi = new_lo, new_hi

@@ -99,17 +99,23 @@ class SimulatedOracle(Generic[T]):
         self._prefetched = [frozenset(c) for c in configs]
 
     def _along(self, needed: Sequence[Key]) -> list[Key]:
-        """The prefetched keys that fit beside ``needed`` (its last wave's idle devices, the budget)."""
+        """The prefetched keys that fit beside ``needed`` (its last wave's idle devices, the budget).
+
+        A configuration listed again stands for its next repeat (``prefetch``).
+        """
         prefetched, self._prefetched = self._prefetched, []
         if not needed:
             return []
         spare = -len(needed) % self.parallelism
         if self.budget is not None:
             spare = min(spare, self.budget - self.trainings - len(needed))
+        listed: dict[frozenset[T], int] = {}
         along: list[Key] = []
         for config in prefetched:
-            key = (config, 0)
-            if len(along) < spare and key not in needed and key not in along and config not in self.cache:
+            key = (config, listed.get(config, 0))
+            listed[config] = key[1] + 1
+            wanted = key[1] == 0 or self.supports_repeats
+            if wanted and len(along) < spare and key not in needed and self._cached(key) is None:
                 along.append(key)
         return along
 

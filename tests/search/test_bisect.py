@@ -159,3 +159,63 @@ def test_wrong_known_answers_cannot_corrupt_the_answer() -> None:
     # fails alone (a non-monotone oracle): the guess misleads, the proof catches it.
     oracle = SimulatedOracle(or_model([10]))
     assert bisect(range(64), oracle, known={F(range(50)): Outcome.PASS}) == F({10})
+
+
+class Foreseeing(SimulatedOracle):
+    """A caller that asks ``follow`` trainings after each answer, and logs what it was told."""
+
+    def __init__(self, *args, follow: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.follow = follow
+        self.told: list[list[frozenset]] = []
+        self.batches: list[int] = []
+
+    def follow_ups(self) -> int:
+        return self.follow
+
+    def anticipate(self, answers) -> None:
+        self.told.append([F(a) for a in answers])
+
+    def outcomes(self, configs):
+        self.batches.append(len(configs))
+        return super().outcomes(configs)
+
+
+@pytest.mark.parametrize("culprit", [0, 37, 128, 220, 255])
+def test_sixteen_devices_leave_the_last_round_room_for_the_callers_next_questions(culprit: int) -> None:
+    """A fix candidate and its repeat per possible answer fit beside the last round: no round after it."""
+    oracle = Foreseeing(or_model([culprit]), parallelism=16, follow=2)
+    assert bisect(range(256), oracle, parallelism=16) == F({culprit})
+    assert oracle.rounds <= 3
+    answers = oracle.told[-1]
+    assert F({culprit}) in answers
+    assert oracle.batches[-1] + 2 * len(answers) <= 16
+
+
+def test_room_is_planned_only_where_it_saves_a_round() -> None:
+    assert bisect_module._room(256, 16, 2) == 2 and bisect_module._room(256, 8, 2) == 0
+    assert bisect_module._room(256, 16, 0) == 0
+
+
+@pytest.mark.parametrize("culprit", [0, 37, 128, 220, 255])
+def test_on_eight_devices_the_last_round_asks_the_rules_alone_beside_the_callers_questions(culprit: int) -> None:
+    """No room for every answer's follow-ups beside the prefixes: the rules alone, and half the answers'."""
+    oracle = Foreseeing(or_model([culprit]), parallelism=8, follow=2)
+    assert bisect(range(256), oracle, parallelism=8) == F({culprit})
+    assert oracle.rounds <= 3
+    last = oracle.calls[-[b for b in oracle.batches if b][-1] :]
+    assert all(len(config) == 1 for config in last) and 2 <= len(last) <= 4
+    assert F({culprit}) in oracle.told[-1]
+    plain = SimulatedOracle(or_model([culprit]), parallelism=8)
+    assert bisect(range(256), plain, parallelism=8) == F({culprit}) and plain.rounds <= 3
+
+
+@pytest.mark.parametrize("parallelism", [4, 8])
+@settings(deadline=None, max_examples=30)
+@given(data=st.data(), n=st.integers(2, 120), size=st.integers(2, 4))
+def test_when_no_rule_fails_alone_the_prefixes_decide_a_round_later(data, n: int, size: int, parallelism: int) -> None:
+    size = min(size, n)
+    planted = F(data.draw(st.permutations(list(range(n))))[:size])
+    oracle = Foreseeing(and_model(planted), parallelism=parallelism, follow=2)
+    result = bisect(range(n), oracle, parallelism=parallelism)
+    assert result == planted and no_repeats(oracle)

@@ -284,3 +284,74 @@ def test_every_rule_failing_alone_costs_at_most_two_trainings_per_rule(name: str
     assert oracle.trainings <= 2 * n + 2
     if parallelism > 1 and n >= 64:
         assert oracle.rounds <= n // 2  # the devices share the singles
+
+
+def rounds_of(model, n: int, parallelism: int, **options) -> tuple:
+    """The search behind a guard without noise, after the references' round: (result, oracle)."""
+    oracle = SimulatedOracle(model, parallelism=parallelism, repeats=True)
+    oracle.outcomes([F(), F(range(n))])
+    return find_culprits(list(range(n)), oracle, STRATEGIES["bisect"], parallelism=parallelism, **options), oracle
+
+
+@pytest.mark.parametrize("culprit", [0, 57, 128, 220, 255])
+def test_on_sixteen_devices_one_culprit_and_its_verified_fix_take_three_rounds_after_the_references(culprit: int) -> None:
+    result, oracle = rounds_of(or_model([culprit]), 256, 16)
+    assert [sorted(c.rules) for c in result.culprit_sets] == [[culprit]] and result.fix_verified
+    assert oracle.rounds == 4
+
+
+class Waves(SimulatedOracle):
+    """Logs each round's trainings."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.waves: list[list] = []
+
+    def _run_wave(self, wave) -> None:
+        self.waves.append(list(wave))
+        super()._run_wave(wave)
+
+
+@pytest.mark.parametrize("parallelism,culprits", [(3, [220]), (3, [18, 92, 243]), (8, [18, 92, 243])])
+def test_a_fix_candidate_and_its_repeat_share_a_round(parallelism: int, culprits: list) -> None:
+    oracle = Waves(or_model(culprits), parallelism=parallelism, repeats=True)
+    oracle.outcomes([F(), F(range(256))])
+    result = find_culprits(list(range(256)), oracle, STRATEGIES["bisect"], parallelism=parallelism)
+    assert result.fix_verified and sorted(next(iter(c.rules)) for c in result.culprit_sets) == culprits
+    assert any({(result.fix, 0), (result.fix, 1)} <= set(wave) for wave in oracle.waves)
+
+
+def test_on_eight_devices_one_culprit_takes_at_most_five_rounds() -> None:
+    """The references, three rounds of prefixes (the last asks the rules alone), the fix's repeat."""
+    for culprit in range(0, 256, 13):
+        result, oracle = rounds_of(or_model([culprit]), 256, 8)
+        assert result.fix_verified and oracle.rounds <= 5
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+@settings(deadline=None, max_examples=20)
+@given(case=planted())
+def test_below_three_devices_nothing_is_trained_on_a_guess(case, parallelism: int) -> None:
+    universe, sets = case
+    oracle = SimulatedOracle(sets_model(sets), parallelism=parallelism, repeats=True)
+    find_culprits(universe, oracle, STRATEGIES["bisect"], parallelism=parallelism)
+    assert set(oracle.launched) <= set(oracle.asked)
+
+
+@pytest.mark.parametrize("parallelism", [3, 8, 16])
+@settings(deadline=None, max_examples=20)
+@given(case=planted())
+def test_guesses_on_idle_devices_change_no_question(case, parallelism: int) -> None:
+    """The same questions and answer as an oracle that ignores every guess; fewer rounds or as many."""
+
+    class Ignoring(SimulatedOracle):
+        prefetch = None
+
+    universe, sets = case
+    runs = []
+    for kind in (Ignoring, SimulatedOracle):
+        oracle = kind(sets_model(sets), parallelism=parallelism, repeats=True)
+        runs.append((find_culprits(universe, oracle, STRATEGIES["bisect"], parallelism=parallelism), oracle))
+    (plain_result, plain), (result, guessing) = runs
+    assert result == plain_result and guessing.asked == plain.asked
+    assert guessing.rounds <= plain.rounds

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from fusion_dd.search import STRATEGIES, find_culprits
-from fusion_dd.search.lanes import LanePlan, width_of
+from fusion_dd.search.lanes import LanePlan, speculates, width_of
 from fusion_dd.search.oracle import BudgetExhausted, Outcome
 
 Model = Callable[[frozenset[int]], bool]
@@ -147,3 +147,23 @@ def test_resume_with_other_devices_wastes_nothing(label: str, n: int, sets, befo
         # Replayed questions keep their widths; new ones take the devices of the resume.
         assert journal.widths[: len(first.questions)] == [before] * len(first.questions)
         assert set(journal.widths[len(first.questions) :]) <= {after}
+
+
+def test_guesses_ride_along_from_three_devices_on() -> None:
+    assert [speculates(p) for p in (1, 2, 3, 8)] == [False, False, True, True]
+    assert speculates(LanePlan(lambda: 16)) and not speculates(LanePlan(lambda: 8, [2]))
+
+
+@pytest.mark.parametrize("label,n,sets", CASES, ids=[c[0] for c in CASES])
+def test_interrupted_and_resumed_on_eight_devices_asks_the_same_questions(label: str, n: int, sets) -> None:
+    """Where the searches size their rounds for guesses (three devices or more), replay is still exact."""
+    model = sets_model(sets)
+    whole, expected = run(model, n, Journal(), devices=8, budget=10**6)
+    total = len(whole.trained)
+    for stop in sorted(random.Random(label).sample(range(total), min(total, 4))):
+        journal = Journal()
+        first, _ = run(model, n, journal, devices=8, budget=stop)
+        second, result = run(model, n, journal, devices=8, budget=10**6)
+        assert second.questions == whole.questions
+        assert answer(result) == answer(expected)
+        assert len(first.trained) + len(second.trained) == total

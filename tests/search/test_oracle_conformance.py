@@ -353,3 +353,27 @@ def test_the_budget_goes_to_the_question_before_a_prefetched_configuration(kind:
     assert launched() == [(names(F({A})), 0), (names(F({A})), 1)]
     with pytest.raises(BudgetExhausted):
         oracle.outcomes([F({A, B})])
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["simulated", "training"])
+def test_a_configuration_prefetched_twice_trains_its_repeat_beside_its_first_training(kind: int) -> None:
+    oracle, launched = two_device_sessions(or_model([A]))[kind]
+    oracle.prefetch([F({A}), F({A})])
+    assert oracle.outcomes([F({A})]) == [Outcome.FAIL]  # repeat 0, and repeat 1 on the idle device
+    assert launched() == [(names(F({A})), 0), (names(F({A})), 1)]
+    rounds = oracle.rounds
+    assert oracle.retest([F({A})]) == [Outcome.FAIL]  # repeat 1: answered by the prefetched training
+    assert (len(launched()), oracle.rounds) == (2, rounds)
+    assert [o.repeat for o in oracle.trials(F({A}))] == [0, 1]
+    oracle.prefetch([F({A}), F({A})])
+    oracle.outcomes([F({B})])  # both pairs trained already: nothing rides along
+    assert launched()[2:] == [(names(F({B})), 0)]
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["simulated", "training"])
+def test_an_oracle_without_repeats_prefetches_only_first_trainings(kind: int) -> None:
+    oracle, launched = two_device_sessions(or_model([A]))[kind]
+    oracle.supports_repeats = False
+    oracle.prefetch([F({B}), F({B})])
+    oracle.outcomes([F({A})])
+    assert launched() == [(names(F({A})), 0), (names(F({B})), 0)]

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from fusion_dd.search import STRATEGIES, find_culprits
 from fusion_dd.search.oracle import Outcome
 from fusion_dd.testing.simulate import SimulatedOracle, masked_model, or_model, sets_model
-from fusion_dd.search.splitting import expected_left, group_size, split
+import fusion_dd.search.splitting as splitting
+from fusion_dd.search.splitting import expected_left, first_wave, group_size, split
 from tests.search.search_helpers import fails, is_one_minimal_failing, no_repeats
 
 F = frozenset
@@ -218,3 +219,68 @@ def test_with_any_single_flip_a_verified_fix_truly_passes(data, n: int) -> None:
     result = find_culprits(range(n), oracle, bisect)
     if result.fix_verified:
         assert not model(result.fix)
+
+
+@settings(deadline=None, max_examples=60)
+@given(case=singles(), clean=st.integers(0, 40), found=st.integers(1, 3), devices=st.sampled_from([1, 2, 3, 8]))
+def test_first_wave_is_what_split_asks_first(case, clean: int, found: int, devices: int) -> None:
+    n, culprits = case
+    rules = list(range(n))
+    clean = min(clean, culprits[0])  # rules[:clean] passes
+    asker = Asker(or_model(culprits))
+    first: list[list[frozenset]] = []
+
+    def ask(configs):
+        if not first:
+            first.append([F(c) for c in configs])
+        return asker(configs)
+
+    split(rules, clean, ask, lambda rule, dense: None, found=found, width=lambda: devices)
+    assert first_wave(rules, clean, found=found, devices=devices) == [c for c in first[0] if c != F(rules)]
+
+
+@pytest.mark.parametrize("devices", [3, 7, 8, 12])
+@pytest.mark.parametrize("culprit", range(40, 47))
+def test_a_failing_segment_whose_rules_fit_the_devices_is_settled_in_one_round(culprit: int, devices: int) -> None:
+    """Seven rules between a passing and a failing prefix: on seven devices or more, each alone at once."""
+    asker = Asker(or_model([culprit]))
+    rounds: list[list[frozenset]] = []
+
+    def ask(configs):
+        rounds.append([F(c) for c in configs])
+        return asker(configs)
+
+    rules = list(range(64))
+    found, clean, failing = splitting._boundary(rules, 40, 47, ask, lambda: devices)
+    assert found == culprit and failing is None and F(rules[:clean]).isdisjoint({culprit})
+    assert (len(rounds) == 1) is (devices >= 7)
+    assert all(len(batch) <= devices for batch in rounds)
+
+
+def test_a_segment_whose_rules_fit_but_none_fails_alone_is_handed_back_failing() -> None:
+    asker = Asker(sets_model([{41, 45}]))
+    culprit, _, failing = splitting._boundary(list(range(64)), 40, 47, asker, lambda: 8)
+    assert culprit is None and failing is not None and {41, 45} <= failing and asker.model(failing)
+
+
+def test_what_follows_a_rule_asked_alone_rides_along_with_it() -> None:
+    """On eight devices, beside the last culprit alone: the fix candidate that follows it, and its repeat."""
+    asker = Asker(or_model([5, 50]))
+    told: list[list[frozenset]] = []
+    announced: list[frozenset] = []
+    rules = [rule for rule in range(64) if rule != 5]  # 5 found before, and off
+    result = split(
+        rules, 6, asker, lambda rule, dense: None, found=1, width=lambda: 8,
+        announce=announced.append, ride=lambda configs: told.append(list(configs)), repeats=True,
+    )  # fmt: skip
+    assert result.culprits == [50] and result.fix_passes
+    fix = F(rules) - {50}
+    assert any(configs.count(fix) == 2 for configs in told)  # beside {50} alone: the fix, twice
+    assert fix in announced
+
+
+def test_below_three_devices_nothing_rides_along() -> None:
+    told: list = []
+    split(list(range(6, 64)), 0, Asker(or_model([50])), lambda rule, dense: None, found=1, width=lambda: 2,
+          ride=told.append, repeats=True)  # fmt: skip
+    assert told == []
