@@ -12,7 +12,7 @@ from typing import Protocol
 
 from ..core.hooks import ArtifactHook
 from ..core.rules import Rule
-from ..search.culprits import Chooser
+from ..search.choose_off import Chooser
 
 
 #: The values of ``rules.compiler``.

@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from ..core.rules import Rule
-from ..search.culprits import Chooser, choose_off_by_effect, default_choose_off
+from ..search.choose_off import Chooser, choose_off_by_effect, default_choose_off
 
 
 class PlainListBackend:

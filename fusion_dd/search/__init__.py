@@ -10,7 +10,8 @@ can repeat trainings it also guards every verdict against noise (``NoisePolicy``
 """
 
 from fusion_dd.search.bisection import bisect
-from fusion_dd.search.culprits import CulpritSearch, CulpritSet, default_choose_off, find_culprits
+from fusion_dd.search.choose_off import default_choose_off
+from fusion_dd.search.culprits import CulpritSearch, CulpritSet, find_culprits
 from fusion_dd.search.ddmin import ddmin
 from fusion_dd.search.guided import Guided, guided
 from fusion_dd.search.noise import Inconsistency, NoiseGuard, NoisePolicy

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
 from fusion_dd.search.bisection import bisect
+from fusion_dd.search.choose_off import Chooser, Preference, Reasons, default_choose_off
 from fusion_dd.search.ddmin import ordered
 from fusion_dd.search.hitting import HittingSet, minimum_hitting_set
 from fusion_dd.search.lanes import Lanes, speculates, width_of
@@ -49,9 +50,6 @@ from fusion_dd.search.oracle import BudgetExhausted, Oracle, Outcome, RepeatOrac
 from fusion_dd.search.strategy import Strategy
 
 T = TypeVar("T", bound=Hashable)
-
-Chooser = Callable[[frozenset], "tuple[object, str]"]
-
 
 @dataclass(frozen=True)
 class CulpritSet(Generic[T]):
@@ -112,78 +110,6 @@ class CulpritSearch(Generic[T]):
     no_failure: bool = False
     hitting_set: str = "exact"
     may_hide: frozenset[T] = frozenset()
-
-
-def _label(rule: object) -> str:
-    return str(getattr(rule, "name", rule))
-
-
-def preferring(prefer: Callable[[object], bool], why: str) -> Chooser:
-    """A chooser that switches off a rule ``prefer`` favours (``why`` says why), else the first by name.
-
-    Any one rule of an interacting set suffices: the set was proven 1-minimal,
-    so without any of its rules it passes. Which one is the compiler's
-    knowledge (a backend passes its preference, see ``fusion_dd.backends``);
-    ties are broken by name so the choice never depends on candidate order or
-    hashing.
-    """
-
-    def choose(culprit_set: frozenset[T]) -> tuple[T, str]:
-        rules = sorted(culprit_set, key=lambda r: (not prefer(r), _label(r), repr(r)))
-        chosen = rules[0]
-        members = ", ".join(sorted(_label(r) for r in culprit_set))
-        others = ", ".join(_label(r) for r in rules[1:])
-        reason_why = (
-            why
-            if prefer(chosen) and not all(prefer(r) for r in rules)
-            else "the first by name among equally good choices"
-        )
-        reason = (
-            f"{{{members}}} fails only together and removing any one of them passes, so switching "
-            f"off {_label(chosen)} alone defeats it and keeps {others} on; chose {_label(chosen)} as {reason_why}"
-        )
-        return chosen, reason
-
-    return choose
-
-
-def default_choose_off(culprit_set: frozenset[T]) -> tuple[T, str]:
-    """Which rule of an interacting set to switch off when nothing is known: the first by name."""
-    return preferring(lambda rule: False, "")(culprit_set)
-
-
-def choose_off_by_effect(effects: Mapping[T, int], fallback: Chooser = default_choose_off) -> Chooser:
-    """A chooser that keeps the most fusion on: switch off the rule that fused the fewest ops.
-
-    ``effects`` are how often each rule fused in the all-on run (CANN: the
-    ``effect_times`` of its ``fusion_result.json``). A rule that rewrote fewer
-    places costs less performance when it is switched off. Rules without a
-    count, and ties, fall back to ``fallback``.
-    """
-
-    def choose(culprit_set: frozenset[T]) -> tuple[T, str]:
-        counted = {rule: effects[rule] for rule in culprit_set if rule in effects}
-        if len(counted) != len(culprit_set) or len(set(counted.values())) == 1:
-            return fallback(culprit_set)
-        fewest = min(counted.values())
-        candidates = frozenset(rule for rule, count in counted.items() if count == fewest)
-        chosen = candidates if len(candidates) == 1 else None
-        if chosen is None:
-            pick, _ = fallback(candidates)
-        else:
-            (pick,) = chosen
-        members = ", ".join(sorted(_label(r) for r in culprit_set))
-        kept = ", ".join(f"{_label(r)} ({counted[r]})" for r in sorted(culprit_set, key=_label) if r != pick)
-        reason = (
-            f"{{{members}}} fails only together and removing any one of them passes, so switching off "
-            f"{_label(pick)} alone defeats it; chose {_label(pick)} because it fused the fewest places in the "
-            f"all-on run ({counted[pick]}), which keeps the bigger fusions on: {kept}"
-        )
-        return pick, reason
-
-    # The hitting-set tie-break weighs several rules at once by their summed counts.
-    choose.effects = dict(effects)  # type: ignore[attr-defined]
-    return choose
 
 
 class _NoFailure(Exception):
@@ -331,112 +257,6 @@ class _Recorder(Generic[T]):
         return hit
 
 
-class _Preference(Generic[T]):
-    """The caller's ``choose_off``, asked once per set, and the tie-break among hitting sets.
-
-    Among equally small hitting sets (per component of overlapping sets): the
-    fewest summed ``effect_times`` when the chooser carries counts for every rule
-    involved (``choose_off_by_effect``), then, repeatedly, the rule the chooser
-    prefers among all rules still in play. For a lone set that is exactly the
-    chooser's own choice, as before hitting sets existed.
-    """
-
-    def __init__(self, choose: Chooser) -> None:
-        self._choose = choose
-        self._effects: Mapping[T, int] | None = getattr(choose, "effects", None)
-        self._memo: dict[frozenset[T], tuple[T, str]] = {}
-
-    def pick(self, rules: frozenset[T]) -> tuple[T, str]:
-        if rules not in self._memo:
-            rule, reason = self._choose(rules)
-            if rule not in rules:
-                raise ValueError(f"choose_off returned {rule!r}, which is not in the culprit set")
-            self._memo[rules] = (rule, reason)  # type: ignore[assignment]
-        return self._memo[rules]
-
-    def __call__(self, candidates: Sequence[frozenset[T]]) -> frozenset[T]:
-        pool = list(candidates)
-        involved = frozenset().union(*pool)
-        effects = self._effects
-        if effects is not None and all(rule in effects for rule in involved):
-            least = min(sum(effects[r] for r in c) for c in pool)
-            pool = [c for c in pool if sum(effects[r] for r in c) == least]
-        taken: frozenset[T] = frozenset()
-        while len(pool) > 1:
-            rest = frozenset().union(*pool) - taken
-            if not rest:
-                break
-            rule, _ = self.pick(rest)
-            taken |= {rule}
-            pool = [c for c in pool if rule in c]
-        return pool[0]
-
-
-def _names(rules: frozenset[T] | Sequence[T]) -> str:
-    return ", ".join(sorted(_label(r) for r in rules))
-
-
-class _Reasons(Generic[T]):
-    """Why the rules of each culprit set are switched off, for the report, under one choice of rules.
-
-    Every interacting set's text names the whole switched-off set and the other
-    sets its rule also defeats: those parts are made once per choice, not once per
-    set (a search of 200 pairs otherwise sorted the same 200 names 40,000 times).
-    """
-
-    def __init__(
-        self, sets: Sequence[frozenset[T]], everything_off: frozenset[T], exact: bool, preference: _Preference[T]
-    ) -> None:
-        self._sets = sets
-        self._everything_off = everything_off
-        self._exact = exact
-        self._preference = preference
-        self._fewest: str | None = None
-        self._holding: dict[T, list[frozenset[T]]] | None = None
-
-    def _fewest_text(self) -> str:
-        if self._fewest is None:
-            self._fewest = (
-                f"switching off {{{_names(self._everything_off)}}} is the fewest rules that defeat every culprit set found"
-                if self._exact
-                else f"switching off {{{_names(self._everything_off)}}} defeats every culprit set found (chosen "
-                "greedily: the exact search for the fewest rules was too big, so fewer may suffice)"
-            )
-        return self._fewest
-
-    def _sets_holding(self, rule: T) -> list[frozenset[T]]:
-        if self._holding is None:
-            self._holding = {}
-            for culprit in self._sets:
-                for member in culprit:
-                    self._holding.setdefault(member, []).append(culprit)
-        return self._holding.get(rule, [])
-
-    def __call__(self, rules: frozenset[T], off: frozenset[T]) -> str:
-        """Why ``off`` (the switched-off rules of ``rules``) are switched off."""
-        if len(rules) == 1:
-            return f"{_label(next(iter(rules)))} fails on its own, so it must be switched off"
-        members = _names(rules)
-        if len(off) == 1:
-            (rule,) = off
-            shared = [other for other in self._sets_holding(rule) if other != rules]
-            if not shared and self._preference.pick(rules)[0] == rule:
-                return self._preference.pick(rules)[1]  # the chooser's own choice, in its own words
-            base = (
-                f"{{{members}}} fails only together and removing any one of them passes, so switching off "
-                f"{_label(rule)} alone defeats it"
-            )
-            if shared:
-                also = "; ".join(f"{{{_names(other)}}}" for other in shared)
-                return f"{base}; chose {_label(rule)} because it also defeats {also}: {self._fewest_text()}"
-            return f"{base}; chose {_label(rule)} with the other switched-off rules: {self._fewest_text()}"
-        return (
-            f"{{{members}}} fails only together, so switching off any one of its rules would defeat it; "
-            f"{_names(off)} are all switched off because each is also needed for other culprit sets: "
-            f"{self._fewest_text()}"
-        )
-
-
 @dataclass
 class _Progress(Generic[T]):
     """What one pass of the loop has established so far (kept when the budget runs out)."""
@@ -471,7 +291,7 @@ class _Progress(Generic[T]):
 
 
 def _settle(
-    progress: _Progress[T], sets: list[frozenset[T]], order: list[T], preference: _Preference[T], grow: bool
+    progress: _Progress[T], sets: list[frozenset[T]], order: list[T], preference: Preference[T], grow: bool
 ) -> None:
     """Choose the rules to switch off for the sets found so far and describe every set.
 
@@ -502,7 +322,7 @@ def _settle(
             key = (newest, True)
             if key not in progress.singles:
                 progress.singles[key] = CulpritSet(
-                    newest, "independent", newest, _Reasons(sets, progress.switched_off, progress.exact, preference)(newest, newest)
+                    newest, "independent", newest, Reasons(sets, progress.switched_off, progress.exact, preference)(newest, newest)
                 )
             progress.described = [*progress.found, progress.singles[key]]
             progress.settled, progress.involved = len(sets), progress.involved | newest
@@ -515,7 +335,7 @@ def _settle(
     progress.involved = frozenset().union(*sets)
     progress.singles_only = all(len(rules) == 1 for rules in sets)
     off = progress.switched_off
-    reason = _Reasons(sets, off, progress.exact, preference)
+    reason = Reasons(sets, off, progress.exact, preference)
 
     def describe(rules: frozenset[T]) -> CulpritSet[T]:
         if len(rules) == 1:
@@ -538,7 +358,7 @@ def _settle(
 
 
 def _next_candidate(
-    progress: _Progress[T], sets: list[frozenset[T]], order: list[T], universe: frozenset[T], preference: _Preference[T]
+    progress: _Progress[T], sets: list[frozenset[T]], order: list[T], universe: frozenset[T], preference: Preference[T]
 ) -> frozenset[T]:
     """The fix candidate ``_loop`` asks once these sets are settled, leaving ``progress`` as it is."""
     ahead = copy.copy(progress)
@@ -603,7 +423,7 @@ def _loop(
     recorder: _Recorder[T] = _Recorder(
         oracle, universe, _patience(len(order), width_of(parallelism)), witness, masks
     )
-    preference: _Preference[T] = _Preference(choose)
+    preference: Preference[T] = Preference(choose)
     sets: list[frozenset[T]] = []
     recorder.foresee(
         lambda rules: _next_candidate(progress, [*sets, rules], order, universe, preference), parallelism, on_fix
@@ -720,7 +540,7 @@ def _group_phase(
     recorder: _Recorder[T],
     progress: _Progress[T],
     sets: list[frozenset[T]],
-    preference: _Preference[T],
+    preference: Preference[T],
     parallelism: Lanes,
     masks: Masks[T],
     check: Callable[[frozenset[T], bool, bool], None] | None,

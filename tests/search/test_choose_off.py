@@ -1,7 +1,7 @@
 """Which rule of an interacting set is switched off: the one whose loss costs the least fusion."""
 
 from fusion_dd.core.rules import Rule, Section
-from fusion_dd.search.culprits import choose_off_by_effect, default_choose_off
+from fusion_dd.search.choose_off import choose_off_by_effect, default_choose_off
 
 CAST = Rule("CastRemoveFusionPass", Section.GRAPH)
 VAR = Rule("ZReduceMeanVarianceFusionPass", Section.GRAPH)

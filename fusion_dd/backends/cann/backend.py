@@ -20,7 +20,7 @@ from typing import Any
 from .artifacts import check_switch_applied, read_trial_results
 from ...core.hooks import TrialFiles, missing_message
 from ...core.rules import Rule, Section
-from ...search.culprits import Chooser, choose_off_by_effect, preferring
+from ...search.choose_off import Chooser, choose_off_by_effect, preferring
 from .switch import SwitchFile, render_switch
 from ..base import Rendered
 from .autofuse import CAPABILITIES, FLAGS_ENV, autofuse_points, realize, render_flags

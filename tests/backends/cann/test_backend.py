@@ -10,7 +10,7 @@ from fusion_dd.backends.cann import CannBackend
 from fusion_dd.backends.cann.switch import parse_switch_text, render_switch
 from fusion_dd.core.hooks import TrialFiles, collect_artifacts, effects_of, switch_check_of
 from fusion_dd.core.rules import Rule, Section
-from fusion_dd.search.culprits import default_choose_off
+from fusion_dd.search.choose_off import default_choose_off
 
 CAST = Rule("CastRemoveFusionPass", Section.GRAPH)
 VAR = Rule("ZReduceMeanVarianceFusionPass", Section.GRAPH)
