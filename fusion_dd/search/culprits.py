@@ -153,12 +153,17 @@ class _Recorder(Generic[T]):
         patience: int,
         witness: RepeatOracle[T] | None = None,
         masks: Masks[T] | None = None,
+        upcoming: Callable[[frozenset[T]], frozenset[T]] | None = None,
+        lanes: Lanes = 1,
+        on_fix: Callable[[frozenset[T]], None] | None = None,
     ) -> None:
+        """``upcoming``: what the loop asks once the strategy answers (an answer's fix
+        candidate), trained beside the strategy's last round where ``lanes`` leave room."""
         self._oracle = oracle
         self._witness = witness
-        self._upcoming: Callable[[frozenset[T]], frozenset[T]] | None = None  # see foresee
-        self._lanes: Lanes = 1
-        self._on_fix: Callable[[frozenset[T]], None] | None = None
+        self._upcoming = upcoming
+        self._lanes = lanes
+        self._on_fix = on_fix
         self.answers: Answers[T] = Answers(masks if masks is not None else Masks(start))
         self._start = start
         self._patience = patience
@@ -206,17 +211,6 @@ class _Recorder(Generic[T]):
 
     def prefetch(self, configs: Sequence[frozenset[T]]) -> None:
         prefetch(self._oracle, configs)
-
-    def foresee(
-        self,
-        upcoming: Callable[[frozenset[T]], frozenset[T]],
-        lanes: Lanes,
-        on_fix: Callable[[frozenset[T]], None] | None,
-    ) -> None:
-        """What the loop asks once the strategy answers: ``upcoming`` maps an answer to its fix candidate."""
-        self._upcoming = upcoming
-        self._lanes = lanes
-        self._on_fix = on_fix
 
     def follow_ups(self) -> int:
         """Trainings per answer ``anticipate`` makes room for: the fix candidate and its repeat.
@@ -420,14 +414,13 @@ def _loop(
     universe = frozenset(order)
     masks = masks if masks is not None else Masks(order)
     full = masks.of(universe)
-    recorder: _Recorder[T] = _Recorder(
-        oracle, universe, _patience(len(order), width_of(parallelism)), witness, masks
-    )
     preference: Preference[T] = Preference(choose)
     sets: list[frozenset[T]] = []
-    recorder.foresee(
-        lambda rules: _next_candidate(progress, [*sets, rules], order, universe, preference), parallelism, on_fix
-    )
+    recorder: _Recorder[T] = _Recorder(
+        oracle, universe, _patience(len(order), width_of(parallelism)), witness, masks,
+        upcoming=lambda rules: _next_candidate(progress, [*sets, rules], order, universe, preference),
+        lanes=parallelism, on_fix=on_fix,
+    )  # fmt: skip
     failing: frozenset[T] | None = universe  # known (at first: assumed) to fail; None: try singles
     width = 1  # how many first rules the next dense round asks alone
     leading = 0  # searches in a row whose answer was the first rule of its configuration alone
