@@ -34,7 +34,6 @@ class InteractionClaims(Generic[T]):
         self._votes = votes
         self._monotone = monotone
         self._checked: dict[frozenset[T], int] = {}  # checked leaf -> rules claimed necessary then
-        self._checked_masks: dict[frozenset[T], int] = {}  # checked leaf -> its mask, for _vouched's scan
 
     def check(self, config: frozenset[T]) -> None:
         """A fresh interaction claim rests on one training of its failing configuration: re-train it.
@@ -67,7 +66,6 @@ class InteractionClaims(Generic[T]):
             if not fresh_pair and not monotone.halves(leaf):
                 continue
             self._checked[leaf] = len(necessary)
-            self._checked_masks[leaf] = monotone.mask(leaf)
             votes.make_firm([leaf])
 
     def _vouched(self, leaf: frozenset[T]) -> set[T]:
@@ -75,7 +73,8 @@ class InteractionClaims(Generic[T]):
         monotone = self._monotone
         vouched: set[T] = set()
         inside = monotone.mask(leaf)
-        for checked, outer in self._checked_masks.items():
+        for checked in self._checked:
+            outer = monotone.mask(checked)
             if inside & ~outer == 0 and inside != outer and self._votes.fails(checked):
                 vouched.update(monotone.necessary(checked))
         return vouched
