@@ -13,7 +13,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool
+
+from .schemas import generated_class, private_pool
 
 PACKAGE = "toolkit.dumpdata"
 FILE_NAME = "fusion_dd/dump_data.proto"
@@ -90,16 +92,9 @@ def file_descriptor_proto() -> descriptor_pb2.FileDescriptorProto:
 @lru_cache(maxsize=None)
 def message_class(name: str) -> Any:
     """The generated class of one message, e.g. ``message_class("DumpData")``."""
-    descriptor = _pool().FindMessageTypeByName(f"{PACKAGE}.{name}")
-    get_class = getattr(message_factory, "GetMessageClass", None)
-    if get_class is not None:
-        return get_class(descriptor)
-    # protobuf < 4.22 has no GetMessageClass.
-    return message_factory.MessageFactory(_pool()).GetPrototype(descriptor)
+    return generated_class(_pool(), f"{PACKAGE}.{name}")
 
 
 @lru_cache(maxsize=1)
 def _pool() -> descriptor_pool.DescriptorPool:
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file_descriptor_proto())
-    return pool
+    return private_pool(file_descriptor_proto())
