@@ -35,8 +35,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fusion_dd.search import bisect, find_culprits  # noqa: E402
+from fusion_dd.search.culprits import CulpritSearch  # noqa: E402
 from fusion_dd.search.guided import Guided  # noqa: E402
-from fusion_dd.testing.simulate import SimulatedOracle, sets_model  # noqa: E402
+from fusion_dd.search.lanes import Lanes  # noqa: E402
+from fusion_dd.testing.simulate import SimulatedOracle, references_round, sets_model  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
 BEGIN, END = "<!-- bench_guided:begin -->", "<!-- bench_guided:end -->"
@@ -100,8 +102,12 @@ def run(sets: list[frozenset[int]], strategy, parallelism: int) -> tuple[int, in
     universe = list(range(N))
     # The CLI's default: the engine's oracle can repeat trainings, so the noise guard is on.
     oracle = SimulatedOracle(sets_model(sets), parallelism=parallelism, repeats=True)
-    oracle.outcomes([frozenset(), frozenset(universe)])  # the two references, one round
-    result = find_culprits(universe, oracle, strategy, parallelism=parallelism)
+
+    def search(asked: object, lanes: Lanes) -> CulpritSearch[int]:
+        return find_culprits(universe, asked, strategy, parallelism=lanes)
+
+    # The two references, one round, and beside them (on 3 devices or more) the search's first question.
+    result = search(oracle, references_round(oracle, universe, search))
     found = sorted(sorted(c.rules) for c in result.culprit_sets)
     correct = result.fix_verified and found == sorted(sorted(s) for s in sets)
     return oracle.trainings, oracle.rounds, correct

@@ -33,10 +33,13 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fusion_dd.search import STRATEGIES, find_culprits  # noqa: E402
+from fusion_dd.search.culprits import CulpritSearch  # noqa: E402
+from fusion_dd.search.lanes import Lanes  # noqa: E402
 from fusion_dd.testing.simulate import (  # noqa: E402
     SimulatedOracle,
     any_of,
     masked_model,
+    references_round,
     sets_model,
 )
 
@@ -123,10 +126,12 @@ def run_strategy(
     oracle without repeats (``confirm: off``)."""
     universe = list(range(n))
     oracle = SimulatedOracle(case.model, parallelism=parallelism, repeats=guard)
-    oracle.outcomes([frozenset(), frozenset(universe)])  # the engine's precondition round
-    result = find_culprits(
-        universe, oracle, STRATEGIES[name], parallelism=parallelism, group_testing=group_testing
-    )
+
+    def search(asked: object, lanes: Lanes) -> CulpritSearch[int]:
+        return find_culprits(universe, asked, STRATEGIES[name], parallelism=lanes, group_testing=group_testing)
+
+    # The engine's precondition round, and beside it (on 3 devices or more) the search's first question.
+    result = search(oracle, references_round(oracle, universe, search))
     return oracle.trainings, oracle.rounds, correct(case, frozenset(universe), result)
 
 

@@ -35,6 +35,7 @@ from ..core.errors import UsageError
 from ..core.scoring import Preconditions
 from ..core.status import ExitCode, SearchStatus
 from ..core.hooks import effects_of
+from ..core.rules import Rule
 from ..report import localize as localization
 from ..report.build import finished_report
 from ..runner.broken import TrainingBroken
@@ -45,7 +46,7 @@ from ..runner.registry import launcher_for
 from ..runner.speed import SpeedHook
 from ..search import STRATEGIES, guided
 from ..search.culprits import CulpritSearch, find_culprits
-from ..search.lanes import LanePlan
+from ..search.lanes import LanePlan, Lanes
 from ..search.noise import NoisePolicy
 from ..search.oracle import BudgetExhausted, Outcome
 from ..store.journal import JOURNAL_NAME
@@ -54,6 +55,7 @@ from ..store.state import PROOF_ROLE, ConfigKey, SearchState, TrialState
 from .containers import Containers
 from .devices import Devices
 from .endings import Endings, ReportSnapshots
+from .first_wave import first_wave
 from .guidance import Guidance, references_dump
 from .localizing import Localizing
 from .opening import open_search, refuse_broken_command, refuse_ignored_switch
@@ -316,7 +318,11 @@ class Engine:
         say = self.context.events.message
         self._oracle = self._new_oracle()
         references = self.references
-        pre, extra = references.settle(self._oracle)
+        opening, riders = first_wave(
+            self.context, references, self.settling, self.trainer.lanes(), self._oracle, self._candidates(),
+            lambda probe, lanes: self._all_culprits(probe, lanes, None),
+        )
+        pre, extra = references.settle(self._oracle, riders)
         if (
             pre is not None and not pre.ok and pre.status == SearchStatus.BASELINE_FAILS
             and self.required.baseline_cannot_run(references.keys(references.extra), self.settling)
@@ -345,8 +351,10 @@ class Engine:
             current=self.trainer.lanes,
             recorded=self.state.lanes,
             on_new=lambda index, width: self.context.append(
-                {"type": RecordType.QUESTION, "index": index, "width": width, "time": None}, durable=False
+                {"type": RecordType.QUESTION, "index": index, "width": width, "time": None,
+                 **({"opening": True} if index == 0 and opening is not None else {})}, durable=False
             ),  # no time: nobody reads it, and a search asks about as many questions as it trains
+            opening=opening,
         )
         result = self._find_culprits(pre, lanes, extra)
         oracle = self._oracle
@@ -371,23 +379,11 @@ class Engine:
 
     def _find_culprits(self, pre: Preconditions, lanes: LanePlan, extra: dict[str, int]) -> CulpritSearch:
         """The all-culprits layer, round after round until full trainings back its answer (or the budget ends)."""
-        prior = self.guidance.prior()
-        guidance = self.guidance
         while True:
             oracle = self._prepare_oracle(pre, lanes, extra)
-            strategy = guided(
-                prior, STRATEGIES[self.config.search.strategy], partners=guidance.partners(),
-                refine=guidance.refine if guidance.refines() else None,
-            )  # fmt: skip
             try:
-                result = find_culprits(
-                    [rule for rule in self.context.rules if rule not in self.required.rules and rule not in self.containers.inner],
-                    oracle,
-                    strategy,
-                    parallelism=lanes,
-                    noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
-                    choose_off=self._switch_off_chooser(),
-                    on_fix=lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate)),
+                result = self._all_culprits(
+                    oracle, lanes, lambda candidate: self._fix_candidates.add(frozenset(rule.name for rule in candidate))
                 )
             except HorizonOutrun as outrun:
                 self.proofs.revise_after_outrun(outrun)
@@ -405,6 +401,28 @@ class Engine:
             if proof:
                 return result
             self.settling.round += 1  # a full training contradicted early verdicts: search again without them
+
+    def _candidates(self) -> list[Rule]:
+        """The rules the search is about: every rule but the required passes and the rules inside containers."""
+        excluded = self.required.rules
+        return [rule for rule in self.context.rules if rule not in excluded and rule not in self.containers.inner]
+
+    def _all_culprits(self, oracle: Any, lanes: Lanes, on_fix: Callable[[frozenset[Rule]], None] | None) -> CulpritSearch:
+        """One run of the all-culprits layer against ``oracle``, as the search runs it."""
+        guidance = self.guidance
+        strategy = guided(
+            guidance.prior(), STRATEGIES[self.config.search.strategy], partners=guidance.partners(),
+            refine=guidance.refine if guidance.refines() else None,
+        )  # fmt: skip
+        return find_culprits(
+            self._candidates(),
+            oracle,
+            strategy,
+            parallelism=lanes,
+            noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
+            choose_off=self._switch_off_chooser(),
+            on_fix=on_fix,
+        )
 
     def _prepare_oracle(self, pre: Preconditions, lanes: LanePlan, extra: dict[str, int]) -> TrainingOracle:
         """The oracle for one round of the search: the journal's answers, repeats counted afresh.

@@ -73,16 +73,20 @@ class References:
         """The baseline changed (required passes kept on): its repeats are counted afresh."""
         self.extra = {"baseline": 0, "all_on": self.extra["all_on"]}
 
-    def settle(self, oracle: TrainingOracle) -> tuple[Preconditions | None, dict[str, int]]:
+    def settle(
+        self, oracle: TrainingOracle, riders: Sequence[ConfigKey] = ()
+    ) -> tuple[Preconditions | None, dict[str, int]]:
         """Train the references until ``check_preconditions`` decides; (None, ...) when the budget ran out.
 
         A reference whose trainings disagree gets its next repeat and the check runs
         again (majority, see ``reference_decision``), so one unlucky training never
         refuses the search. Deterministic given the journal: a resume replays it.
+        ``riders`` train beside the references' first round (the search's first question).
         """
         extra = self.extra
         while True:
-            references = self._measure(oracle, extra)
+            references = self._measure(oracle, extra, riders)
+            riders = ()
             if references is None:
                 return None, extra
             pre = self.verdict(references)
@@ -92,11 +96,14 @@ class References:
             for role in pre.retrain:
                 extra[role] += 1
 
-    def _measure(self, oracle: TrainingOracle, extra: dict[str, int] | None = None) -> Measured | None:
+    def _measure(
+        self, oracle: TrainingOracle, extra: dict[str, int] | None = None, riders: Sequence[ConfigKey] = ()
+    ) -> Measured | None:
         """Baseline (all candidates off) and all-on runs, in parallel; None when the budget ran out."""
         keys = self.keys(extra)
         oracle.train_until_settled(
-            [key for key, _ in keys], stop_after=is_start_error, before_round=lambda: self._raise_if_broken(keys)
+            [key for key, _ in keys], stop_after=is_start_error, before_round=lambda: self._raise_if_broken(keys),
+            riders=riders,
         )
         if any(self._settling.settled(key) is None for key, _ in keys):
             return None

@@ -182,19 +182,26 @@ class TrainingOracle:
         keys: Sequence[ConfigKey],
         stop_after: Callable[[TrialState], bool] | None = None,
         before_round: Callable[[], None] | None = None,
+        riders: Sequence[ConfigKey] = (),
     ) -> bool:
         """Train these keys, round after round, until each is settled or the budget is spent.
 
         The one train-until-settled loop: the references use it before there is
         a threshold (``before_round`` may stop the search, e.g. when the training
         does not run at all), the strategy's questions through ``_settle``.
+        ``riders`` train in the first round only, after the keys (the budget goes
+        to the keys first), and are not waited for beyond it: the search's first
+        question beside the references (``fusion_dd.search.first_question``).
         Returns whether every key is settled.
         """
+        first = True
         while True:
             if before_round is not None:
                 before_round()
-            if not self._run(keys, stop_after):
+            ride = first and any(self._cached(key) is None for key in keys)  # never a round of riders alone
+            if not self._run([*keys, *riders] if ride else keys, stop_after):
                 break
+            first = False
         return all(self._cached(key) is not None for key in keys)
 
     def _run(self, keys: Sequence[ConfigKey], stop_after: Callable[[TrialState], bool] | None) -> bool:

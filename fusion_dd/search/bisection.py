@@ -31,7 +31,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from fusion_dd.search.ddmin import ddmin, ordered
-from fusion_dd.search.lanes import Lanes, width_of
+from fusion_dd.search.lanes import Lanes, eager, width_of
 from fusion_dd.search.masks import Answers, Antichains, Masks
 from fusion_dd.search.oracle import Oracle, Outcome, anticipate, follow_ups
 
@@ -294,7 +294,8 @@ def _boundary(
             follow = follow_ups(oracle)
             room = _room(width, parallelism, follow)
             gamble = not found and _gambles(width, parallelism, follow, room)
-            count = parallelism if gamble and not _last_round(width, parallelism) else None
+            # The opening question (beside the references) fills its devices: they are idle otherwise.
+            count = parallelism if (gamble and not _last_round(width, parallelism)) or eager(lanes) else None
             probes = _spread(lo, hi, count or _probe_count(width, parallelism, room))
             speculative = []
             if _last_round(width, parallelism):

@@ -32,6 +32,10 @@ class LanePlan:
     it with ``width()``. ``width()`` may be called any number of times before
     that and gives the same value each time, even if the device count changes
     in between (a device retired during a training of the previous question).
+
+    ``opening``: the width of the first question when no session asked it yet,
+    instead of ``current()``: the first question that trains beside the
+    references gets the devices they leave idle (``fusion_dd.search.first_question``).
     """
 
     def __init__(
@@ -39,10 +43,12 @@ class LanePlan:
         current: Callable[[], int],
         recorded: Sequence[int] = (),
         on_new: Callable[[int, int], None] | None = None,
+        opening: int | None = None,
     ) -> None:
         self._current = current
         self._recorded = list(recorded)
         self._on_new = on_new
+        self._opening = opening
         self._next = 0  # index of the next question
         self._frozen: int | None = None  # width promised for the next, not yet recorded, question
 
@@ -56,11 +62,21 @@ class LanePlan:
         """Whether the next question was asked by an earlier session."""
         return self._next < len(self._recorded)
 
+    @property
+    def opening(self) -> bool:
+        """Whether the next question is the opening one, asked beside the references.
+
+        Its devices would sit idle through the references' round otherwise, so a
+        strategy asks as many configurations as it has devices for (``eager``).
+        """
+        return self._next == 0 and self._opening is not None
+
     def width(self) -> int:
         if self._next < len(self._recorded):
             return self._recorded[self._next]
         if self._frozen is None:
-            self._frozen = max(1, int(self._current()))
+            wanted = self._opening if self._next == 0 and self._opening is not None else self._current()
+            self._frozen = max(1, int(wanted))
         return self._frozen
 
     def advance(self) -> int:
@@ -85,6 +101,12 @@ def width_of(lanes: Lanes) -> int:
     if lanes < 1:
         raise ValueError(f"parallelism must be at least 1, got {lanes}")
     return lanes
+
+
+def eager(lanes: Lanes) -> bool:
+    """Whether the next question should fill its width rather than ask the fewest configurations that
+    finish in as few rounds: the opening question, beside the references (``LanePlan.opening``)."""
+    return isinstance(lanes, LanePlan) and lanes.opening
 
 
 #: The fewest devices on which a search trains what it will probably ask next beside a question.

@@ -211,6 +211,9 @@ class SearchState:
     # The parallelism each question of the search was asked with, in question order
     # (``question`` records): replayed on resume so that it asks the same questions.
     lanes: list[int] = field(default_factory=list)
+    # Whether the first question was asked beside the references (``"opening": true`` in its
+    # ``question`` record, ``fusion_dd.search.first_question``): a replay asks it the same way.
+    opening: bool = False
     start_record: dict[str, Any] | None = None
     # Trials before this index were judged by a ``training_broken`` stop: the next
     # session trains the references again instead of re-reading that verdict.
@@ -399,6 +402,8 @@ class SearchState:
     def _apply_question(self, record: dict[str, Any]) -> None:
         if int(record["index"]) == len(self.lanes):  # a duplicate of a known index changes nothing
             self.lanes.append(int(record["width"]))
+            if len(self.lanes) == 1 and record.get("opening"):
+                self.opening = True
 
     def _apply_search_finished(self, record: dict[str, Any]) -> None:
         self.finished = record

@@ -26,6 +26,8 @@ import random
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
+from fusion_dd.search.first_question import first_question, opening_width
+from fusion_dd.search.lanes import LanePlan, Lanes
 from fusion_dd.search.oracle import BudgetExhausted, Observation, Outcome
 
 T = TypeVar("T", bound=Hashable)
@@ -88,6 +90,13 @@ class SimulatedOracle(Generic[T]):
         self.smallest_failing: frozenset[T] | None = None
         self._next: dict[frozenset[T], int] = {}
         self._prefetched: list[frozenset[T]] = []  # for the next question only
+        # The plan the strategy sizes its questions by, moved on per question as the
+        # engine's oracle does (``fusion_dd.search.lanes``); None for a fixed width.
+        self.lanes: LanePlan | None = None
+
+    def _question(self) -> None:
+        if self.lanes is not None:
+            self.lanes.advance()
 
     def prefetch(self, configs: Sequence[frozenset[T]]) -> None:
         """Train these along with the next question, on the devices its last wave leaves idle.
@@ -150,6 +159,7 @@ class SimulatedOracle(Generic[T]):
 
     def outcomes(self, configs: Sequence[frozenset[T]]) -> list[Outcome]:
         """Answer every configuration; the uncached ones run in waves of P."""
+        self._question()
         configs = [frozenset(c) for c in configs]
         needed: list[Key] = [(c, 0) for c in _distinct(c for c in configs if c not in self.cache)]
         needed += self._along(needed)
@@ -165,6 +175,7 @@ class SimulatedOracle(Generic[T]):
         every configuration of a launched wave counts as a training, because a
         real device was busy with it even if its answer turned out not to matter.
         """
+        self._question()
         configs = [frozenset(c) for c in configs]
         self._prefetched = []  # a wave may stop at a failure: nothing rides along
         index = 0
@@ -191,6 +202,7 @@ class SimulatedOracle(Generic[T]):
 
     def retest(self, configs: Sequence[frozenset[T]]) -> list[Outcome]:
         """The next repeat of each configuration; uncached ones run in waves of P."""
+        self._question()
         configs = [frozenset(c) for c in configs]
         counts = dict(self._next)
         keys: list[Key] = []
@@ -379,3 +391,31 @@ def gaussian_noise(
 def flip_probability(sigma: float) -> float:
     """How often ``gaussian_noise`` with this sigma flips a training."""
     return 0.5 * math.erfc(1.0 / (sigma * math.sqrt(2.0))) if sigma > 0 else 0.0
+
+
+def references_round(
+    oracle: SimulatedOracle[T], universe: Sequence[T], run: Callable[[object, Lanes], object]
+) -> Lanes:
+    """The engine's first round on a simulated oracle: the two references and, where the engine
+    trains it there, the search's first question beside them (``fusion_dd.search.first_question``).
+
+    ``run(oracle, lanes)`` runs the search as the caller will. Returns the lanes to
+    run it with: the oracle's width, or (when the first question rode along) a plan
+    whose first question is sized to the devices the references left idle, as the
+    engine's is.
+    """
+    everything = frozenset(universe)
+    width = opening_width(oracle.parallelism, 2)
+    if width is None:
+        oracle.outcomes([frozenset(), everything])
+        return oracle.parallelism
+    known = {frozenset(): Outcome.PASS, everything: Outcome.FAIL}
+    parallelism = oracle.parallelism
+    oracle.prefetch(
+        first_question(lambda probe: run(probe, LanePlan(lambda: parallelism, opening=width)), known,
+                       repeats=oracle.supports_repeats)
+    )  # fmt: skip
+    oracle.outcomes([frozenset(), everything])
+    lanes = LanePlan(lambda: parallelism, opening=width)
+    oracle.lanes = lanes
+    return lanes

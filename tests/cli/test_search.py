@@ -6,6 +6,7 @@ import json
 
 from fusion_dd.backends.cann.switch import load_switch_file
 from fusion_dd.core.rules import Section
+from fusion_dd.store.journal import read_records
 from tests.support.cli import CULPRIT, GRAPH, UB, launches, write_config
 from tests.support.fake_training import run_fusion_dd
 
@@ -136,3 +137,20 @@ def test_a_second_culprit_is_found_by_group_testing_and_only_the_fix_is_trained_
     assert len(set(trained)) == len(trained), "a configuration was trained twice"
     repeats = [on for on, repeat in trained if repeat]
     assert len(repeats) == 1 and len(repeats[0]) == len(GRAPH + UB) - 2  # the fix: both culprits off
+
+
+def test_on_four_devices_the_first_question_trains_beside_the_references(tmp_path):
+    """From the command line on four devices: the first round is the two references and the
+    search's first question, on all four devices (the journal says so); nothing is trained twice."""
+    write_config(tmp_path, "--culprits", CULPRIT)
+    result = run_fusion_dd("search", "--devices", "0,1,2,3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found" and report["switched_off"] == [CULPRIT] and report["fix_verified"] is True
+    records = read_records(tmp_path / ".fusion-dd" / "journal.jsonl")
+    first_end = next(index for index, record in enumerate(records) if record["type"] == "trial_finished")
+    first_round = [record for record in records[:first_end] if record["type"] == "trial_started"]
+    assert sorted(record["role"] for record in first_round) == ["all_on", "baseline", "search", "search"]
+    assert {",".join(record["device"]) for record in first_round} == {"0", "1", "2", "3"}
+    assert next(record for record in records if record["type"] == "question").get("opening") is True
+    assert len(set(launches(tmp_path))) == len(launches(tmp_path)) == report["trainings"]

@@ -143,3 +143,50 @@ def test_running_a_finished_search_again_launches_nothing_and_answers_the_same(c
     assert again.status == first.status == "found"
     assert again.report["culprits"] == first.report["culprits"]
     assert again.report["trainings"] == first.report["trainings"]
+
+
+def _four_devices(tmp_path: Path, culprit: str, rules: list[str]) -> Path:
+    document = {
+        "rules": {"GraphFusion": rules},
+        "train": {"command": fake_command("--launch-log", "launch.log", "--culprits", culprit), "devices": [0, 1, 2, 3]},
+        "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
+        "search": {"budget": 60},
+    }
+    path = tmp_path / "fusion-dd.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_on_four_devices_the_first_question_trains_beside_the_references_and_replays_so(tmp_path: Path) -> None:
+    """The two devices the references leave idle train the search's first question: its question
+    record says so, the search then finds its answers in the cache, and a session cut right
+    after that round asks the same questions, training nothing twice."""
+    rules = [name for name, section in catalog().items() if section is Section.GRAPH][:24]
+    config_path = _four_devices(tmp_path, rules[17], rules)
+    result = Engine(load_config(config_path)).run()
+    assert result.status == "found" and [[r["name"] for r in c["rules"]] for c in result.report["culprits"]] == [[rules[17]]]
+    records = read_records(load_config(config_path).state_dir / JOURNAL_NAME)
+    questions = [record for record in records if record["type"] == "question"]
+    assert questions[0]["index"] == 0 and questions[0]["width"] == 2 and questions[0].get("opening") is True
+    assert not any(record.get("opening") for record in questions[1:])
+    first_end = next(index for index, record in enumerate(records) if record["type"] == "trial_finished")
+    first_round = [record for record in records[:first_end] if record["type"] == "trial_started"]
+    assert sorted(record["role"] for record in first_round) == ["all_on", "baseline", "search", "search"]
+    launched = read_launches(tmp_path / "launch.log")
+    assert len(set(launched)) == len(launched) == result.report["trainings"]
+
+    # Cut right before the first question was journaled: the references and the riders finished.
+    journal = load_config(config_path).state_dir / JOURNAL_NAME
+    lines = journal.read_text().splitlines(keepends=True)
+    cut = next(index for index, line in enumerate(lines) if '"type":"question"' in line)
+    kept = [line for line in lines[:cut]]
+    journal.write_text("".join(kept))
+    trained = {(tuple(sorted(on)), repeat) for on, repeat in read_launches(tmp_path / "launch.log")[: len(first_round)]}
+    (tmp_path / "launch.log").write_text("")
+    again = Engine(load_config(config_path)).run()
+    relaunched = {(tuple(sorted(on)), repeat) for on, repeat in read_launches(tmp_path / "launch.log")}
+    assert not relaunched & trained, "nothing of the first round is trained again"
+    assert again.report["culprits"] == result.report["culprits"]
+    assert again.report["trainings"] == result.report["trainings"]
+    replayed = [record for record in read_records(journal) if record["type"] == "question"]
+    assert replayed[0].get("opening") is True and [q["width"] for q in replayed] == [q["width"] for q in questions]
