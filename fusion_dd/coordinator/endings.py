@@ -20,7 +20,7 @@ from ..core.rules import Rule
 from ..core.scoring import Preconditions
 from ..core.status import ExitCode, SearchStatus
 from ..report import localize as localization
-from ..report.build import FIX_NAME, REPORT_NAME, build_report, display_path, finished_report, journaled_answer
+from ..report.build import FIX_NAME, HTML_NAME, REPORT_NAME, build_report, html_wanted, display_path, finished_report, journaled_answer
 from ..report.build import write_outputs, write_report
 from ..runner.broken import STATUS as TRAINING_BROKEN
 from ..runner.broken import BrokenTraining, launched_command, report_details
@@ -175,18 +175,28 @@ class Endings:
         return SearchResult(status, exit_code, report, report_path, fix_path)
 
     def from_finished(self) -> SearchResult:
-        """The journaled answer of a finished search, written again only when the files are older than the journal."""
+        """The journaled answer of a finished search, written again only when the files are older than the journal.
+
+        When report.json, the fix and report.html were all written after the
+        journal last changed (a finished search shown again), nothing is written
+        and the result's report leaves out its list of trials, which report.json
+        holds: rebuilding every trial's configuration by name is most of the cost
+        of showing a large search again.
+        """
         context = self._context
         state, state_dir = context.state, context.state_dir
         assert state.finished is not None
+        answer = state.finished["report"]
+        journal, fix = state_dir / JOURNAL_NAME, state_dir / (answer.get("fix_config") or FIX_NAME)
+        found = answer.get("status") == SearchStatus.FOUND
+        outputs = [state_dir / REPORT_NAME, *([fix] if found else []), *([state_dir / HTML_NAME] if html_wanted() else [])]
+        current = all(_newer_than(path, journal) for path in outputs)
         # Localizations journaled after the search finished (fusion-dd localize) join its answer.
         report = localization.attach(
-            finished_report(state), state, context.config.localize is not None, display_path(state_dir)
+            finished_report(state, trials=not current), state, context.config.localize is not None,
+            display_path(state_dir),
         )
-        journal, fix = state_dir / JOURNAL_NAME, state_dir / (report.get("fix_config") or FIX_NAME)
-        found = report["status"] == SearchStatus.FOUND
-        if _newer_than(state_dir / REPORT_NAME, journal) and (not found or _newer_than(fix, journal)):
-            # Written after the journal last changed: this very answer (a finished search shown again).
+        if current:
             if self._snapshots is not None:
                 self._snapshots.close()
             return SearchResult(report["status"], ExitCode.OK, report, state_dir / REPORT_NAME, fix if found else None)

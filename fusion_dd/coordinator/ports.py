@@ -59,6 +59,13 @@ class QuietEvents:
 
 @dataclass(frozen=True)
 class SearchResult:
+    """A session's end: its status and exit code, the report and where its files are.
+
+    ``report`` is what report.json holds, except for a finished search shown again
+    with its files current: then it leaves out the list of trials (read report.json
+    for them, or ``fusion_dd.report.build.finished_report`` of the replayed journal).
+    """
+
     status: str  # a SearchStatus (fusion_dd.core.status)
     exit_code: int
     report: dict[str, Any]

@@ -11,7 +11,6 @@ whole of it (closure before the journal, the launcher closed after, the HTML pag
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from ..config.settings import SearchConfig
 from ..store.journal import JOURNAL_NAME, read_records
 from .closure import prepare
 from .engine import Engine, SearchEvents, SearchResult
+from ..report.build import html_wanted
 from .replay import running_report
 
 
@@ -76,7 +76,7 @@ def write_html_report(state_dir: Path, report: dict[str, Any], state: Any = None
     its own). ``FUSION_DD_HTML=0`` asks for no page (for scripts that only want
     ``report.json``; the page itself costs milliseconds).
     """
-    if os.environ.get("FUSION_DD_HTML", "1").strip() == "0":
+    if not html_wanted():
         return None, None
     try:
         from ..report.html import HTML_NAME, write_html

@@ -28,6 +28,12 @@ from ..backends.cann.switch import SwitchFile, render_switch
 from ..core.hooks import fired_although_off_of, switch_check_of, known_to_compiler_of, unknown_to_compiler_of
 
 REPORT_NAME = "report.json"
+HTML_NAME = "report.html"  # drawn by fusion_dd.report.html
+
+
+def html_wanted() -> bool:
+    """Whether report.html is drawn: ``FUSION_DD_HTML=0`` asks for no page (scripts that only want report.json)."""
+    return os.environ.get("FUSION_DD_HTML", "1").strip() != "0"
 FIX_NAME = "fusion_switch.cfg"  # CANN's; other compilers' fixes are named by fusion_dd.backends.FIX_NAMES
 AUTOFUSE_FLAGS_NAME = "autofuse_flags.txt"  # the fix's AUTOFUSE_FLAGS value, when AutoFuse points were candidates
 
@@ -432,20 +438,24 @@ def journaled_answer(report: dict[str, Any], rules: list[Any] | None = None) -> 
     return answer
 
 
-def finished_report(state: SearchState) -> dict[str, Any]:
+def finished_report(state: SearchState, trials: bool = True) -> dict[str, Any]:
     """The report a finished search journaled, whole: its trials rebuilt from the journal's trial records.
 
     A journal of an older version embeds the whole report; it is returned as it is.
+    ``trials=False``: without the list of trials (every trial's configuration by
+    name, most of a large report), for a report shown again whose files are current.
     """
     assert state.finished is not None
     answer = state.finished["report"]
     if "trial_outcomes" not in answer:
-        return answer
+        return answer if trials else {key: value for key, value in answer.items() if key != "trials"}
     outcomes = answer["trial_outcomes"]
     stops = answer.get("trial_early_stops") or {}
     report = {key: value for key, value in answer.items() if key not in ("trial_outcomes", "trial_early_stops")}
     if "candidates" not in report:
         report["candidates"] = list((state.definition or {}).get("rules") or [])
+    if not trials:
+        return report
     trials = []
     for trial_id, outcome in outcomes.items():
         trial = state.trials.get(trial_id)

@@ -29,8 +29,7 @@ from typing import Any
 
 from . import svg
 from ..store.state import SearchState, TrialState, replay
-
-HTML_NAME = "report.html"
+from .build import HTML_NAME as HTML_NAME  # the page's name, where the report's other files are named
 
 AXIS_GRAY = "#555555"
 

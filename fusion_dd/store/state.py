@@ -140,7 +140,13 @@ def decode_float(value: Any) -> float | None:
 
 @dataclass
 class TrialState:
-    """One training as the journal knows it."""
+    """One training as the journal knows it.
+
+    ``config`` may be given as a bit mask of the search's rule list
+    (``masked``): it is decoded into names the first time it is read, so a
+    replay that never asks about a trial's configuration (a finished search
+    shown again) decodes none.
+    """
 
     trial_id: str
     config: frozenset[str]
@@ -153,6 +159,14 @@ class TrialState:
     finished: dict[str, Any] | None = None
     cancelled: dict[str, Any] | None = None
     launch: dict[str, Any] | None = None  # the trial_launched record: its supervisor is running
+
+    @classmethod
+    def masked(cls, rules: RuleIndex, mask: str, **fields: Any) -> TrialState:
+        """A trial whose configuration is decoded from ``mask`` when first read."""
+        trial = _MaskedTrial(config=frozenset(), **fields)
+        trial.__dict__["_mask"] = (rules, mask)
+        trial.__dict__["_config"] = None  # not decoded yet
+        return trial
 
     @property
     def key(self) -> ConfigKey:
@@ -199,6 +213,22 @@ class TrialState:
         )
 
 
+class _MaskedTrial(TrialState):
+    """A trial whose configuration is still its journaled mask (see :meth:`TrialState.masked`)."""
+
+    @property  # type: ignore[override]
+    def config(self) -> frozenset[str]:
+        found = self.__dict__.get("_config")
+        if found is None:
+            rules, mask = self.__dict__["_mask"]
+            found = self.__dict__["_config"] = rules.decode(mask)
+        return found
+
+    @config.setter
+    def config(self, value: frozenset[str]) -> None:
+        self.__dict__["_config"] = value
+
+
 @dataclass
 class SearchState:
     definition: dict[str, Any] | None = None
@@ -221,6 +251,10 @@ class SearchState:
     # Kept up to date by apply(): the engine asks for them once per question.
     _by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
     _attempts: dict[ConfigKey, int] = field(default_factory=dict, repr=False)
+    # Finished trainings not yet in the indexes by key (with whether they dumped), see _index;
+    # while a replay folds records in, indexing waits for the first question about a key.
+    _unindexed: list[tuple[TrialState, bool]] = field(default_factory=list, repr=False)
+    _replaying: bool = field(default=False, repr=False)
     # Counts kept by apply(), so that a question costs O(1) however long the search ran.
     _charged: int = field(default=0, repr=False)
     _highest: int = field(default=0, repr=False)
@@ -249,10 +283,14 @@ class SearchState:
 
     def full_trial(self, key: ConfigKey) -> TrialState | None:
         """The full-length training that decides this key (first resolved, else the latest); None if none."""
+        if self._unindexed:
+            self._index()
         return self._full_by_key.get(key)
 
     def full_attempts(self, key: ConfigKey) -> int:
         """How many full-length trainings of this key finished."""
+        if self._unindexed:
+            self._index()
         return self._full_attempts.get(key, 0)
 
     @property
@@ -281,10 +319,14 @@ class SearchState:
         trainings): the first attempt that produced a result wins, else the
         latest unresolved one, whose reason is then the one to report.
         """
+        if self._unindexed:
+            self._index()
         return MappingProxyType(self._by_key)
 
     def localize_cache(self) -> Mapping[ConfigKey, TrialState]:
         """Finished localization (dumped) trainings by (configuration, repeat), read-only."""
+        if self._unindexed:
+            self._index()
         return MappingProxyType(self._localize_by_key)
 
     def dumped(self, trial_id: str) -> bool:
@@ -297,6 +339,8 @@ class SearchState:
 
     def attempts(self, key: ConfigKey) -> int:
         """How many trainings of this (configuration, repeat) finished."""
+        if self._unindexed:
+            self._index()
         return self._attempts.get(key, 0)
 
     def open_trials(self) -> list[TrialState]:
@@ -333,9 +377,8 @@ class SearchState:
         if trial_id.isdigit():
             self._highest = max(self._highest, int(trial_id))
         self._charged += 1  # an open trial counts (see TrialState.costs_budget)
-        self.trials[trial_id] = TrialState(
+        fields: dict[str, Any] = dict(
             trial_id=trial_id,
-            config=self.config_of(record),
             repeat=int(record.get("repeat", 0)),
             device=tuple(record.get("device", ())),
             trial_dir=record.get("trial_dir") or f"{TRIALS_DIR}/{trial_id}",
@@ -343,6 +386,10 @@ class SearchState:
             role=record.get("role", "search"),
             attempt=int(record.get("attempt", 1)),
         )
+        if "on" in record:
+            self.trials[trial_id] = TrialState.masked(self.rule_index, str(record["on"]), **fields)
+        else:  # a journal of an older version lists the configuration by name
+            self.trials[trial_id] = TrialState(config=frozenset(record["config"]), **fields)
         if record.get("dumps"):
             self._dumping.add(trial_id)
         else:
@@ -359,26 +406,40 @@ class SearchState:
 
     def _apply_trial_finished(self, record: dict[str, Any]) -> None:
         trial = self.trials.get(record["trial_id"])
-        if trial is not None and trial.finished is None and trial.role == LOCALIZE_ROLE:
-            trial.finished = record
-            self._localize_by_key.setdefault(trial.key, trial)
-        elif trial is not None and trial.finished is None and trial.role == PROOF_ROLE:
-            trial.finished = record
-            self._note_full(trial)
-            if trial.trial_id in self._dumping and record.get("kind") == "metric":
-                self._localize_by_key.setdefault(trial.key, trial)  # the fix's dumped full training
-        elif trial is not None and trial.finished is None:
-            trial.finished = record
-            if record.get("kind") not in EARLY_KINDS:
-                self._note_full(trial)
-            if trial.trial_id in self._dumping and record.get("kind") in ("metric", EARLY_PASS):
-                # An early pass dumped before it stopped (the engine lets no dumping training
-                # pass before the localized step): its dump serves localization too.
+        if trial is None or trial.finished is not None:
+            return
+        trial.finished = record
+        self._unindexed.append((trial, trial.trial_id in self._dumping))
+        if not self._replaying:
+            self._index()
+
+    def _index(self) -> None:
+        """Take the finished trainings not indexed yet into the indexes by key, in journal order.
+
+        Indexing a training needs its configuration's names (its mask decoded), so a
+        replay leaves it to the first question about a key: a finished search shown
+        again asks none and decodes no configuration.
+        """
+        pending, self._unindexed = self._unindexed, []
+        for trial, dumping in pending:
+            kind = trial.finished.get("kind") if trial.finished is not None else None
+            if trial.role == LOCALIZE_ROLE:
                 self._localize_by_key.setdefault(trial.key, trial)
-            self._attempts[trial.key] = self._attempts.get(trial.key, 0) + 1
-            current = self._by_key.get(trial.key)
-            if current is None or not current.resolved:
-                self._by_key[trial.key] = trial
+            elif trial.role == PROOF_ROLE:
+                self._note_full(trial)
+                if dumping and kind == "metric":
+                    self._localize_by_key.setdefault(trial.key, trial)  # the fix's dumped full training
+            else:
+                if kind not in EARLY_KINDS:
+                    self._note_full(trial)
+                if dumping and kind in ("metric", EARLY_PASS):
+                    # An early pass dumped before it stopped (the engine lets no dumping training
+                    # pass before the localized step): its dump serves localization too.
+                    self._localize_by_key.setdefault(trial.key, trial)
+                self._attempts[trial.key] = self._attempts.get(trial.key, 0) + 1
+                current = self._by_key.get(trial.key)
+                if current is None or not current.resolved:
+                    self._by_key[trial.key] = trial
 
     def _apply_trial_cancelled(self, record: dict[str, Any]) -> None:
         trial = self.trials.get(record["trial_id"])
@@ -392,6 +453,7 @@ class SearchState:
         if record.get("reason") == "training_broken":
             # The user fixes the training and runs again: its failed attempts no longer count.
             self.broken_before = len(self.trials)
+            self._index()
             for key, trial in self._by_key.items():
                 if not trial.resolved:
                     self._attempts.pop(key, None)
@@ -450,8 +512,12 @@ _APPLY: dict[str, Callable[[SearchState, dict[str, Any]], None]] = {
 def replay(records: Iterable[dict[str, Any]]) -> SearchState:
     """Fold journal records into the search state."""
     state = SearchState()
-    for record in records:
-        state.apply(record)
+    state._replaying = True  # indexing by key waits for the first question (SearchState._index)
+    try:
+        for record in records:
+            state.apply(record)
+    finally:
+        state._replaying = False
     return state
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from fusion_dd.config.settings import load_config
 from fusion_dd.coordinator.run import run_search
@@ -34,3 +35,26 @@ def test_run_search_without_a_page_when_asked_for_none(tmp_path, monkeypatch):
     finished = run_search(load_config(write_config(tmp_path, "--culprits", CULPRIT)))
     assert finished.result.status == SearchStatus.FOUND
     assert (finished.html, finished.html_error) == (None, None)
+
+
+def test_a_finished_search_shown_again_writes_nothing_and_leaves_its_trials_to_report_json(tmp_path, monkeypatch):
+    """Its files newer than the journal: shown from the journal's answer, no trial rebuilt, no file
+    rewritten; once the journal changes (here: one file is older than it), everything is written again."""
+    monkeypatch.chdir(tmp_path)
+    config = load_config(write_config(tmp_path, "--culprits", CULPRIT))
+    first = run_search(config)
+    outputs = [first.result.report_path, first.result.fix_path, first.html]
+    written = [path.stat().st_mtime_ns for path in outputs]
+    again = run_search(load_config(tmp_path / "fusion-dd.yaml"))
+    assert [path.stat().st_mtime_ns for path in outputs] == written
+    assert "trials" not in again.result.report
+    whole = json.loads(first.result.report_path.read_text())
+    assert {key: value for key, value in whole.items() if key != "trials"} == again.result.report
+    assert again.result.fix_path == first.result.fix_path and again.html == first.html
+
+    journal = config.state_dir / "journal.jsonl"
+    old = journal.stat().st_mtime_ns - 10**9
+    os.utime(first.html, ns=(old, old))  # the page is older than the journal: it and the report are written again
+    third = run_search(load_config(tmp_path / "fusion-dd.yaml"))
+    assert third.result.report["trials"] == whole["trials"]
+    assert first.html.stat().st_mtime_ns > old and json.loads(first.result.report_path.read_text()) == whole

@@ -187,3 +187,76 @@ def test_replay_reads_configurations_by_mask_and_by_name_alike_and_equal_ones_sh
     state = replay(records)
     assert state.trials["0001"].config == state.trials["0002"].config == frozenset({"B", "I"})
     assert set(state.cache()) == {(frozenset({"B", "I"}), 0), (frozenset({"B", "I"}), 1)}
+
+
+def _masked(record: dict, names: list[str]) -> dict:
+    """A trial_started record as this version journals it: the configuration as a mask of the rule list."""
+    from fusion_dd.store.state import RuleIndex
+
+    body = {key: value for key, value in record.items() if key != "config"}
+    return {**body, "on": RuleIndex(names).encode(record["config"])}
+
+
+_NAMES = ["A", "B", "C", "D"]
+
+
+@st.composite
+def _journals(draw) -> list[dict]:
+    """Trainings of a few configurations, with retries, early passes, proofs, dumps, cancellations and a broken stop."""
+    records: list[dict] = [search_started(_NAMES)]
+    for number in range(1, draw(st.integers(1, 14)) + 1):
+        # Now and then the same trial id again: a session that restarts a training it never saw end.
+        trial_id = f"{number - 1:04d}" if number > 1 and draw(st.integers(0, 4)) == 0 else f"{number:04d}"
+        on = draw(st.sets(st.sampled_from(_NAMES), max_size=2))
+        role = draw(st.sampled_from(["search", "search", "proof", "localize", "baseline"]))
+        record = _masked(started(trial_id, on, draw(st.integers(0, 1)), role=role), _NAMES)
+        if draw(st.booleans()):
+            record["dumps"] = True
+        records.append(record)
+        end = draw(st.sampled_from(["finished", "early", "crash", "cancelled", "open", "broken"]))
+        if end == "finished":
+            records.append(finished(trial_id, draw(st.sampled_from([0.4, 0.9]))))
+        elif end == "early":
+            records.append(finished(trial_id, 0.9, kind="early_pass"))
+        elif end == "crash":
+            records.append(finished(trial_id, None, kind="crash"))
+        elif end == "cancelled":
+            records.append(cancelled(trial_id))
+        elif end == "broken":
+            records.append({"type": "search_stopped", "reason": "training_broken"})
+    return records
+
+
+@given(_journals())
+def test_a_replay_answers_every_question_by_key_as_the_records_applied_one_by_one_do(records) -> None:
+    """Replay indexes finished trainings by key only when first asked; a live state indexes each as it ends."""
+    live = replay([])
+    for record in records:
+        live.apply(record)
+    again = replay(records)
+    keys = {(frozenset(on), repeat) for on in ([], ["A"], ["B"], ["A", "B"], ["C", "D"]) for repeat in (0, 1)}
+    keys |= {trial.key for trial in live.trials.values()}
+    for key in keys:
+        assert again.attempts(key) == live.attempts(key), key
+        assert again.full_attempts(key) == live.full_attempts(key), key
+        assert getattr(again.full_trial(key), "trial_id", None) == getattr(live.full_trial(key), "trial_id", None), key
+    assert {key: t.trial_id for key, t in again.cache().items()} == {key: t.trial_id for key, t in live.cache().items()}
+    assert {key: t.trial_id for key, t in again.localize_cache().items()} == {
+        key: t.trial_id for key, t in live.localize_cache().items()
+    }
+
+
+def test_a_replay_decodes_no_configuration_until_one_is_asked_about(monkeypatch) -> None:
+    """A finished search shown again reads no trial's configuration: decoding a thousand masks is its cost."""
+    from fusion_dd.store.state import RuleIndex
+
+    decoded: list[str] = []
+    original = RuleIndex.decode
+    monkeypatch.setattr(RuleIndex, "decode", lambda self, text: decoded.append(text) or original(self, text))
+    records = [search_started(_NAMES)]
+    for number, on in enumerate([["A"], ["B", "C"], ["A"]], start=1):
+        records += [_masked(started(f"{number:04d}", on), _NAMES), finished(f"{number:04d}", 0.9)]
+    state = replay(records)
+    assert decoded == [] and state.launched == 3
+    assert state.trials["0002"].config == frozenset({"B", "C"}) and len(decoded) == 1
+    assert state.cache()[(frozenset({"A"}), 0)].trial_id == "0001", "the first training of a key decides it"
