@@ -55,7 +55,7 @@ from ..store.state import PROOF_ROLE, ConfigKey, SearchState, TrialState
 from .containers import Containers
 from .devices import Devices
 from .endings import Endings, ReportSnapshots
-from .first_wave import first_wave
+from .beside_references import first_question_beside_references
 from .guidance import Guidance, references_dump
 from .localizing import Localizing
 from .opening import open_search, refuse_broken_command, refuse_ignored_switch
@@ -318,7 +318,7 @@ class Engine:
         say = self.context.events.message
         self._oracle = self._new_oracle()
         references = self.references
-        opening, riders = first_wave(
+        opening, riders = first_question_beside_references(
             self.context, references, self.settling, self.trainer.lanes(), self._oracle, self._candidates(),
             lambda probe, lanes: self._all_culprits(probe, lanes, None),
         )

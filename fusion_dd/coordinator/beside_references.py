@@ -21,7 +21,7 @@ from .settling import Settling
 from .training_oracle import TrainingOracle
 
 
-def first_wave(
+def first_question_beside_references(
     context: Context,
     references: References,
     settling: Settling,
