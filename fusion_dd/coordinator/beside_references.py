@@ -33,9 +33,10 @@ def first_question_beside_references(
     """The width of the first question when it trains beside the references, and its keys then.
 
     ``run(oracle, lanes)`` runs the all-culprits layer as the search will.
-    (None, []) when the question is asked as usual: fewer than three devices, a
-    guide made from the references' own dumps (the first question depends on
-    them), or a first question already asked (then as the journal says it was).
+    (None, []) when the question is asked as usual: fewer than three devices,
+    references given as metrics (no training to ride along), a guide made from
+    the references' own dumps (the first question depends on them), or a first
+    question already asked (then as the journal says it was).
     A session that finds the references trained asks its first question
     beside them only if an earlier session trained it there.
     """
@@ -46,8 +47,8 @@ def first_question_beside_references(
         return None, []
     keys = [key for key, _ in references.keys(references.extra)]
     width = opening_width(devices, len(keys))
-    if width is None:
-        return None, []
+    if width is None or not keys:
+        return None, []  # references given as metrics: there is no round to ride along
     known = {frozenset(): Outcome.PASS, frozenset(candidates): Outcome.FAIL}
     wave = first_question(
         lambda probe: run(probe, LanePlan(lambda: width, opening=width)),

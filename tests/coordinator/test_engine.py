@@ -190,3 +190,16 @@ def test_on_four_devices_the_first_question_trains_beside_the_references_and_rep
     assert again.report["trainings"] == result.report["trainings"]
     replayed = [record for record in read_records(journal) if record["type"] == "question"]
     assert replayed[0].get("opening") is True and [q["width"] for q in replayed] == [q["width"] for q in questions]
+
+
+def test_with_both_references_given_as_metrics_the_first_question_is_asked_as_usual(tmp_path: Path) -> None:
+    """No reference training, no round to ride along: the first question is not sized for one."""
+    rules = [name for name, section in catalog().items() if section is Section.GRAPH][:24]
+    config_path = _four_devices(tmp_path, rules[17], rules)
+    document = yaml.safe_load(config_path.read_text())
+    document["score"] = {"baseline_metric": 0.9, "all_on_metric": 0.5}
+    config_path.write_text(yaml.safe_dump(document))
+    result = Engine(load_config(config_path)).run()
+    assert result.status == "found"
+    questions = [r for r in read_records(load_config(config_path).state_dir / JOURNAL_NAME) if r["type"] == "question"]
+    assert questions[0]["width"] == 4 and not any(record.get("opening") for record in questions)
