@@ -287,6 +287,7 @@ def _dry_run(config: SearchConfig) -> None:
         echo(f"    trial directory: {display_path(Path(values['trial_dir']))}")
     extra = ", ".join(f"{name}" for name in PLACEHOLDERS if name != "device")
     echo(f"  environment: FUSION_DD_* variables for {extra}, FUSION_DD_REPEAT")
+    _say_first_round(config, len(pool) if not on_slurm else config.train.slurm.max_jobs)
     if cluster is not None:
         which = "the listed devices of " if config.train.devices_given else ""
         echo(
@@ -337,6 +338,22 @@ def _dry_run(config: SearchConfig) -> None:
         _fail(
             f"{config.source}: {keys}: the pre-flight check fails ({len(checked.errors)} problem(s), FAILS above); "
             f"a search would stop with status {TRAINING_BROKEN} before any training"
+        )
+
+
+def _say_first_round(config: SearchConfig, devices: int) -> None:
+    """What trains in the first round: the references, and beside them the search's first question."""
+    from ..search.first_question import opening_width
+
+    score = config.score
+    references = (score.baseline_repeats if score.baseline_metric is None else 0) + (
+        score.all_on_repeats if score.all_on_metric is None else 0
+    )
+    width = opening_width(devices, references) if references and config.search.guide != "dumps" else None
+    if width is not None:
+        typer.echo(
+            f"  first round: the {references} reference trainings and, on the {width} other device(s), the "
+            "search's first question (its answers are judged once the references end)"
         )
 
 

@@ -154,3 +154,12 @@ def test_on_four_devices_the_first_question_trains_beside_the_references(tmp_pat
     assert {",".join(record["device"]) for record in first_round} == {"0", "1", "2", "3"}
     assert next(record for record in records if record["type"] == "question").get("opening") is True
     assert len(set(launches(tmp_path))) == len(launches(tmp_path)) == report["trainings"]
+
+
+def test_the_dry_run_says_when_the_first_question_trains_beside_the_references(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT)
+    four = run_fusion_dd("search", "--dry-run", "--devices", "0,1,2,3", cwd=tmp_path)
+    assert four.returncode == 0, four.stderr
+    assert "first round: the 2 reference trainings and, on the 2 other device(s), the search's first question" in four.stdout
+    two = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert two.returncode == 0 and "first round:" not in two.stdout
