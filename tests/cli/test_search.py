@@ -154,6 +154,14 @@ def test_on_four_devices_the_first_question_trains_beside_the_references(tmp_pat
     assert {",".join(record["device"]) for record in first_round} == {"0", "1", "2", "3"}
     assert next(record for record in records if record["type"] == "question").get("opening") is True
     assert len(set(launches(tmp_path))) == len(launches(tmp_path)) == report["trainings"]
+    # The fix candidate trains beside its repeat (a guess of three or more devices): both start
+    # before either ends.
+    fix = sorted(name for name in GRAPH + UB if name != CULPRIT)
+    fix_ids = [t["trial_id"] for t in report["trials"] if t["configuration"] == fix]
+    assert len(fix_ids) == 2
+    starts = [i for i, r in enumerate(records) if r["type"] == "trial_started" and r["trial_id"] in fix_ids]
+    ends = [i for i, r in enumerate(records) if r["type"] == "trial_finished" and r["trial_id"] in fix_ids]
+    assert max(starts) < min(ends)
 
 
 def test_the_dry_run_says_when_the_first_question_trains_beside_the_references(tmp_path):
