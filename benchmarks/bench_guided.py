@@ -106,7 +106,7 @@ def run(sets: list[frozenset[int]], strategy, parallelism: int) -> tuple[int, in
     def search(asked: object, lanes: Lanes) -> CulpritSearch[int]:
         return find_culprits(universe, asked, strategy, parallelism=lanes)
 
-    # The two references, one round, and beside them (on 3 devices or more) the search's first question.
+    # The two references, one round (the first question after them, as by default).
     result = search(oracle, references_round(oracle, universe, search))
     found = sorted(sorted(c.rules) for c in result.culprit_sets)
     correct = result.fix_verified and found == sorted(sorted(s) for s in sets)

@@ -11,10 +11,13 @@ the cache when the search asks, and the round the question would have taken is
 saved.
 
 What it costs: when the references refuse the search (every candidate on passes,
-or the baseline fails), those trainings answered a question nobody asks. So it
-is done only where idle devices train guesses anyway (``speculates``: three
-devices or more), and the first question is sized to the idle devices
-(``opening_width``), so that all of it fits beside the references.
+or the baseline fails), those trainings answered a question nobody asks; and
+beside the references no training can pass early (there is no horizon yet), so
+the engine does it only where early passes are off
+(``fusion_dd.coordinator.beside_references``). It is done only where idle
+devices train guesses anyway (``speculates``: three devices or more), and the
+first question is sized to the idle devices (``opening_width``), so that all of
+it fits beside the references.
 
 Pure: the search is run against a probe that trains nothing; the caller trains
 what it returns.

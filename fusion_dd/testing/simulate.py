@@ -394,10 +394,12 @@ def flip_probability(sigma: float) -> float:
 
 
 def references_round(
-    oracle: SimulatedOracle[T], universe: Sequence[T], run: Callable[[object, Lanes], object]
+    oracle: SimulatedOracle[T], universe: Sequence[T], run: Callable[[object, Lanes], object], *, beside: bool = False
 ) -> Lanes:
-    """The engine's first round on a simulated oracle: the two references and, where the engine
-    trains it there, the search's first question beside them (``fusion_dd.search.first_question``).
+    """The engine's first round on a simulated oracle: the two references and, with ``beside``,
+    the search's first question beside them (``fusion_dd.search.first_question``), as the engine
+    trains it on three devices or more where early passes are off (``early_stop.pass_at: off``;
+    the default ``auto`` keeps it after the references).
 
     ``run(oracle, lanes)`` runs the search as the caller will. Returns the lanes to
     run it with: the oracle's width, or (when the first question rode along) a plan
@@ -405,7 +407,7 @@ def references_round(
     engine's is.
     """
     everything = frozenset(universe)
-    width = opening_width(oracle.parallelism, 2)
+    width = opening_width(oracle.parallelism, 2) if beside else None
     if width is None:
         oracle.outcomes([frozenset(), everything])
         return oracle.parallelism

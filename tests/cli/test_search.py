@@ -142,7 +142,7 @@ def test_a_second_culprit_is_found_by_group_testing_and_only_the_fix_is_trained_
 def test_on_four_devices_the_first_question_trains_beside_the_references(tmp_path):
     """From the command line on four devices: the first round is the two references and the
     search's first question, on all four devices (the journal says so); nothing is trained twice."""
-    write_config(tmp_path, "--culprits", CULPRIT)
+    write_config(tmp_path, "--culprits", CULPRIT, early_stop={"pass_at": "off"})
     result = run_fusion_dd("search", "--devices", "0,1,2,3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
@@ -165,9 +165,12 @@ def test_on_four_devices_the_first_question_trains_beside_the_references(tmp_pat
 
 
 def test_the_dry_run_says_when_the_first_question_trains_beside_the_references(tmp_path):
-    write_config(tmp_path, "--culprits", CULPRIT)
+    write_config(tmp_path, "--culprits", CULPRIT, early_stop={"pass_at": "off"})
     four = run_fusion_dd("search", "--dry-run", "--devices", "0,1,2,3", cwd=tmp_path)
     assert four.returncode == 0, four.stderr
     assert "first round: the 2 reference trainings and, on the 2 other device(s), the search's first question" in four.stdout
     two = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
     assert two.returncode == 0 and "first round:" not in two.stdout
+    write_config(tmp_path, "--culprits", CULPRIT)  # early passes possible (the default): after the references
+    default = run_fusion_dd("search", "--dry-run", "--devices", "0,1,2,3", cwd=tmp_path)
+    assert default.returncode == 0 and "first round:" not in default.stdout

@@ -145,12 +145,13 @@ def test_running_a_finished_search_again_launches_nothing_and_answers_the_same(c
     assert again.report["trainings"] == first.report["trainings"]
 
 
-def _four_devices(tmp_path: Path, culprit: str, rules: list[str]) -> Path:
+def _four_devices(tmp_path: Path, culprit: str, rules: list[str], pass_at: str = "off") -> Path:
     document = {
         "rules": {"GraphFusion": rules},
         "train": {"command": fake_command("--launch-log", "launch.log", "--culprits", culprit), "devices": [0, 1, 2, 3]},
         "metric": {"pattern": r"accuracy[=:]\s*(\S+)"},
         "search": {"budget": 60},
+        "early_stop": {"pass_at": pass_at},
     }
     path = tmp_path / "fusion-dd.yaml"
     path.write_text(yaml.safe_dump(document))
@@ -158,9 +159,9 @@ def _four_devices(tmp_path: Path, culprit: str, rules: list[str]) -> Path:
 
 
 def test_on_four_devices_the_first_question_trains_beside_the_references_and_replays_so(tmp_path: Path) -> None:
-    """The two devices the references leave idle train the search's first question: its question
-    record says so, the search then finds its answers in the cache, and a session cut right
-    after that round asks the same questions, training nothing twice."""
+    """Without early passes, the two devices the references leave idle train the search's first
+    question: its question record says so, the search then finds its answers in the cache, and a
+    session cut right after that round asks the same questions, training nothing twice."""
     rules = [name for name, section in catalog().items() if section is Section.GRAPH][:24]
     config_path = _four_devices(tmp_path, rules[17], rules)
     result = Engine(load_config(config_path)).run()
@@ -203,3 +204,16 @@ def test_with_both_references_given_as_metrics_the_first_question_is_asked_as_us
     assert result.status == "found"
     questions = [r for r in read_records(load_config(config_path).state_dir / JOURNAL_NAME) if r["type"] == "question"]
     assert questions[0]["width"] == 4 and not any(record.get("opening") for record in questions)
+
+
+def test_where_trainings_may_pass_early_the_first_question_waits_for_the_references(tmp_path: Path) -> None:
+    """Beside the references a question trains to its end (no horizon yet); after them it may stop at
+    the horizon. With early passes possible (the default ``pass_at: auto``) it is asked after them."""
+    rules = [name for name, section in catalog().items() if section is Section.GRAPH][:24]
+    config_path = _four_devices(tmp_path, rules[17], rules, pass_at="auto")
+    result = Engine(load_config(config_path)).run()
+    assert result.status == "found"
+    records = read_records(load_config(config_path).state_dir / JOURNAL_NAME)
+    first_end = next(index for index, record in enumerate(records) if record["type"] == "trial_finished")
+    assert sorted(r["role"] for r in records[:first_end] if r["type"] == "trial_started") == ["all_on", "baseline"]
+    assert not any(record.get("opening") for record in records if record["type"] == "question")

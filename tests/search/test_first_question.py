@@ -84,7 +84,7 @@ def test_the_first_question_beside_the_references_saves_a_round_and_changes_no_a
     plain.outcomes([frozenset(), frozenset(universe)])
     before = run(plain, 4)
     riding = SimulatedOracle(sets_model([{100}, {200}]), parallelism=4, repeats=True)
-    lanes = references_round(riding, universe, run)
+    lanes = references_round(riding, universe, run, beside=True)
     assert (riding.trainings, riding.rounds) == (4, 1), "the references and two probes, one round"
     after = run(riding, lanes)
     assert [c.rules for c in after.culprit_sets] == [c.rules for c in before.culprit_sets]
@@ -97,7 +97,7 @@ def test_on_two_devices_the_first_round_is_the_references_alone() -> None:
     universe = list(range(32))
     run = _search(universe)
     oracle = SimulatedOracle(sets_model([{5}]), parallelism=2, repeats=True)
-    assert references_round(oracle, universe, run) == 2
+    assert references_round(oracle, universe, run, beside=True) == 2
     assert oracle.calls == [frozenset(), frozenset(universe)]
 
 
@@ -119,8 +119,17 @@ def test_riding_beside_the_references_finds_what_the_plain_search_finds(
     plain.outcomes([frozenset(), frozenset(universe)])
     before = run(plain, devices)
     riding = SimulatedOracle(sets_model(sets), parallelism=devices, repeats=True)
-    after = run(riding, references_round(riding, universe, run))
+    after = run(riding, references_round(riding, universe, run, beside=True))
     model = sets_model(sets)
     assert after.fix_verified and before.fix_verified and not fails(model, after.fix)
     assert all(is_one_minimal_failing(model, c.rules) for c in after.culprit_sets)
     assert len(set(riding.launched)) == len(riding.launched), "no (configuration, repeat) is trained twice"
+
+
+def test_by_default_the_first_round_is_the_references_alone_on_any_number_of_devices() -> None:
+    """The default (early passes possible) keeps the first question after the references."""
+    universe = list(range(32))
+    run = _search(universe)
+    oracle = SimulatedOracle(sets_model([{5}]), parallelism=8, repeats=True)
+    assert references_round(oracle, universe, run) == 8
+    assert oracle.calls == [frozenset(), frozenset(universe)]
