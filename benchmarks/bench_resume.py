@@ -157,6 +157,16 @@ def bench_5000(work: Path, help_time: float) -> dict[str, Any]:
     }
 
 
+def _version(distribution: str) -> str:
+    """The installed version of a dependency: typer's decides what a command costs before it runs."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "not installed"
+
+
 def _mark(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
@@ -166,7 +176,8 @@ def render(rows: dict[str, dict[str, Any]], help_time: float, load: tuple[float,
         BEGIN,
         "## Resume at size (`benchmarks/bench_resume.py`)",
         "",
-        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load average "
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, typer {_version('typer')}, "
+        "load average "
         f"{load[0]:.1f} before / {load[1]:.1f} after (the machine is shared); trivial trainings; "
         f"`fusion-dd --help` took {help_time * 1000:.0f} ms wall, {CPU_SECONDS.get('--help', 0) * 1000:.0f} ms CPU "
         "(median of 7), the unit of the ratios: wall against wall, CPU (user + system) against CPU, since on a "
