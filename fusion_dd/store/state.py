@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import math
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from types import MappingProxyType
@@ -255,6 +256,9 @@ class SearchState:
     # while a replay folds records in, indexing waits for the first question about a key.
     _unindexed: list[tuple[TrialState, bool]] = field(default_factory=list, repr=False)
     _replaying: bool = field(default=False, repr=False)
+    # A reader's first question may index while a training's end is applied on another thread
+    # (a report snapshot, the trainers): the pending list and the indexes change under this lock.
+    _indexing: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     # Counts kept by apply(), so that a question costs O(1) however long the search ran.
     _charged: int = field(default=0, repr=False)
     _highest: int = field(default=0, repr=False)
@@ -409,7 +413,8 @@ class SearchState:
         if trial is None or trial.finished is not None:
             return
         trial.finished = record
-        self._unindexed.append((trial, trial.trial_id in self._dumping))
+        with self._indexing:
+            self._unindexed.append((trial, trial.trial_id in self._dumping))
         if not self._replaying:
             self._index()
 
@@ -420,7 +425,12 @@ class SearchState:
         replay leaves it to the first question about a key: a finished search shown
         again asks none and decodes no configuration.
         """
-        pending, self._unindexed = self._unindexed, []
+        with self._indexing:
+            pending, self._unindexed = self._unindexed, []
+            self._take(pending)
+
+    def _take(self, pending: list[tuple[TrialState, bool]]) -> None:
+        """The indexes updated for these finished trainings (with whether each dumped), in order."""
         for trial, dumping in pending:
             kind = trial.finished.get("kind") if trial.finished is not None else None
             if trial.role == LOCALIZE_ROLE:
