@@ -41,9 +41,10 @@ Pure: no I/O, no clocks, no threads.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fusion_dd.search.claims import Claims
 from fusion_dd.search.interactions import InteractionClaims
@@ -102,6 +103,18 @@ class Revised(Exception):
     """A verdict the strategy was already told has changed: replay the search."""
 
 
+def _weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """``method`` called through a weak reference to its object (nothing once the object is gone)."""
+    reference = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = reference()
+        if bound is not None:
+            bound(*args)
+
+    return call
+
+
 class NoiseGuard(Generic[T]):
     """An ``Oracle`` for the strategies that answers with settled verdicts.
 
@@ -129,7 +142,10 @@ class NoiseGuard(Generic[T]):
         self._dirty: set[frozenset[T]] = set()  # verdicts changed since the last check of what was told
         self._told: dict[frozenset[T], bool] = {}
         self.replays = 0
-        self._votes: Votes[T] = Votes(oracle, given, self.policy.max_trainings, self._taken)
+        # Told of every verdict through a weak reference: a guard referenced by its own votes would be a
+        # cycle, and a search's guard (its trainings, thousands of configurations) would outlive the
+        # search until a full garbage collection.
+        self._votes: Votes[T] = Votes(oracle, given, self.policy.max_trainings, _weakly(self._taken))
         self._monotone: Monotonicity[T] = Monotonicity(self._votes, masks if masks is not None else Masks(order))
         self._interactions: InteractionClaims[T] = InteractionClaims(self._votes, self._monotone)
         self._claims: Claims[T] = Claims(self._votes, self._monotone, order)

@@ -454,3 +454,24 @@ def test_the_guard_keeps_its_bookkeeping_in_place_and_it_matches_a_scan_of_every
         assert set(chains.max_pass) == {masks.of(c) for c in passing if not any(o > c for o in passing)}
         for leaf in failing:
             assert monotone.necessary(leaf) == _scanned_necessary(guard, leaf)
+
+
+def test_a_guard_is_freed_as_soon_as_nothing_refers_to_it_without_a_garbage_collection() -> None:
+    """Its votes tell it of each verdict through a weak reference: no cycle keeps a finished
+    search's guard (every configuration it trained) alive until the next full collection."""
+    import gc
+    import weakref
+
+    universe = list(range(16))
+    oracle = SimulatedOracle(sets_model([{3}]), noise=None, repeats=True)
+    guard = NoiseGuard(oracle, universe)
+    guard.outcomes([frozenset({3}), frozenset({1, 2})])
+    gone = weakref.ref(guard)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        del guard
+        assert gone() is None
+    finally:
+        if collecting:
+            gc.enable()
