@@ -67,7 +67,9 @@ class Estimate:
             return "estimate: 0 trainings left (the search has its answer)"
         low, high = self.range
         span = f"{low} to {high}" if low != high else f"about {high}"
-        if self.basis == "typical":
+        if self.budget_left == 0:
+            what = "the trainings still running; the budget allows no more"
+        elif self.basis == "typical":
             what = f"typical for one culprit set ({self.trainings_left}) to two"
         elif self.basis == "localization":
             what = "the answer stands; the dumped trainings of localization"
@@ -75,7 +77,7 @@ class Estimate:
             what = "the same under every hypothesis"  # e.g. the fix passed: no further culprit set can hide
         else:
             what = f"about {self.trainings_left} expected, {high} if one more culprit set shows up"
-        line = f"estimate: {span} training(s) left ({what}; at most {self.budget_left} by the budget)"
+        line = f"estimate: {span} training(s) left ({what}; at most {self.budget_left} more by the budget)"
         if self.finish_at is not None and self.seconds_left is not None:
             line += f", finishing in about {_duration(self.seconds_left)} (around {time.strftime('%H:%M', time.localtime(self.finish_at))})"
         return line

@@ -20,8 +20,9 @@ from tests.support.fake_training import run_fusion_dd
 
 ESTIMATE = re.compile(
     r"estimate: ((?:(\d+) to (\d+)|about (\d+)) training\(s\) left \((?:about \d+ expected, \d+ if one more culprit "
-    r"set shows up|the same under every hypothesis|typical for one culprit set \(\d+\) to two|the answer stands; the dumped trainings of localization); "
-    r"at most (\d+) by the budget\)|0 trainings left \(the search has its answer\))"
+    r"set shows up|the same under every hypothesis|typical for one culprit set \(\d+\) to two|the answer stands; the dumped trainings of localization"
+    r"|the trainings still running; the budget allows no more); at most (\d+) more by the budget\)"
+    r"|0 trainings left \(the search has its answer\))"
 )
 
 
@@ -173,3 +174,20 @@ def test_a_cluster_search_is_estimated_at_the_width_of_its_journaled_devices_wit
     assert narrow.trainings_left >= 2, narrow  # something to parallelize
     assert narrow.seconds_left is not None and wide.seconds_left is not None
     assert wide.seconds_left < narrow.seconds_left, (narrow, wide)
+
+
+def test_with_the_budget_spent_the_estimate_says_what_is_left_is_what_is_running(searched):
+    """Not "typical for one culprit set" beside "at most 0": the budget lets nothing more start."""
+    folder, _ = searched
+    records = read_records(folder / ".fusion-dd" / "journal.jsonl")
+    # Right after the third training started (the least budget a search may have is 3).
+    cut = [index + 1 for index, record in enumerate(records) if record["type"] == "trial_started"][2]
+    middle = json.loads(json.dumps(records[:cut]))
+    for record in middle:
+        if record["type"] == "session_started":
+            record["budget"] = replay(middle).launched
+    found = estimate(middle, folder / ".fusion-dd")
+    running = len(replay(middle).open_trials())
+    assert found is not None and found.budget_left == 0 and found.range[1] <= running
+    assert "the trainings still running; the budget allows no more; at most 0 more by the budget" in found.text()
+    assert ESTIMATE.search(found.text()), found.text()
