@@ -343,15 +343,10 @@ def _dry_run(config: SearchConfig) -> None:
 
 def _say_first_round(config: SearchConfig, devices: int) -> None:
     """What trains in the first round: the references, and beside them the search's first question."""
-    from ..coordinator.beside_references import early_passes_possible
-    from ..search.first_question import opening_width
+    from ..coordinator.beside_references import planned_width, reference_trainings
 
-    score = config.score
-    references = (score.baseline_repeats if score.baseline_metric is None else 0) + (
-        score.all_on_repeats if score.all_on_metric is None else 0
-    )
-    rides = references and config.search.guide != "dumps" and not early_passes_possible(config)
-    width = opening_width(devices, references) if rides else None
+    references = reference_trainings(config)
+    width = planned_width(config, devices, references)
     if width is not None:
         typer.echo(
             f"  first round: the {references} reference trainings and, on the {width} other device(s), the "

@@ -37,6 +37,25 @@ def early_passes_possible(config: SearchConfig) -> bool:
     return rule is not None and not rule.pass_at.off and config.score.baseline_metric is None
 
 
+def planned_width(config: SearchConfig, devices: int, references: int) -> int | None:
+    """The first question's width beside ``references`` reference trainings on ``devices``; None when it waits.
+
+    It waits for them with fewer than three devices, references given as metrics
+    (no training to ride along), early passes possible (``early_passes_possible``),
+    or a guide made from the references' own dumps (the first question depends on them).
+    """
+    if not references or config.search.guide == "dumps" or early_passes_possible(config):
+        return None
+    return opening_width(devices, references)
+
+
+def reference_trainings(config: SearchConfig) -> int:
+    """The reference trainings a search starts with (``References.keys`` before any is trained again)."""
+    score = config.score
+    baseline = score.baseline_repeats if score.baseline_metric is None else 0
+    return baseline + (score.all_on_repeats if score.all_on_metric is None else 0)
+
+
 def first_question_beside_references(
     context: Context,
     references: References,
@@ -49,28 +68,23 @@ def first_question_beside_references(
     """The width of the first question when it trains beside the references, and its keys then.
 
     ``run(oracle, lanes)`` runs the all-culprits layer as the search will.
-    (None, []) when the question is asked as usual: fewer than three devices,
-    references given as metrics (no training to ride along), early passes
-    possible (``early_passes_possible``), a guide made from the references' own
-    dumps (the first question depends on them), or a first question already
-    asked (then as the journal says it was).
-    A session that finds the references trained asks its first question
-    beside them only if an earlier session trained it there.
+    (None, []) when the question is asked as usual (``planned_width``), or was
+    asked already (then as the journal says it was). A session that finds the
+    references trained asks its first question beside them only if an earlier
+    session trained it there.
     """
     state = context.state
     if state.lanes:
         return (state.lanes[0] if state.opening else None), []
     config = context.config
-    if config.search.guide == "dumps" or early_passes_possible(config):
-        return None, []
     keys = [key for key, _ in references.keys(references.extra)]
-    width = opening_width(devices, len(keys))
-    if width is None or not keys:
-        return None, []  # references given as metrics: there is no round to ride along
+    width = planned_width(config, devices, len(keys))
+    if width is None:
+        return None, []
     known = {frozenset(): Outcome.PASS, frozenset(candidates): Outcome.FAIL}
     wave = first_question(
         lambda probe: run(probe, LanePlan(lambda: width, opening=width)),
-        known, repeats=context.config.search.confirm != "off",
+        known, repeats=config.search.confirm != "off",
     )  # fmt: skip
     riders = [(oracle.key_names(config), 0) for config in wave]
     if all(settling.settled(key) is not None for key in keys):

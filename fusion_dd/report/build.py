@@ -29,13 +29,13 @@ from ..core.hooks import fired_although_off_of, switch_check_of, known_to_compil
 
 REPORT_NAME = "report.json"
 HTML_NAME = "report.html"  # drawn by fusion_dd.report.html
+FIX_NAME = "fusion_switch.cfg"  # CANN's; other compilers' fixes are named by fusion_dd.backends.FIX_NAMES
+AUTOFUSE_FLAGS_NAME = "autofuse_flags.txt"  # the fix's AUTOFUSE_FLAGS value, when AutoFuse points were candidates
 
 
 def html_wanted() -> bool:
     """Whether report.html is drawn: ``FUSION_DD_HTML=0`` asks for no page (scripts that only want report.json)."""
     return os.environ.get("FUSION_DD_HTML", "1").strip() != "0"
-FIX_NAME = "fusion_switch.cfg"  # CANN's; other compilers' fixes are named by fusion_dd.backends.FIX_NAMES
-AUTOFUSE_FLAGS_NAME = "autofuse_flags.txt"  # the fix's AUTOFUSE_FLAGS value, when AutoFuse points were candidates
 
 STATUS_TEXT = {
     "found": "culprits found",

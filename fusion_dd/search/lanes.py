@@ -75,7 +75,7 @@ class LanePlan:
         if self._next < len(self._recorded):
             return self._recorded[self._next]
         if self._frozen is None:
-            wanted = self._opening if self._next == 0 and self._opening is not None else self._current()
+            wanted = self._opening if self.opening else self._current()
             self._frozen = max(1, int(wanted))
         return self._frozen
 

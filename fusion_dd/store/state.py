@@ -287,14 +287,12 @@ class SearchState:
 
     def full_trial(self, key: ConfigKey) -> TrialState | None:
         """The full-length training that decides this key (first resolved, else the latest); None if none."""
-        if self._unindexed:
-            self._index()
+        self._index()
         return self._full_by_key.get(key)
 
     def full_attempts(self, key: ConfigKey) -> int:
         """How many full-length trainings of this key finished."""
-        if self._unindexed:
-            self._index()
+        self._index()
         return self._full_attempts.get(key, 0)
 
     @property
@@ -304,12 +302,6 @@ class SearchState:
 
     # The search's rule list, for the configurations of trial_started (``on``, a bit mask of it).
     rule_index: RuleIndex = field(default_factory=lambda: RuleIndex(()), repr=False)
-
-    def config_of(self, record: Mapping[str, Any]) -> frozenset[str]:
-        """The configuration of a ``trial_started`` record: a mask of the rule list, or (older journals) names."""
-        if "on" in record:
-            return self.rule_index.decode(str(record["on"]))
-        return frozenset(record["config"])
 
     @property
     def launched(self) -> int:
@@ -323,14 +315,12 @@ class SearchState:
         trainings): the first attempt that produced a result wins, else the
         latest unresolved one, whose reason is then the one to report.
         """
-        if self._unindexed:
-            self._index()
+        self._index()
         return MappingProxyType(self._by_key)
 
     def localize_cache(self) -> Mapping[ConfigKey, TrialState]:
         """Finished localization (dumped) trainings by (configuration, repeat), read-only."""
-        if self._unindexed:
-            self._index()
+        self._index()
         return MappingProxyType(self._localize_by_key)
 
     def dumped(self, trial_id: str) -> bool:
@@ -343,8 +333,7 @@ class SearchState:
 
     def attempts(self, key: ConfigKey) -> int:
         """How many trainings of this (configuration, repeat) finished."""
-        if self._unindexed:
-            self._index()
+        self._index()
         return self._attempts.get(key, 0)
 
     def open_trials(self) -> list[TrialState]:
@@ -425,6 +414,8 @@ class SearchState:
         replay leaves it to the first question about a key: a finished search shown
         again asks none and decodes no configuration.
         """
+        if not self._unindexed:
+            return  # the usual case once indexed: no lock to take
         with self._indexing:
             pending, self._unindexed = self._unindexed, []
             self._take(pending)

@@ -180,8 +180,7 @@ def test_on_four_devices_the_first_question_trains_beside_the_references_and_rep
     journal = load_config(config_path).state_dir / JOURNAL_NAME
     lines = journal.read_text().splitlines(keepends=True)
     cut = next(index for index, line in enumerate(lines) if '"type":"question"' in line)
-    kept = [line for line in lines[:cut]]
-    journal.write_text("".join(kept))
+    journal.write_text("".join(lines[:cut]))
     trained = {(tuple(sorted(on)), repeat) for on, repeat in read_launches(tmp_path / "launch.log")[: len(first_round)]}
     (tmp_path / "launch.log").write_text("")
     again = Engine(load_config(config_path)).run()
