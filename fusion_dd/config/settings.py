@@ -986,6 +986,14 @@ def _check_regex(reader: _Reader, raw: Any, key: str) -> str:
         raise reader.error(
             key, "the pattern needs a group around the value, e.g. 'accuracy[=:]\\s*(\\S+)'"
         )
+    if compiled.groups > 1:
+        # The value is read from the first group: with more, a label in the first one would be
+        # read as the value, and every training would then be blamed for printing no number.
+        raise reader.error(
+            key,
+            f"the pattern has {compiled.groups} groups; the value must be the only one: "
+            "make the others non-capturing, (?:...)",
+        )
     return pattern
 
 

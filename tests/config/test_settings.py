@@ -95,6 +95,8 @@ def test_a_default_keeps_the_value_the_search_started_with_but_a_written_value_i
         ("[TbeEltwiseFusionPass]", "[ConvBatchnormFusionPass]", "duplicate rule 'ConvBatchnormFusionPass'"),
         ("'accuracy[=:]\\s*(\\S+)'", "'accuracy[=:]\\s*\\S+'", "metric.pattern: the pattern needs a group"),
         ("'accuracy[=:]\\s*(\\S+)'", "'accuracy[(\\S+)'", "metric.pattern: invalid regular expression"),
+        ("'accuracy[=:]\\s*(\\S+)'", "'(accuracy)[=:]\\s*(\\S+)'", "metric.pattern: the pattern has 2 groups; the value must be the only one"),
+        ("metric:", "metric:\n  speed_pattern: '(samples|tokens)/s (\\S+)'", "metric.speed_pattern: the pattern has 2 groups"),
         ("metric:", "metric:\n  goal: up", "metric.goal: must be 'max' (accuracy) or 'min' (loss)"),
         ("metric:", "score:\n  tolerance: lots\nmetric:", "score.tolerance: must be 'auto'"),
         ("metric:", "search:\n  strategy: magic\nmetric:", "search.strategy: unknown strategy 'magic'"),
