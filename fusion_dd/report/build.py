@@ -71,14 +71,26 @@ def _backing(
     ``trainings`` counts every finished training of the configuration (repeats
     included), ``support`` those whose verdict is ``claim`` (FAIL for a culprit
     set, PASS for the fix): after noise was seen a claim needs two.
+    ``early_support``: how many of those stopped early (``early_stop.pass_at``),
+    so that a summary never counts a training run to the horizon as a full one.
     ``by_config``: :func:`_by_config` of the search, built once per report (a report
     of hundreds of culprit sets scanned every trial for each).
     """
     if threshold is None:
-        return {"trainings": 0, "support": 0}
+        return {"trainings": 0, "support": 0, "early_support": 0}
     trials = by_config.get(frozenset(rule.name for rule in config), ())
-    verdicts = [threshold.verdict(trial.measurement, crash_is_failure) for trial in trials if trial.measurement is not None]
-    return {"trainings": len(verdicts), "support": sum(verdict is claim for verdict in verdicts)}
+    judged = [
+        (threshold.verdict(trial.measurement, crash_is_failure), (trial.finished or {}).get("kind") in EARLY_KINDS)
+        for trial in trials
+        if trial.measurement is not None
+    ]
+    backing = [early for verdict, early in judged if verdict is claim]
+    return {"trainings": len(judged), "support": len(backing), "early_support": sum(backing)}
+
+
+def _counts(backing: dict[str, int]) -> dict[str, int]:
+    """A culprit set's entry: its trainings and those that failed (how a failure stopped is in its trials)."""
+    return {"trainings": backing["trainings"], "support": backing["support"]}
 
 
 def _inconsistency_json(item: Any) -> dict[str, Any]:
@@ -202,7 +214,7 @@ def build_report(
                 "kind": culprit.kind,
                 "switched_off": sorted(rule.name for rule in culprit.switched_off),
                 "reason": culprit.reason,
-                **_backing(by_config, culprit.rules | required, Outcome.FAIL, threshold, config.score.crash_is_failure),
+                **_counts(_backing(by_config, culprit.rules | required, Outcome.FAIL, threshold, config.score.crash_is_failure)),
             }
             for culprit in result.culprit_sets
         ]
@@ -215,6 +227,7 @@ def build_report(
         fix_backing = _backing(by_config, result.fix, Outcome.PASS, threshold, config.score.crash_is_failure)
         report["fix_verified_by"] = fix_backing["support"]
         report["fix_trainings"] = fix_backing["trainings"]
+        report["fix_verified_early"] = fix_backing["early_support"]
         if status == "found":
             report["fix_config"] = fix_name_of(config.compiler)
             if result.fix_verified:
@@ -743,6 +756,11 @@ def fix_verdict(report: Mapping[str, Any]) -> str:
     verified = "verified: trained and passes" if report.get("fix_verified") else "NOT verified"
     if report.get("fix_trainings"):
         verified += f", {report.get('fix_verified_by', 0)} of {report['fix_trainings']} training(s) passed"
+        early = report.get("fix_verified_early") or 0
+        if early:
+            # An early pass ran only to the horizon: say which of the passes ran to the end.
+            full = report.get("fix_verified_by", 0) - early
+            verified += f" ({full} to its end, {early} stopped early at the horizon)"
     elif not report.get("fix_verified"):
         verified += ", no training of it finished"
     return verified

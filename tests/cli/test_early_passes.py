@@ -47,6 +47,11 @@ def test_early_passes_save_steps_and_a_full_training_proves_the_fix(tmp_path: Pa
     # fix's proof, so there is neither an early pass of it nor a separate proof training.
     assert fix_trials[0]["role"] == "search" and fix_trials[0]["kind"] == "metric"
     assert not [trial for trial in found["trials"] if trial["role"] == "proof"]
+    # The summary counts the fix's trainings that ran to the horizon apart from the full ones.
+    fix_early = sum(trial.get("kind") == "early_pass" for trial in found["trials"] if trial["configuration"] == fix)
+    assert found["fix_verified_early"] == fix_early == 1  # the guard's second training, to the horizon
+    full = found["fix_verified_by"] - fix_early
+    assert f"({full} to its end, 1 stopped early at the horizon)" in done.stdout
     cost = found["cost"]
     assert cost["steps_per_full_training"] == 40 and cost["steps_unknown"] == 0
     assert cost["training_steps"] == sum(trial["steps"] for trial in found["trials"])

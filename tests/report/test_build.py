@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from fusion_dd.config.settings import SearchConfig, load_config
-from fusion_dd.report.build import STATUS_TEXT, build_report, summary_lines
+from fusion_dd.report.build import STATUS_TEXT, build_report, fix_verdict, summary_lines
 from fusion_dd.core.rules import Rule, Section
 from fusion_dd.core.scoring import Preconditions, Threshold
 from fusion_dd.search.culprits import CulpritSearch, CulpritSet
@@ -200,3 +200,12 @@ def test_alternatives_trained_for_speed_are_said_against_the_searched_fix(tmp_pa
     lines = [line for line in summary_lines(report) if "fix.prefer: speed" in line]
     assert "the 40 rules of the search's fix: passes its full training, 90/s (the search chose it)" in lines[0]
     assert "switching off Fast instead of Rule000: passes its full training, 99/s <- handed over" in lines[1]
+
+
+def test_the_fix_verdict_says_which_passing_trainings_stopped_early() -> None:
+    full = {"fix_verified": True, "fix_verified_by": 2, "fix_trainings": 2, "fix_verified_early": 0}
+    assert fix_verdict(full) == "verified: trained and passes, 2 of 2 training(s) passed"
+    early = {**full, "fix_verified_early": 1}
+    assert fix_verdict(early) == (
+        "verified: trained and passes, 2 of 2 training(s) passed (1 to its end, 1 stopped early at the horizon)"
+    )
