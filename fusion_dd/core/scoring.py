@@ -452,6 +452,16 @@ def check_preconditions(
                 False, "no_failure", f"{detail}: nothing to debug, or metric.goal is the wrong way round (warning below)",
                 threshold, (inverted,),
             )
+        if not all_on.has_value and not crash_is_failure:
+            # The baseline ran and everything fused did not: a fused kernel that crashes the training
+            # is the likeliest cause, and one the search can find once a crash counts as a failure.
+            return Preconditions(
+                False, "no_failure",
+                f"{detail} while the baseline ran: a fused kernel may break the training; with "
+                "score.crash_is_failure: true a training without a metric counts as a failure and the search "
+                "finds the rules that cause it",
+                threshold,
+            )
         return Preconditions(False, "no_failure", f"{detail}: nothing to debug", threshold)
     warning = noise_warning(values, all_on)
     if warning is not None and strict:

@@ -137,3 +137,15 @@ def test_a_reference_is_said_to_disagree_only_when_its_own_trainings_do_with_the
     )
     assert split.status == "undecided", split.message
     assert "the baseline trainings disagree (0.9, 0.5)" in split.message
+
+
+def test_an_all_on_training_that_never_gives_a_metric_points_at_crash_is_failure() -> None:
+    crashed = Measurement("crash", None, "exit code 1")
+    result = check_preconditions([metric(0.9)], [crashed], tolerance=Tolerance("auto"), goal="max")
+    assert result.status == "no_failure"
+    assert "no usable metric (exit code 1) while the baseline ran" in result.message
+    assert "score.crash_is_failure: true" in result.message
+    counted = check_preconditions(
+        [metric(0.9)], [crashed], tolerance=Tolerance("auto"), goal="max", crash_is_failure=True
+    )
+    assert counted.ok
