@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..core.errors import UsageError
 from ..store.journal import JOURNAL_NAME, LOCK_NAME, read_records
-from ..report.build import finished_report, summary_lines
+from ..report.build import display_path, finished_report, larger_budget, summary_lines
 from ..store.state import SearchState, TrialState, replay
 from ..runner.trial import supervised_state
 
@@ -73,8 +73,11 @@ def status_lines(state_dir: Path) -> list[str]:
         lines.append(f"  state: running (coordinator pid {pid}), {len(state.sessions)} session(s)")
     else:
         last_stop = state.stops[-1]["reason"] if state.stops else "coordinator gone"
+        # A spent budget stops a resume at once: the hint offers a larger one, as the search's own did.
+        more = f" --budget {larger_budget(budget)}" if last_stop == "budget_exhausted" and budget is not None else ""
         lines.append(
-            f"  state: stopped ({last_stop}); continue with 'fusion-dd resume --state-dir {state_dir}{_where_flags(state)}'"
+            f"  state: stopped ({last_stop}); continue with "
+            f"'fusion-dd resume --state-dir {display_path(state_dir)}{more}{_where_flags(state)}'"
         )
     lines.append("  " + _estimate_text(state_dir))
     now = time.time()

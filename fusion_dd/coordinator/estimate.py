@@ -66,6 +66,8 @@ class Estimate:
         if self.basis == "done":
             return "estimate: 0 trainings left (the search has its answer)"
         low, high = self.range
+        if self.budget_left == 0 and high == 0:
+            return "estimate: the budget is spent and nothing is running; the search needs more (resume with a larger --budget)"
         span = f"{low} to {high}" if low != high else f"about {high}"
         if self.budget_left == 0:
             what = "the trainings still running; the budget allows no more"

@@ -257,7 +257,7 @@ def build_report(
     if status == "budget_exhausted":
         report["continue_with"] = (
             f"fusion-dd resume --state-dir {display_path(config.state_dir)} "
-            f"--budget {config.search.budget + max(10, config.search.budget // 2)}{where}"
+            f"--budget {larger_budget(config.search.budget)}{where}"
         )
     elif status == "interrupted":
         report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}{where}"
@@ -726,6 +726,11 @@ def write_outputs(
         if flags is not None:
             write_text_atomic(state_dir / AUTOFUSE_FLAGS_NAME, flags + "\n")
     return report_path, fix_path
+
+
+def larger_budget(budget: int) -> int:
+    """The budget a "continue with" hint offers once a budget was spent: half as much again, 10 at least."""
+    return budget + max(10, budget // 2)
 
 
 def display_path(path: Path) -> str:

@@ -52,6 +52,17 @@ def test_status_without_a_journal_or_without_a_search_is_one_clear_error(tmp_pat
         status_lines(tmp_path)
 
 
+def test_status_of_a_search_that_spent_its_budget_offers_a_larger_one(tmp_path: Path) -> None:
+    """Run as printed, the hint continues: a resume on the spent budget would stop at once."""
+    records = stopped_search()
+    records[-1] = {"type": "search_stopped", "reason": "budget_exhausted"}
+    write_journal(tmp_path, records)
+    lines = status_lines(tmp_path)
+    assert lines[3] == (
+        f"  state: stopped (budget_exhausted); continue with 'fusion-dd resume --state-dir {tmp_path} --budget 22'"
+    )
+
+
 def test_status_of_a_stopped_search_counts_and_names_every_trial(tmp_path: Path) -> None:
     write_journal(tmp_path, stopped_search())
     ended = tmp_path / "trials" / "0004"

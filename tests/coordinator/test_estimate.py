@@ -191,3 +191,21 @@ def test_with_the_budget_spent_the_estimate_says_what_is_left_is_what_is_running
     assert found is not None and found.budget_left == 0 and found.range[1] <= running
     assert "the trainings still running; the budget allows no more; at most 0 more by the budget" in found.text()
     assert ESTIMATE.search(found.text()), found.text()
+
+
+def test_with_the_budget_spent_and_nothing_running_the_estimate_says_the_search_needs_more(searched):
+    """Not "about 0 trainings left" for a search that has no answer yet."""
+    folder, _ = searched
+    records = read_records(folder / ".fusion-dd" / "journal.jsonl")
+    # Right after the third training finished, nothing running, the budget spent.
+    ends = [index + 1 for index, record in enumerate(records) if record["type"] == "trial_finished"]
+    middle = json.loads(json.dumps(records[: ends[2]]))
+    assert not replay(middle).open_trials()
+    for record in middle:
+        if record["type"] == "session_started":
+            record["budget"] = replay(middle).launched
+    found = estimate(middle, folder / ".fusion-dd")
+    assert found is not None and found.budget_left == 0 and found.range == (0, 0)
+    assert found.text() == (
+        "estimate: the budget is spent and nothing is running; the search needs more (resume with a larger --budget)"
+    )
