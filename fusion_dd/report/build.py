@@ -257,7 +257,7 @@ def build_report(
     if status == "budget_exhausted":
         report["continue_with"] = (
             f"fusion-dd resume --state-dir {display_path(config.state_dir)} "
-            f"--budget {larger_budget(config.search.budget)}{where}"
+            f"--budget {larger_budget(max(config.search.budget, state.launched))}{where}"
         )
     elif status == "interrupted":
         report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}{where}"

@@ -34,6 +34,16 @@ def test_budget_exhausted_then_resume_with_higher_budget(tmp_path):
     assert report["status"] == "budget_exhausted"
     assert report["trainings"] == 5
     assert "fusion-dd resume" in report["continue_with"]
+    journal = (tmp_path / ".fusion-dd" / "journal.jsonl").read_bytes()
+    # A budget below the five trainings spent is refused in one line, before anything is journaled.
+    low = run_fusion_dd("resume", "--state-dir", ".fusion-dd", "--budget", "4", cwd=tmp_path)
+    assert low.returncode == 2
+    assert low.stderr.strip().splitlines()[-1] == (
+        "fusion-dd: error: budget 4 is below the 5 trainings this search has already launched (the budget counts "
+        "every session's); give a larger one, e.g. --budget 15"
+    ), low.stderr
+    assert "Traceback" not in low.stderr
+    assert (tmp_path / ".fusion-dd" / "journal.jsonl").read_bytes() == journal
     second = run_fusion_dd("resume", "--state-dir", ".fusion-dd", "--budget", "60", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
