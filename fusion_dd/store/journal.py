@@ -69,10 +69,12 @@ FORMAT_VERSION = 2
 CHECKSUM_KEY = "crc"
 SEQUENCE_KEY = "seq"
 SEALED = RecordType.LEGACY_SEALED.value
-_UNTRUSTED = (
-    "the search state cannot be trusted (restore the file, or start over with "
-    "'fusion-dd search --restart', which moves this state directory aside)"
-)
+def _untrusted(path: Path) -> str:
+    """The way out of a damaged journal, naming its own state directory: run as printed, it moves that one aside."""
+    return (
+        "the search state cannot be trusted (restore the file, or start over with "
+        f"'fusion-dd search --restart --state-dir {path.parent}', which moves that state directory aside)"
+    )
 
 
 class JournalLost(UsageError):
@@ -214,7 +216,7 @@ def _scan(
         begin, offset = offset, offset + len(line) + 1
         if numbered and not line.strip() and index < len(lines):
             raise UsageError(
-                f"{path}:{number}: blank journal line among numbered records: a record was emptied; {_UNTRUSTED}"
+                f"{path}:{number}: blank journal line among numbered records: a record was emptied; {_untrusted(path)}"
             )
         if line.strip():
             try:
@@ -224,12 +226,12 @@ def _scan(
             except ValueError:
                 if index == last and not data.endswith(b"\n"):
                     break  # torn tail: the write that was interrupted never counted
-                raise UsageError(f"{path}:{number}: corrupt journal line; {_UNTRUSTED}") from None
+                raise UsageError(f"{path}:{number}: corrupt journal line; {_untrusted(path)}") from None
             if CHECKSUM_KEY not in record:
                 if checked_from is not None:
                     raise UsageError(
                         f"{path}:{number}: journal line without a checksum after line {checked_from}, "
-                        f"which has one: the line was edited or damaged; {_UNTRUSTED}"
+                        f"which has one: the line was edited or damaged; {_untrusted(path)}"
                     )
                 legacy = True
             else:
@@ -237,14 +239,14 @@ def _scan(
                 if not _covered(line, crc) and crc != checksum(record):  # the checksum covers the rest
                     raise UsageError(
                         f"{path}:{number}: journal line does not match its checksum: it was edited or "
-                        f"damaged; {_UNTRUSTED}"
+                        f"damaged; {_untrusted(path)}"
                     )
                 if checked_from is None:
                     checked_from = number
                     if legacy and record.get("type") != SEALED:
                         raise UsageError(
                             f"{path}:{number}: the lines before this one have no checksum and were never "
-                            f"sealed: the journal was edited or damaged; {_UNTRUSTED}"
+                            f"sealed: the journal was edited or damaged; {_untrusted(path)}"
                         )
                 if record.get("type") == SEALED:
                     _check_seal(path, data, record, begin)
@@ -272,7 +274,7 @@ def _check_sequence(path: Path, number: int, seq: Any, position: int) -> None:
             f"is record {seq} but stands at position {position}: a record was deleted, emptied, "
             "duplicated or moved"
         )
-    raise UsageError(f"{path}:{number}: the journal record {problem}; {_UNTRUSTED}")
+    raise UsageError(f"{path}:{number}: the journal record {problem}; {_untrusted(path)}")
 
 
 def _check_seal(path: Path, data: bytes, seal: dict[str, Any], start: int) -> None:
@@ -282,7 +284,7 @@ def _check_seal(path: Path, data: bytes, seal: dict[str, Any], start: int) -> No
         lines = data[:start].count(b"\n")
         raise UsageError(
             f"{path}:1-{lines}: the lines written by fusion-dd 0.1.0 (without checksums) changed after "
-            f"they were sealed: they were edited or damaged; {_UNTRUSTED}"
+            f"they were sealed: they were edited or damaged; {_untrusted(path)}"
         )
 
 

@@ -550,3 +550,15 @@ def test_a_failed_journal_write_names_the_path_and_the_errno_text_and_leaves_no_
         journal.append({"type": "note", "index": 2})
     journal_module._last_scan = None
     assert [record.get("index") for record in read_records(tmp_path / "journal.jsonl")] == [None, 2]
+
+
+def test_a_damaged_journal_s_way_out_names_its_own_state_directory(tmp_path):
+    """Run as printed, the hint moves the damaged state directory aside, not the default one."""
+    state = tmp_path / "elsewhere"
+    with Journal.open(state) as journal:
+        journal.append({"type": "search_started", "definition": {}})
+    path = state / "journal.jsonl"
+    path.write_bytes(path.read_bytes() + b"{not json\n")
+    with pytest.raises(UsageError) as info:
+        read_records(path)
+    assert f"'fusion-dd search --restart --state-dir {state}', which moves that state directory aside" in str(info.value)
