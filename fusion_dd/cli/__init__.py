@@ -54,7 +54,7 @@ DevicesOption = typer.Option(
 JobsOption = typer.Option(None, "--jobs", help="Shorthand for --devices 0..N-1.")
 StateDirOption = typer.Option(None, "--state-dir", help="Where the journal, trials and report live.")
 LauncherOption = typer.Option(
-    None, "--launcher", help="Where trainings run: local (this machine) or dask (a dask.distributed cluster)."
+    None, "--launcher", help="Where trainings run: local (this machine), dask (a dask.distributed cluster) or slurm (sbatch jobs)."
 )
 SchedulerOption = typer.Option(
     None, "--scheduler", help="The dask scheduler's address (tcp://host:8786, tls://...); implies --launcher dask."

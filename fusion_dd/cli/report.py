@@ -66,7 +66,10 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
     if html is not None:
         from ..report.html import write_html
 
-        write_html(html, report, records, state_dir)
+        try:
+            write_html(html, report, records, state_dir)
+        except OSError as exc:  # named as the user typed it, not by the temporary file beside it
+            raise UsageError(f"--html {html}: cannot write the page ({exc.strerror}); choose a writable path") from None
         notes.append(f"HTML report: {display_path(html)}")
     if as_json:
         typer.echo(json.dumps(report, indent=2, sort_keys=False))

@@ -202,3 +202,13 @@ def test_report_and_status_work_on_a_read_only_state_dir(finished, tmp_path):
         assert sorted(path.name for path in state.iterdir()) == before
     finally:
         subprocess.run(["umount", str(state)], capture_output=True)
+
+
+def test_report_html_into_a_missing_folder_names_the_path_given(finished, tmp_path):
+    target = tmp_path / "missing" / "page.html"
+    result = run_fusion_dd("report", "--html", str(target), cwd=finished)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fusion-dd: error: --html {target}: cannot write the page (No such file or directory); choose a writable path"
+    )
+    assert ".tmp" not in result.stderr and "Traceback" not in result.stderr
