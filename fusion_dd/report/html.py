@@ -54,6 +54,11 @@ def _outcome(entry: dict[str, Any]) -> str:
     return outcome if outcome in OUTCOME_STYLE else "unresolved"
 
 
+def _metric_fact(value: Any) -> Any:
+    """A reference's metric for the facts table: words where no training gave one, never ``None``."""
+    return "no usable metric (see the trainings below)" if value is None else value
+
+
 def _float(value: Any) -> float | None:
     try:
         number = float(value)
@@ -558,17 +563,19 @@ def _answer(report: dict[str, Any]) -> list[str]:
         (
             "baseline (required passes on, the rest off)" if (report.get("required") or {}).get("rules")
             else "baseline (all candidates off)",
-            report.get("baseline"),
+            _metric_fact(report.get("baseline")),
         ),
-        ("all candidates on", report.get("all_on")),
+        ("all candidates on", _metric_fact(report.get("all_on"))),
     ]
     threshold = report.get("threshold")
     if threshold:
         comparison = "<" if threshold.get("goal") == "max" else ">"
         limit = _float(threshold.get("limit"))
         shown = f"{limit:.6g}" if limit is not None else "-"
-        facts.append(("fails when the metric is", f"{comparison} {shown} (tolerance {threshold.get('tolerance_setting')})"))
-    parts.append('<table id="facts">' + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts) + "</table>")
+        setting = threshold.get("tolerance_setting")
+        facts.append(("fails when the metric is", f"{comparison} {shown}" + (f" (tolerance {setting})" if setting is not None else "")))
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts if v is not None)  # unknown: left out
+    parts.append(f'<table id="facts">{rows}</table>')
     culprits = report.get("culprits") or []
     if culprits:
         rows = []

@@ -175,3 +175,12 @@ def test_a_search_of_many_trials_draws_them_grouped_not_one_element_each(tmp_pat
     single = html_report.render_html(report, records, tmp_path)
     assert f'id="gantt-{count:04d}"' in single
     assert plots * 4 < sum(len(plot) for plot in re.findall(r"<svg .*?</svg>", single, re.S))
+
+
+def test_references_without_a_metric_are_said_in_words_not_none(tmp_path):
+    report, records = synthetic(tmp_path, 6)
+    report.update({"status": "training_broken", "message": "the training does not run", "baseline": None, "all_on": None})
+    text = html_report.render_html(report, records, tmp_path)
+    assert "None" not in text
+    assert "<th>baseline (all candidates off)</th><td>no usable metric (see the trainings below)</td>" in text
+    assert "<th>all candidates on</th><td>no usable metric (see the trainings below)</td>" in text
