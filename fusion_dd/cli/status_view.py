@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import UsageError
-from ..store.journal import JOURNAL_NAME, LOCK_NAME, read_records
+from ..store.journal import JOURNAL_NAME, LOCK_NAME, TRIALS_DIR, read_records
 from ..report.build import display_path, finished_report, larger_budget, summary_lines
 from ..store.state import SearchState, TrialState, replay
 from ..runner.trial import supervised_state
@@ -37,6 +37,13 @@ def coordinator_pid(state_dir: Path) -> int | None:
 def status_lines(state_dir: Path) -> list[str]:
     journal = state_dir / JOURNAL_NAME
     if not journal.exists():
+        trials = state_dir / TRIALS_DIR
+        if trials.is_dir() and any(trials.iterdir()):
+            # A search would refuse these trials: point where it points, not at a plain 'fusion-dd search'.
+            raise UsageError(
+                f"{state_dir}: no {JOURNAL_NAME}, but trial directories under {TRIALS_DIR}/ (was the journal "
+                f"deleted?); restore it, or start over with 'fusion-dd search --restart --state-dir {state_dir}'"
+            )
         raise UsageError(f"{state_dir}: no search here (no {JOURNAL_NAME}); start one with 'fusion-dd search'")
     state = replay(read_records(journal))
     if state.definition is None:

@@ -96,7 +96,7 @@ def refuse_trials_without_journal(state_dir: Path, state: SearchState) -> None:
             f"{state_dir}: holds {len(unknown)} trial director{'y' if len(unknown) == 1 else 'ies'} "
             f"under {TRIALS_DIR}/ but no journal of a search, so fusion-dd cannot know what they are "
             "(was the journal deleted?); restore journal.jsonl, or start over with "
-            "'fusion-dd search --restart', which moves this state directory aside"
+            f"'fusion-dd search --restart --state-dir {state_dir}', which moves this state directory aside"
         )
 
 

@@ -52,6 +52,17 @@ def test_status_without_a_journal_or_without_a_search_is_one_clear_error(tmp_pat
         status_lines(tmp_path)
 
 
+def test_status_of_trials_without_their_journal_points_where_a_search_would(tmp_path: Path) -> None:
+    """'start one with fusion-dd search' would be refused there: the trials belong to no journal."""
+    (tmp_path / "trials" / "0001").mkdir(parents=True)
+    with pytest.raises(UsageError) as info:
+        status_lines(tmp_path)
+    assert str(info.value) == (
+        f"{tmp_path}: no journal.jsonl, but trial directories under trials/ (was the journal deleted?); "
+        f"restore it, or start over with 'fusion-dd search --restart --state-dir {tmp_path}'"
+    )
+
+
 def test_status_of_a_search_that_spent_its_budget_offers_a_larger_one(tmp_path: Path) -> None:
     """Run as printed, the hint continues: a resume on the spent budget would stop at once."""
     records = stopped_search()
