@@ -88,13 +88,44 @@ def _load(
     launcher: str | None = None,
     scheduler: str | None = None,
 ) -> SearchConfig:
-    config = load_config(config_path or Path(DEFAULT_CONFIG_NAME))
+    return _overridden(
+        load_config(config_path or Path(DEFAULT_CONFIG_NAME)), budget=budget, devices=devices, jobs=jobs,
+        state_dir=state_dir, launcher=launcher, scheduler=scheduler,
+    )
+
+
+def _overridden(
+    config: SearchConfig,
+    *,
+    budget: int | None,
+    devices: str | None,
+    jobs: int | None,
+    state_dir: Path | None = None,
+    launcher: str | None = None,
+    scheduler: str | None = None,
+) -> SearchConfig:
+    """A config with the command line's overrides, its device ids checked.
+
+    One place for every command that trains (search, resume, localize, demo), so
+    that a bad --budget or --devices is refused with the same line wherever it is given.
+    """
     loaded = config.with_overrides(
         budget=budget, devices=_devices_override(devices, jobs), state_dir=state_dir, launcher=launcher,
         scheduler=scheduler,
     )
     check_device_ids(loaded, "--devices" if devices is not None else f"{loaded.source}: train.devices")
     return loaded
+
+
+def _restart(state_dir: Path) -> None:
+    """``--restart``: the old search moved aside (nothing is deleted), and where it went said."""
+    moved = move_aside(state_dir)
+    if moved is not None:
+        typer.echo(
+            f"fusion-dd: moved the old search aside: {display_path(state_dir)} -> {display_path(moved)} "
+            "(its journal, trials and report are kept there); starting afresh",
+            err=True,
+        )
 
 
 def _given(devices: str | None, jobs: int | None, launcher: str | None, scheduler: str | None) -> Any:
@@ -426,13 +457,7 @@ def search(
             typer.echo(f"with --restart, {display_path(loaded.state_dir)} would first be moved aside (nothing deleted)")
         return
     if restart:
-        moved = move_aside(loaded.state_dir)
-        if moved is not None:
-            typer.echo(
-                f"fusion-dd: moved the old search aside: {display_path(loaded.state_dir)} -> {display_path(moved)} "
-                "(its journal, trials and report are kept there); starting afresh",
-                err=True,
-            )
+        _restart(loaded.state_dir)
     loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler))
     raise typer.Exit(run_engine(loaded, note=note).exit_code)
 
@@ -475,12 +500,10 @@ def _journaled_config(
 ) -> SearchConfig:
     """The config a search in ``state_dir`` was started with, and this session's command-line overrides."""
     directory = (state_dir or _default_state_dir(config)).resolve()
-    loaded = _resume_config(directory, config).with_overrides(
-        budget=budget, devices=_devices_override(devices, jobs), state_dir=directory, launcher=launcher,
-        scheduler=scheduler,
+    return _overridden(
+        _resume_config(directory, config), budget=budget, devices=devices, jobs=jobs, state_dir=directory,
+        launcher=launcher, scheduler=scheduler,
     )
-    check_device_ids(loaded, "--devices" if devices is not None else f"{loaded.source}: train.devices")
-    return loaded
 
 
 def _default_state_dir(config_path: Path | None) -> Path:
