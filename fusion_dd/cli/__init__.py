@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 import typer
 
 from .. import __version__
-from ..config.settings import DEFAULT_CONFIG_NAME, SearchConfig, check_device_ids, load_config, parse_config, parse_devices
+from ..config.settings import (
+    DEFAULT_CONFIG_NAME,
+    SearchConfig,
+    check_device_ids,
+    check_state_dir,
+    load_config,
+    parse_config,
+    parse_devices,
+)
 from ..core.errors import UsageError
 from ..core.status import ExitCode
 from ..store.journal import JOURNAL_NAME, move_aside, read_records
@@ -797,7 +805,7 @@ def demo(
 ) -> None:
     """Run a whole search against the built-in simulated-NPU training and compare it with what was planted."""
     from ..demo import DEFAULT_SCENARIO, SCENARIOS
-    from ..demo.config import write_demo_config
+    from ..demo.config import demo_document, save_demo_config
 
     if list_scenarios:
         for name, entry in SCENARIOS.items():
@@ -814,13 +822,17 @@ def demo(
     if noise < 0:
         raise UsageError("--noise: must be zero or positive")
     directory = (state_dir or Path(".fusion-dd-demo")).resolve()
-    config_path = write_demo_config(
-        directory, name, steps=steps, noise=noise, strategy=strategy, budget=budget, localize=not no_localize
-    )
+    config_path = directory / DEFAULT_CONFIG_NAME
+    options: dict[str, Any] = {"steps": steps, "noise": noise, "strategy": strategy, "localize": not no_localize}
+    # Everything checked before anything is written, as search checks its options: the errors name
+    # --state-dir, --budget and --devices, not the config file the demo has not written yet.
+    check_state_dir(directory, "--state-dir", config_path)
+    _overridden(parse_config(demo_document(name, **options), config_path), budget=budget, devices=devices, jobs=jobs)
+    document = demo_document(name, budget=budget, **options)
+    config_path = save_demo_config(directory, name, document)
     typer.echo(f"demo scenario {name!r}: {SCENARIOS[name].description}", err=True)
     typer.echo(f"config: {display_path(config_path)} (a normal fusion-dd.yaml; the trainings are real subprocesses)", err=True)
-    overrides = _devices_override(devices, jobs) or (("0",), ("1",))
-    config = load_config(config_path).with_overrides(devices=overrides)
+    config = _overridden(load_config(config_path), budget=None, devices=devices, jobs=jobs)
     result = run_engine(config)
     typer.echo("")
     for line in demo_comparison(result.report, SCENARIOS[name].planted, SCENARIOS[name].damaged):

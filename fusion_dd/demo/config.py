@@ -29,6 +29,20 @@ def write_demo_config(
     localize: bool = True,
 ) -> Path:
     """Write the demo's config into ``state_dir`` and return its path."""
+    document = demo_document(scenario, steps=steps, noise=noise, strategy=strategy, budget=budget, localize=localize)
+    return save_demo_config(state_dir, scenario, document)
+
+
+def demo_document(
+    scenario: str,
+    *,
+    steps: int | None = None,
+    noise: float = 0.0,
+    strategy: str | None = None,
+    budget: int | None = None,
+    localize: bool = True,
+) -> dict:
+    """The demo's config as a YAML document, written nowhere yet: checked before anything is written."""
     rules = candidate_rules(scenario)
     document = {
         "rules": {
@@ -62,6 +76,11 @@ def write_demo_config(
         # Noisy trainings: repeat the baseline so the report shows its spread and
         # near-threshold verdicts get a margin.
         document["score"] = {"baseline_repeats": 3}
+    return document
+
+
+def save_demo_config(state_dir: Path, scenario: str, document: dict) -> Path:
+    """Write a demo config document (:func:`demo_document`) into ``state_dir`` and return its path."""
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -212,3 +212,18 @@ def test_autofuse_scenario_finds_the_autofuse_pair_and_the_rule_and_prints_the_e
     fix = json.loads((state / "fusion_switch.cfg").read_text())
     assert fix["Switch"]["GraphFusion"]["LayerNormFusionPass"] == "off"
     assert "elemwise" not in json.dumps(fix)  # AutoFuse is not switched by the cfg
+
+
+def test_a_bad_devices_or_budget_is_refused_as_search_refuses_it_before_anything_is_written(tmp_path):
+    from fusion_dd.demo.config import write_demo_config
+
+    config = write_demo_config(tmp_path / "search", DEFAULT_SCENARIO)  # search's line, on the demo's own config
+    for option, state_dir in ((["--devices", "junk"], ["--state-dir", "x"]), (["--budget", "0"], [])):
+        searched = call_fusion_dd("search", "-c", str(config), *option, cwd=tmp_path)
+        # The devices case end to end, as the user met it; the budget case in process (nothing trains).
+        run = run_fusion_dd if option[0] == "--devices" else call_fusion_dd
+        demoed = run("demo", *option, *state_dir, cwd=tmp_path)
+        assert searched.returncode == demoed.returncode == 2, demoed.stderr
+        assert demoed.stderr == searched.stderr and demoed.stderr.startswith(f"fusion-dd: error: {option[0]}: ")
+        assert len(demoed.stderr.splitlines()) == 1 and demoed.stdout == ""
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["search"]  # no x, no .fusion-dd-demo
