@@ -37,7 +37,7 @@ from ..core.status import ExitCode, SearchStatus
 from ..core.hooks import effects_of
 from ..core.rules import Rule
 from ..report import localize as localization
-from ..report.build import finished_report, larger_budget
+from ..report.build import finished_report
 from ..runner.broken import TrainingBroken
 from ..runner.early_stop import LossCurveHook
 from ..runner.launcher import Launcher
@@ -58,7 +58,7 @@ from .endings import Endings, ReportSnapshots
 from .beside_references import first_question_beside_references
 from .guidance import Guidance, references_dump
 from .localizing import Localizing
-from .opening import open_search, refuse_broken_command, refuse_ignored_switch
+from .opening import open_search, refuse_broken_command, refuse_ignored_switch, refuse_spent_budget
 from .orphans import Orphans
 from .ports import Budget, Context, JournalSink, QuietEvents, RecordSink, SearchEvents, SearchResult
 from .ports import SessionBudget, SwitchIgnored, Trainer, TrialPlan
@@ -200,7 +200,7 @@ class Engine:
                     return self._localize_finished()
                 self.context.events.message("this search has already finished; showing its answer")
                 return self.endings.from_finished()
-            self._refuse_spent_budget()
+            refuse_spent_budget(self.config.search.budget, self.state)
             self._launcher_hook("run_started")  # e.g. the local fork server starts meanwhile
             refuse_broken_command(self.config)
             self._session_started()
@@ -226,19 +226,6 @@ class Engine:
             if self._snapshots is not None:
                 self._snapshots.close()
             self._sink.close()
-
-    def _refuse_spent_budget(self) -> None:
-        """A budget below what the search already launched can only be a slip: it counts every session.
-
-        Trainings still open are collected even then (a finished training is never lost), so
-        only a search with none open is refused, before this session journals anything.
-        """
-        budget, launched = self.config.search.budget, self.state.launched
-        if budget < launched and not self.state.open_trials():
-            raise UsageError(
-                f"budget {budget} is below the {launched} trainings this search has already launched "
-                f"(the budget counts every session's); give a larger one, e.g. --budget {larger_budget(launched)}"
-            )
 
     def _session_started(self, purpose: str | None = None) -> None:
         """Journal this session (what it may spend, where it trains) and say where that came from."""

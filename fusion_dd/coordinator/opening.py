@@ -15,6 +15,7 @@ from typing import Any
 from .. import __version__
 from ..config.settings import SearchConfig
 from ..core.errors import UsageError
+from ..report.build import larger_budget
 from ..runner.broken import BrokenTraining, TrainingBroken
 from ..store.identity import SEARCH_ID_KEY, check_journal_belongs, journaled_id, new_search_id, record_state_dir_id
 from ..store.journal import JOURNAL_NAME, TRIALS_DIR
@@ -110,6 +111,20 @@ def unknown_trial_dirs(state_dir: Path, state: SearchState) -> list[str]:
         raise UsageError(f"{state_dir / TRIALS_DIR}: cannot list the trial directories ({exc})") from None
     known = {Path(trial.trial_dir).name for trial in state.trials.values()}
     return [name for name in entries if name not in known]
+
+
+def refuse_spent_budget(budget: int, state: SearchState) -> None:
+    """A budget below what the search already launched can only be a slip: it counts every session.
+
+    Trainings still open are collected even then (a finished training is never lost), so
+    only a search with none open is refused, before the session journals anything.
+    """
+    launched = state.launched
+    if budget < launched and not state.open_trials():
+        raise UsageError(
+            f"budget {budget} is below the {launched} trainings this search has already launched "
+            f"(the budget counts every session's); give a larger one, e.g. --budget {larger_budget(launched)}"
+        )
 
 
 def refuse_ignored_switch(state_dir: Path, state: SearchState) -> None:
