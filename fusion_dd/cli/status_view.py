@@ -81,7 +81,7 @@ def status_lines(state_dir: Path) -> list[str]:
     else:
         last_stop = state.stops[-1]["reason"] if state.stops else "coordinator gone"
         # A spent budget stops a resume at once: the hint offers a larger one, as the search's own did.
-        more = f" --budget {larger_budget(budget)}" if last_stop == "budget_exhausted" and budget is not None else ""
+        more = f" --budget {larger_budget(budget, state.launched)}" if last_stop == "budget_exhausted" and budget is not None else ""
         lines.append(
             f"  state: stopped ({last_stop}); continue with "
             f"'fusion-dd resume --state-dir {display_path(state_dir)}{more}{_where_flags(state)}'"

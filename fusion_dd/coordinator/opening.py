@@ -123,7 +123,7 @@ def refuse_spent_budget(budget: int, state: SearchState) -> None:
     if budget < launched and not state.open_trials():
         raise UsageError(
             f"budget {budget} is below the {launched} trainings this search has already launched "
-            f"(the budget counts every session's); give a larger one, e.g. --budget {larger_budget(launched)}"
+            f"(the budget counts every session's); give a larger one, e.g. --budget {larger_budget(budget, launched)}"
         )
 
 

@@ -8,6 +8,7 @@ shows a newcomer a complete, working example to copy.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -18,19 +19,9 @@ from ..core.errors import UsageError
 from ..core.rules import Section
 
 
-def write_demo_config(
-    state_dir: Path,
-    scenario: str,
-    *,
-    steps: int | None = None,
-    noise: float = 0.0,
-    strategy: str | None = None,
-    budget: int | None = None,
-    localize: bool = True,
-) -> Path:
-    """Write the demo's config into ``state_dir`` and return its path."""
-    document = demo_document(scenario, steps=steps, noise=noise, strategy=strategy, budget=budget, localize=localize)
-    return save_demo_config(state_dir, scenario, document)
+def write_demo_config(state_dir: Path, scenario: str, **options: Any) -> Path:
+    """Write the demo's config into ``state_dir`` and return its path; ``options``: :func:`demo_document`'s."""
+    return save_demo_config(state_dir, scenario, demo_document(scenario, **options))
 
 
 def demo_document(

@@ -20,7 +20,7 @@ from ..core.rules import Rule
 from ..core.scoring import Preconditions, Threshold, combine_runs
 from ..search.culprits import CulpritSearch
 from ..search.oracle import Outcome
-from ..store.state import EARLY_KINDS, LOCALIZE_ROLE, SearchState, TrialState
+from ..store.state import EARLY_KINDS, EARLY_PASS, LOCALIZE_ROLE, SearchState, TrialState
 from .trials import json_number as _number, trial_entry
 from ..store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
 from ..backends import fix_name_of
@@ -71,26 +71,20 @@ def _backing(
     ``trainings`` counts every finished training of the configuration (repeats
     included), ``support`` those whose verdict is ``claim`` (FAIL for a culprit
     set, PASS for the fix): after noise was seen a claim needs two.
-    ``early_support``: how many of those stopped early (``early_stop.pass_at``),
-    so that a summary never counts a training run to the horizon as a full one.
     ``by_config``: :func:`_by_config` of the search, built once per report (a report
     of hundreds of culprit sets scanned every trial for each).
     """
     if threshold is None:
-        return {"trainings": 0, "support": 0, "early_support": 0}
+        return {"trainings": 0, "support": 0}
     trials = by_config.get(frozenset(rule.name for rule in config), ())
-    judged = [
-        (threshold.verdict(trial.measurement, crash_is_failure), (trial.finished or {}).get("kind") in EARLY_KINDS)
-        for trial in trials
-        if trial.measurement is not None
-    ]
-    backing = [early for verdict, early in judged if verdict is claim]
-    return {"trainings": len(judged), "support": len(backing), "early_support": sum(backing)}
+    verdicts = [threshold.verdict(trial.measurement, crash_is_failure) for trial in trials if trial.measurement is not None]
+    return {"trainings": len(verdicts), "support": sum(verdict is claim for verdict in verdicts)}
 
 
-def _counts(backing: dict[str, int]) -> dict[str, int]:
-    """A culprit set's entry: its trainings and those that failed (how a failure stopped is in its trials)."""
-    return {"trainings": backing["trainings"], "support": backing["support"]}
+def _early_passes_of(by_config: Mapping[frozenset[str], Sequence[TrialState]], config: frozenset[Rule]) -> int:
+    """Trainings of ``config`` that passed early (``early_stop.pass_at``): a summary never counts them as full ones."""
+    trials = by_config.get(frozenset(rule.name for rule in config), ())
+    return sum(1 for trial in trials if (trial.finished or {}).get("kind") == EARLY_PASS)
 
 
 def _inconsistency_json(item: Any) -> dict[str, Any]:
@@ -214,7 +208,7 @@ def build_report(
                 "kind": culprit.kind,
                 "switched_off": sorted(rule.name for rule in culprit.switched_off),
                 "reason": culprit.reason,
-                **_counts(_backing(by_config, culprit.rules | required, Outcome.FAIL, threshold, config.score.crash_is_failure)),
+                **_backing(by_config, culprit.rules | required, Outcome.FAIL, threshold, config.score.crash_is_failure),
             }
             for culprit in result.culprit_sets
         ]
@@ -227,7 +221,7 @@ def build_report(
         fix_backing = _backing(by_config, result.fix, Outcome.PASS, threshold, config.score.crash_is_failure)
         report["fix_verified_by"] = fix_backing["support"]
         report["fix_trainings"] = fix_backing["trainings"]
-        report["fix_verified_early"] = fix_backing["early_support"]
+        report["fix_verified_early"] = _early_passes_of(by_config, result.fix)
         if status == "found":
             report["fix_config"] = fix_name_of(config.compiler)
             if result.fix_verified:
@@ -257,7 +251,7 @@ def build_report(
     if status == "budget_exhausted":
         report["continue_with"] = (
             f"fusion-dd resume --state-dir {display_path(config.state_dir)} "
-            f"--budget {larger_budget(max(config.search.budget, state.launched))}{where}"
+            f"--budget {larger_budget(config.search.budget, state.launched)}{where}"
         )
     elif status == "interrupted":
         report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}{where}"
@@ -728,9 +722,11 @@ def write_outputs(
     return report_path, fix_path
 
 
-def larger_budget(budget: int) -> int:
-    """The budget a "continue with" hint offers once a budget was spent: half as much again, 10 at least."""
-    return budget + max(10, budget // 2)
+def larger_budget(budget: int, launched: int) -> int:
+    """The budget a "continue with" hint offers once a budget was spent: half as much again, 10 at least,
+    over the larger of the budget and the trainings launched (a budget counts every session's)."""
+    spent = max(budget, launched)
+    return spent + max(10, spent // 2)
 
 
 def display_path(path: Path) -> str:
