@@ -25,6 +25,7 @@ import yaml
 from results_file import replace_section
 
 from fusion_dd.demo import DEFAULT_SCENARIO, SCENARIOS
+from fusion_dd.demo.config import default_demo_dir
 
 BEGIN = "<!-- bench_demo_guided:begin -->"
 END = "<!-- bench_demo_guided:end -->"
@@ -52,7 +53,7 @@ def run(scenario: str) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         _fusion_dd("demo", "--scenario", scenario, "--jobs", "2", cwd=root)
-        state = root / ".fusion-dd-demo"
+        state = root / default_demo_dir(scenario)
         guided_report = json.loads((state / "report.json").read_text())
         config = yaml.safe_load((state / "fusion-dd.yaml").read_text())
         config["search"]["guide"] = "none"

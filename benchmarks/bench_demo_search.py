@@ -26,6 +26,7 @@ from pathlib import Path
 from results_file import replace_section
 
 from fusion_dd.demo import DEFAULT_SCENARIO, SCENARIOS
+from fusion_dd.demo.config import default_demo_dir
 
 BEGIN = "<!-- bench_demo_search:begin -->"
 END = "<!-- bench_demo_search:end -->"
@@ -44,7 +45,7 @@ def run(scenario: str) -> dict[str, object]:
             text=True,
         )
         wall = time.monotonic() - start
-        report = json.loads((Path(tmp) / ".fusion-dd-demo" / "report.json").read_text())
+        report = json.loads((Path(tmp) / default_demo_dir(scenario) / "report.json").read_text())
     planted = sorted(sorted(culprit) for culprit in SCENARIOS[scenario].planted)
     found = sorted(sorted(rule["name"] for rule in culprit["rules"]) for culprit in report["culprits"])
     return {

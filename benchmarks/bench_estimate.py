@@ -42,6 +42,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fusion_dd.demo import SCENARIOS  # noqa: E402
+from fusion_dd.demo.config import default_demo_dir  # noqa: E402
 from fusion_dd.coordinator.estimate import estimate  # noqa: E402
 from fusion_dd.core.rules import catalog  # noqa: E402
 from fusion_dd.store.journal import JOURNAL_NAME, read_records  # noqa: E402
@@ -106,7 +107,7 @@ def measure(case: Case, state_dir: Path) -> Case:
 def demo_case(scenario: str) -> Case:
     with tempfile.TemporaryDirectory() as tmp:
         _cli("demo", "--scenario", scenario, "--jobs", "2", cwd=Path(tmp))
-        return measure(Case(f"demo {scenario}", 2), Path(tmp) / ".fusion-dd-demo")
+        return measure(Case(f"demo {scenario}", 2), Path(tmp) / default_demo_dir(scenario))
 
 
 def planted(kind: str, seed: int) -> list[str]:

@@ -794,7 +794,8 @@ def demo(
     devices: Optional[str] = DevicesOption,
     jobs: Optional[int] = JobsOption,
     state_dir: Optional[Path] = typer.Option(
-        None, "--state-dir", help="Where the demo search lives (default ./.fusion-dd-demo)."
+        None, "--state-dir",
+        help="Where the demo search lives (default ./.fusion-dd-demo, ./.fusion-dd-demo-SCENARIO for the other scenarios).",
     ),
     steps: Optional[int] = typer.Option(None, "--steps", help="Training steps per demo training."),
     noise: float = typer.Option(0.0, "--noise", help="Run-to-run jitter of the demo training (0 = deterministic)."),
@@ -802,10 +803,14 @@ def demo(
     no_localize: bool = typer.Option(
         False, "--no-localize", help="Skip the dumped trainings that name the op and layer each culprit broke."
     ),
+    restart: bool = typer.Option(
+        False, "--restart",
+        help="Move the demo's state directory aside (to NAME.1, NAME.2, ...; nothing is deleted) and start afresh.",
+    ),
 ) -> None:
     """Run a whole search against the built-in simulated-NPU training and compare it with what was planted."""
     from ..demo import DEFAULT_SCENARIO, SCENARIOS
-    from ..demo.config import demo_document, save_demo_config
+    from ..demo.config import default_demo_dir, demo_document, save_demo_config
 
     if list_scenarios:
         for name, entry in SCENARIOS.items():
@@ -821,23 +826,102 @@ def demo(
         raise UsageError("--steps: must be at least 1")
     if noise < 0:
         raise UsageError("--noise: must be zero or positive")
-    directory = (state_dir or Path(".fusion-dd-demo")).resolve()
+    directory = (state_dir or default_demo_dir(name)).resolve()
     config_path = directory / DEFAULT_CONFIG_NAME
     options: dict[str, Any] = {"steps": steps, "noise": noise, "strategy": strategy, "localize": not no_localize}
     # Everything checked before anything is written, as search checks its options: the errors name
     # --state-dir, --budget and --devices, not the config file the demo has not written yet.
     check_state_dir(directory, "--state-dir", config_path)
-    _overridden(parse_config(demo_document(name, **options), config_path), budget=budget, devices=devices, jobs=jobs)
+    planned = _overridden(parse_config(demo_document(name, **options), config_path), budget=budget, devices=devices, jobs=jobs)
     document = demo_document(name, budget=budget, **options)
+    shown_again = None
+    if restart:
+        _restart_demo(directory)
+    else:
+        again = [
+            "fusion-dd", "demo",
+            *(part for option, value in (
+                ("--scenario", scenario), ("--steps", steps), ("--noise", noise or None), ("--strategy", strategy),
+                ("--budget", budget), ("--devices", devices), ("--jobs", jobs), ("--state-dir", state_dir),
+            ) if value is not None for part in (option, str(value))),
+            *(["--no-localize"] if no_localize else []), "--restart",
+        ]  # fmt: skip
+        shown_again = _check_demo_journal(directory, planned, document, shlex.join(again))
     config_path = save_demo_config(directory, name, document)
     typer.echo(f"demo scenario {name!r}: {SCENARIOS[name].description}", err=True)
     typer.echo(f"config: {display_path(config_path)} (a normal fusion-dd.yaml; the trainings are real subprocesses)", err=True)
+    if shown_again is not None:
+        typer.echo(f"fusion-dd: {shown_again}", err=True)
     config = _overridden(load_config(config_path), budget=None, devices=devices, jobs=jobs)
     result = run_engine(config)
     typer.echo("")
     for line in demo_comparison(result.report, SCENARIOS[name].planted, SCENARIOS[name].damaged):
         typer.echo(line)
     raise typer.Exit(result.exit_code)
+
+
+def _restart_demo(directory: Path) -> None:
+    """``demo --restart``: moved aside like ``search --restart``, unless the directory holds no more
+    than the demo's own config (no search started there), which is written afresh anyway."""
+    try:
+        entries = {entry.name for entry in directory.iterdir()}
+    except FileNotFoundError:
+        return
+    if entries - {DEFAULT_CONFIG_NAME}:
+        _restart(directory)
+
+
+def _check_demo_journal(directory: Path, planned: SearchConfig, document: dict[str, Any], again: str) -> str | None:
+    """The demo search already in ``directory``, against the one this command line asks for.
+
+    Another definition (other --steps, --noise, --strategy) is refused here, before the
+    demo rewrites its config, with the demo's own way out: the engine's refusal would
+    point to ``fusion-dd search --restart``, which knows no demo config. A finished
+    search asked for with options that change no definition (--no-localize, --budget)
+    is shown again as it ran: the returned line says so, so that its answer is not
+    taken for this command line's. (Asked with localization where it ran without,
+    the engine localizes it, and says so.)
+    """
+    from ..config.session import journaled_context
+    from ..store.state import definition_changes
+
+    records = read_records(directory / JOURNAL_NAME)
+    start = next((record for record in records if record.get("type") == "search_started"), None)
+    if start is None or not isinstance(start.get("definition"), dict):
+        return None  # no search yet
+    started = start["definition"]
+    changes = definition_changes(started, planned.with_started_defaults(started).definition())
+    where = display_path(directory)
+    if changes:
+        raise UsageError(
+            f"{where}: holds a demo search with other options (changed: {', '.join(changes)}); run this one "
+            f"afresh with '{again}' (moves the old one aside, nothing is deleted), or give it another --state-dir"
+        )
+    old_document = start.get("config_document")
+    if "localize" in document and "localize" not in (old_document or {}):
+        return None  # the engine localizes the finished search now, and says so
+    differ = _document_changes(old_document, document)
+    if not differ or not journaled_context(records)[1]:
+        return None
+    return (
+        f"{where}: holds a finished demo search that ran with other options ({', '.join(differ)}); "
+        "its answer is shown again as it ran; add --restart for a new one"
+    )
+
+
+def _document_changes(old: Any, new: dict[str, Any]) -> list[str]:
+    """The config keys (``localize``, ``search.budget``) whose values differ between two config documents."""
+    old = old if isinstance(old, dict) else {}
+    changes: list[str] = []
+    for key in dict.fromkeys([*old, *new]):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if isinstance(before, dict) and isinstance(after, dict):
+            changes += [f"{key}.{sub}" for sub in dict.fromkeys([*before, *after]) if before.get(sub) != after.get(sub)]
+        else:
+            changes.append(key)
+    return changes
 
 
 def demo_comparison(report: dict[str, Any], planted: Any, damaged: Any = ()) -> list[str]:

@@ -14,9 +14,24 @@ import yaml
 
 from ..backends.cann.autofuse import ENABLE, FLAGS_ENV
 from ..config.settings import DEFAULT_CONFIG_NAME
-from . import candidate_rules, train_command
+from . import DEFAULT_SCENARIO, candidate_rules, train_command
 from ..core.errors import UsageError
 from ..core.rules import Section
+
+
+#: Where the default scenario's demo search lives (the README's quick start shows it).
+DEFAULT_DEMO_DIR = ".fusion-dd-demo"
+
+
+def default_demo_dir(scenario: str) -> Path:
+    """The state directory a scenario's demo uses without ``--state-dir``.
+
+    One per scenario, so that trying the scenarios one after another resumes or
+    shows each one's own search instead of meeting another scenario's journal
+    (a different search definition, refused). The default scenario keeps the
+    plain name.
+    """
+    return Path(DEFAULT_DEMO_DIR if scenario == DEFAULT_SCENARIO else f"{DEFAULT_DEMO_DIR}-{scenario}")
 
 
 def write_demo_config(state_dir: Path, scenario: str, **options: Any) -> Path:

@@ -190,15 +190,18 @@ def test_list_scenarios_and_bad_scenario(tmp_path):
     assert bad.returncode == 2 and "unknown scenario 'nope'" in bad.stderr
 
 
-def test_autofuse_scenario_finds_the_autofuse_pair_and_the_rule_and_prints_the_export_line(tmp_path):
+def test_autofuse_scenario_finds_the_autofuse_pair_and_the_rule_and_prints_the_export_line(demo, report):
     # 10 steps: both planted faults already show (the AutoFuse pair freezes the weights, the fused
     # LayerNorm cancels from the first step), and the search's 29 trainings cost about a quarter
     # less than at 20. The scenario's own length (60 steps) is checked in tests/demo/test_demo_planted.py.
-    result = run_fusion_dd(
-        "demo", "--scenario", "autofuse", "--steps", "10", "--jobs", "2", "--no-localize", cwd=tmp_path
-    )
+    # Where the README's demo ran, as a newcomer tries the next scenario: a state directory of its own.
+    _, default_state = demo
+    cwd = default_state.parent
+    result = run_fusion_dd("demo", "--scenario", "autofuse", "--steps", "10", "--jobs", "2", "--no-localize", cwd=cwd)
     assert result.returncode == 0, result.stderr
-    state = tmp_path / ".fusion-dd-demo"
+    state = cwd / ".fusion-dd-demo-autofuse"
+    assert "config: .fusion-dd-demo-autofuse/fusion-dd.yaml" in result.stderr
+    assert json.loads((default_state / "report.json").read_text()) == report  # the default demo's left as it was
     report = json.loads((state / "report.json").read_text())
     assert found(report) == planted("autofuse") == [{"LayerNormFusionPass"}, {"elemwise", "reduce"}]
     pair = next(c for c in report["culprits"] if len(c["rules"]) == 2)
@@ -227,3 +230,39 @@ def test_a_bad_devices_or_budget_is_refused_as_search_refuses_it_before_anything
         assert demoed.stderr == searched.stderr and demoed.stderr.startswith(f"fusion-dd: error: {option[0]}: ")
         assert len(demoed.stderr.splitlines()) == 1 and demoed.stdout == ""
     assert sorted(path.name for path in tmp_path.iterdir()) == ["search"]  # no x, no .fusion-dd-demo
+
+
+def test_a_demo_asked_again_with_other_options_says_what_it_shows_and_names_the_demos_restart(demo, report, tmp_path):
+    """On a copy of the README's finished demo: the way out of another definition is the demo's own."""
+    import shutil
+
+    _, finished = demo
+    state = tmp_path / ".fusion-dd-demo"
+    shutil.copytree(finished, state)
+    config = (state / "fusion-dd.yaml").read_bytes()
+
+    other = run_fusion_dd("demo", "--steps", "12", "--jobs", "2", cwd=tmp_path)
+    assert other.returncode == 2 and other.stdout == ""
+    assert other.stderr.splitlines() == [
+        "fusion-dd: error: .fusion-dd-demo: holds a demo search with other options (changed: train.command); run "
+        "this one afresh with 'fusion-dd demo --steps 12 --jobs 2 --restart' (moves the old one aside, nothing is "
+        "deleted), or give it another --state-dir"
+    ]
+    assert (state / "fusion-dd.yaml").read_bytes() == config  # refused before the demo rewrote its config
+
+    again = run_fusion_dd("demo", "--no-localize", "--jobs", "2", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (
+        "fusion-dd: .fusion-dd-demo: holds a finished demo search that ran with other options (localize); its "
+        "answer is shown again as it ran; add --restart for a new one"
+    ) in again.stderr.splitlines()
+    assert "every planted culprit localized to the layer it damaged" in again.stdout  # the answer as it ran
+
+    # Two references and one question (budget 3): enough to show the old search moved aside, a new one begun.
+    fresh = run_fusion_dd("demo", "--steps", "12", "--jobs", "2", "--no-localize", "--budget", "3", "--restart", cwd=tmp_path)
+    assert fresh.returncode == 3, fresh.stderr
+    assert "fusion-dd: moved the old search aside: .fusion-dd-demo -> .fusion-dd-demo.1" in fresh.stderr
+    assert json.loads((tmp_path / ".fusion-dd-demo.1" / "report.json").read_text())["culprits"] == report["culprits"]
+    command = yaml.safe_load((state / "fusion-dd.yaml").read_text())["train"]["command"]
+    assert command[command.index("--steps") + 1] == "12"
+    assert json.loads((state / "report.json").read_text())["trainings"] == 3

@@ -281,7 +281,7 @@ def test_sigint_right_after_a_record_is_appended_exits_130_and_the_search_resume
 def test_sigint_right_after_the_guides_ranking_is_journaled_exits_130_and_the_demo_resumes(tmp_path):
     """The guide's ranking is the largest record a search writes: the case that was called tampered with."""
     args = ["demo", "--scenario", "quick", "--jobs", "2"]
-    stopped = _interrupt_when_journaled(tmp_path, args, tmp_path / ".fusion-dd-demo" / "journal.jsonl", "guide")
+    stopped = _interrupt_when_journaled(tmp_path, args, tmp_path / ".fusion-dd-demo-quick" / "journal.jsonl", "guide")
     assert stopped.returncode == 130, stopped.stderr
     assert "another program" not in stopped.stderr and "Traceback" not in stopped.stderr, stopped.stderr
     resumed = run_fusion_dd(*args, cwd=tmp_path)
