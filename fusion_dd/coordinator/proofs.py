@@ -79,7 +79,8 @@ class Proofs:
     def check_horizon(self, trials: Sequence[TrialState], oracle: TrainingOracle | None) -> None:
         """Raise ``HorizonOutrun`` when a fix candidate trained to its end failed where early passes were blind.
 
-        It failed after the horizon (its loss left the band only then) or at its
+        It failed after the horizon (its loss left the band only then: the first
+        step outside it, not the later step at which patience stopped it) or at its
         end with its loss inside the band all along: the early passes of the
         configurations inside it could not have seen that damage. Told at the end
         of the question that asked the candidate, so a replay, asking the same
@@ -97,7 +98,8 @@ class Proofs:
             kind = trial.finished.get("kind")
             if kind == "metric":  # its loss never left the band, yet it failed
                 raise HorizonOutrun(trial, None)
-            step = (trial.finished.get("early_stop") or {}).get("step")
+            stop = trial.finished.get("early_stop") or {}
+            step = stop.get("departed", stop.get("step"))  # journals before ``departed`` knew only the stop's step
             if kind in _STOPPED_FAILING and isinstance(step, int) and step > horizon:
                 raise HorizonOutrun(trial, step)
             # Otherwise seen inside the horizon (an ordinary failure: the early passes stand), or a
@@ -107,7 +109,8 @@ class Proofs:
         """Journal the revision a fix candidate's late failure calls for, and say it."""
         trial = outrun.trial
         where = (
-            f"after the horizon (step {outrun.step} > {self._horizon()})" if outrun.step is not None
+            f"after the horizon (its loss left the band at step {outrun.step} > {self._horizon()})"
+            if outrun.step is not None
             else "at its end, its loss inside the band all along"
         )  # fmt: skip
         self._revise(

@@ -170,14 +170,21 @@ class EarlyStopRule:
 class StopDecision:
     """Why a run may be stopped now: its kind (as :func:`fusion_dd.runner.metrics.classify`
     will report it), the step it was seen at (None when the report had no step)
-    and a one-line reason for the journal and the report."""
+    and a one-line reason for the journal and the report. ``departed``: for a run
+    stopped for its loss, the first step at which a report lay outside the band, which
+    may come well before the stop (patience): whether early passes could have seen
+    the damage is told by it, not by the step of the stop."""
 
     kind: StopKind
     step: int | None
     reason: str
+    departed: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "step": self.step, "reason": self.reason}
+        record: dict[str, Any] = {"kind": self.kind, "step": self.step, "reason": self.reason}
+        if self.departed is not None:
+            record["departed"] = self.departed
+        return record
 
 
 def _bool(value: Any, where: str) -> bool:
@@ -212,6 +219,7 @@ class Judge:
         self._last_step: int | None = None
         self._run: list[int] = []  # steps of the current run of reports above the band
         self._left_band = False  # some judged report lay above the band: no early pass
+        self._departed: int | None = None  # the first step of such a report
 
     def feed(self, step: int | None, loss: float) -> StopDecision | None:
         if self.decision is not None:
@@ -238,6 +246,8 @@ class Judge:
         ref_step, ref_loss = reference
         inside = loss <= ref_loss + band_width(ref_loss, rule.divergence, rule.relative)
         self._left_band = self._left_band or not inside
+        if not inside and self._departed is None:
+            self._departed = step
         if rule.pass_step is not None and step >= rule.pass_step and not self._left_band:
             self.decision = StopDecision(
                 "early_pass",
@@ -260,6 +270,7 @@ class Judge:
                     f"failed early at step {step}: loss {loss:.6g} left the baseline's band ({ref_loss:.6g} at its "
                     f"step {ref_step}) for {len(self._run)} reports in a row (since step {self._run[0]}); a "
                     "speculative failure, proven only by a full training",
+                    departed=self._departed,
                 )
         elif len(self._run) >= rule.patience:
             band = (
@@ -272,6 +283,7 @@ class Judge:
                 f"stopped early at step {step}: loss {loss:.6g} above the baseline's "
                 f"{ref_loss:.6g} (its step {ref_step}) + {band} for {len(self._run)} "
                 f"report{'s' if len(self._run) > 1 else ''} in a row{since}",
+                departed=self._departed,
             )
         return self.decision
 

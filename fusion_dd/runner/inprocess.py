@@ -30,7 +30,7 @@ from typing import Any
 from ..store.atomic import write_json_atomic
 from .early_stop import make_monitor
 from .launcher import Placement, TrialRequest, TrialResult, result_of, this_host
-from .trial import EARLY_STOP_FILE, LOG_FILE, METRICS_FILE, SWITCH_FILE, TrialRun, resolve_launch
+from .trial import EARLY_STOP_FILE, LOG_FILE, METRICS_FILE, SWITCH_FILE, TrialRun, early_stop_record, resolve_launch
 
 _POLL = 0.01  # seconds between looks at a running function (it is in this process: cheap)
 _KILLED = 9  # the signal a process launcher's SIGKILL would report
@@ -104,13 +104,7 @@ class InProcessHandle:
                 timed_out = True
                 self.context.stop.set()
             elif monitor is not None and (decision := monitor()) is not None:
-                early_stop = {
-                    "kind": decision.kind,
-                    "step": decision.step,
-                    "reason": decision.reason,
-                    "time": time.time(),
-                    "elapsed": round(time.monotonic() - self._started, 3),
-                }
+                early_stop = early_stop_record(decision, time.time(), time.monotonic() - self._started)
                 write_json_atomic(self.context.trial_dir / EARLY_STOP_FILE, early_stop)
                 self.context.stop.set()
             else:

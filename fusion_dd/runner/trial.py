@@ -91,6 +91,16 @@ class StopRequest(Protocol):
     def reason(self) -> str: ...
 
 
+def early_stop_record(decision: StopRequest, now: float, elapsed: float) -> dict[str, Any]:
+    """What ``early_stop.json`` holds, and the finished record carries: the decision, when and
+    how long into the training (``departed``, the first step outside the band, where known)."""
+    record: dict[str, Any] = {"kind": decision.kind, "step": decision.step, "reason": decision.reason}
+    departed = getattr(decision, "departed", None)
+    if isinstance(departed, int):
+        record["departed"] = departed
+    return {**record, "time": now, "elapsed": round(elapsed, 3)}
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     """Everything needed to run one training; placeholders still unresolved."""
@@ -668,16 +678,7 @@ class RunningTrial:
         record = _read_json(self.trial_dir / SUPERVISOR_FILE) or {}
         started = record.get("start")
         elapsed = now - float(started) if isinstance(started, (int, float)) else now - self._created
-        write_json_atomic(
-            self.trial_dir / EARLY_STOP_FILE,
-            {
-                "kind": decision.kind,
-                "step": decision.step,
-                "reason": decision.reason,
-                "time": now,
-                "elapsed": round(max(elapsed, 0.0), 3),
-            },
-        )
+        write_json_atomic(self.trial_dir / EARLY_STOP_FILE, early_stop_record(decision, now, max(elapsed, 0.0)))
         self.cancel()
         return True
 
@@ -890,6 +891,7 @@ __all__ = [
     "DUMP_PLACEHOLDERS",
     "ForeignTrial",
     "EARLY_STOP_FILE",
+    "early_stop_record",
     "PLACEHOLDERS",
     "RunningTrial",
     "StopRequest",

@@ -92,6 +92,21 @@ def test_damage_after_the_horizon_is_caught_by_the_fix_s_full_training(tmp_path:
     assert later and all(record["kind"] not in ("early_pass", "early_fail") for record in later)
 
 
+def test_a_fix_candidate_that_left_the_band_before_the_horizon_revises_no_early_pass(tmp_path: Path) -> None:
+    """LATE's damage starts at step 15, inside the horizon (16), and patience stops the fix
+    candidate only at step 17: early passes saw that damage, so its failure is an ordinary one."""
+    write_config(tmp_path, "--culprits", f"{CULPRIT},{LATE}", *CURVE, "--damage-at", f"{LATE}:15")
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = report(tmp_path)
+    assert culprits(found) == sorted([[CULPRIT], [LATE]]) and found["fix_verified"]
+    journal = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
+    stopped = [record["early_stop"] for record in journal if record.get("kind") == "early_fail"]
+    assert any(stop["step"] > 16 >= stop["departed"] for stop in stopped), stopped
+    assert not found["early_passes"]["revised"], found["early_passes"]
+    assert "early verdicts revised" not in done.stdout
+
+
 def test_a_resumed_search_with_early_passes_and_a_revision_asks_the_same_questions(tmp_path: Path) -> None:
     uninterrupted, interrupted = tmp_path / "whole", tmp_path / "parts"
     args = ("--culprits", f"{CULPRIT},{LATE}", *CURVE, "--damage-at", f"{LATE}:30")

@@ -251,6 +251,11 @@ def test_with_fail_band_a_run_that_leaves_the_band_fails_early_at_its_patience()
     decision = decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, leaving)
     assert decision is not None and (decision.kind, decision.step) == ("early_fail", 14)  # patience 3: 12, 13, 14
     assert "since step 12" in decision.reason and "proven only by a full training" in decision.reason
+    # The departure, not the stop, tells whether early passes could have seen the damage.
+    assert decision.departed == 12 and decision.to_json()["departed"] == 12
+    # A lone report outside the band before the run that stops it counts as the departure.
+    early_spike = [(step, 1.5 if step == 5 else leaving[step - 1][1]) for step in range(1, 101)]
+    assert decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, early_spike).departed == 5  # type: ignore[union-attr]
     # One spike is no departure; without fail_band the run trains on to its full verdict.
     spike = [(step, 1.5 if step == 12 else 1.0) for step in range(1, 101)]
     assert decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, spike) is None
