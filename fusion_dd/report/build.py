@@ -552,8 +552,10 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
         )
         if early.get("culprits_proven_by"):
             text += f"; the culprit sets were proven by full training #{', #'.join(early['culprits_proven_by'])}"
-        else:
+        elif report.get("status") == "found":
             text += "; every culprit set's failure is backed by full trainings (with one set: all-on's and the fix's)"
+        else:  # the search stopped before it proved anything: its sets so far rest on these failures
+            text += "; the search ended before a full training proved any culprit set"
         lines.append(text)
     if early.get("trainings") or early.get("early_fails"):
         for reason in early.get("revised") or []:
@@ -801,7 +803,7 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
     # The trainings count every session of the search, the rounds only this one's: each says its scope.
     lines.append(
         f"  trainings launched{' in all' if rounds else ''}: {report['trainings']} of budget {report['budget']}"
-        + (f", {rounds} rounds this session" if rounds else "")
+        + (f", {rounds} round{'s' if rounds != 1 else ''} this session" if rounds else "")
     )
     culprits = report.get("culprits") or []
     if culprits:
@@ -844,7 +846,8 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             lines.append(f"  and in the training's environment: export {name}={shlex.quote(value)}")
         if report.get("hitting_set") == "greedy":
             lines.append("  (chosen greedily: too many overlapping culprit sets for an exact search, so fewer may suffice)")
-    if report.get("may_hide"):
+    # What the fix may hide, and other fixes, speak of a fix: said only when the search handed one over.
+    if report.get("may_hide") and report["status"] == "found":
         hiding = report["may_hide"]
         lines.append(
             f"  may hide more culprit sets: {', '.join(hiding)} (switched off, so a culprit set that contains "
@@ -885,7 +888,7 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"{' (the search chose it)' if alternative.get('searched') else ''}{' <- handed over' if alternative['picked'] else ''}"
         )
     others = report.get("other_fixes") or []
-    if others:
+    if others and report["status"] == "found":
         shown = ", or ".join(_fix_words(names, report.get("switched_off")) for names in others[:SHOWN_FIXES])
         more = f" (and {len(others) - SHOWN_FIXES} more: report.json other_fixes)" if len(others) > SHOWN_FIXES else ""
         lines.append(

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from fusion_dd.config.settings import SearchConfig, load_config
-from fusion_dd.report.build import STATUS_TEXT, build_report, fix_verdict, summary_lines
+from fusion_dd.report.build import STATUS_TEXT, build_report, cost_lines, fix_verdict, summary_lines
 from fusion_dd.core.rules import Rule, Section
 from fusion_dd.core.scoring import Preconditions, Threshold
 from fusion_dd.search.culprits import CulpritSearch, CulpritSet
@@ -209,3 +209,30 @@ def test_the_fix_verdict_says_which_passing_trainings_stopped_early() -> None:
     assert fix_verdict(early) == (
         "verified: trained and passes, 2 of 2 training(s) passed (1 to its end, 1 stopped early at the horizon)"
     )
+
+
+def test_early_failures_are_called_backed_by_full_trainings_only_when_the_search_found_its_sets() -> None:
+    early = {"early_passes": {"early_fails": 2, "culprits_proven_by": []}}
+    found = "\n".join(cost_lines({**early, "status": "found"}))
+    assert "every culprit set's failure is backed by full trainings" in found
+    cut_off = "\n".join(cost_lines({**early, "status": "budget_exhausted"}))
+    assert "backed by full trainings" not in cut_off
+    assert "the search ended before a full training proved any culprit set" in cut_off
+
+
+def test_one_round_is_said_in_the_singular(tmp_path: Path) -> None:
+    records = [*references(), *trial("0003", ["C"], 0.5), *trial("0004", ["A", "B"], 0.9)]
+    report = build_report(config=make_config(tmp_path), state=replay(records), status="found", preconditions=OK,
+                          result=found_result(), rounds=1)
+    assert "trainings launched in all: 4 of budget 20, 1 round this session" in "\n".join(summary_lines(report))
+
+
+def test_a_search_cut_off_by_its_budget_says_nothing_of_a_fix_it_did_not_hand_over(tmp_path: Path) -> None:
+    report = {
+        **_found_report(tmp_path), "status": "budget_exhausted", "may_hide": ["A"], "other_fixes": [["B"]],
+    }  # fmt: skip
+    text = "\n".join(summary_lines(report))
+    assert "the fix holds either way" not in text
+    assert "a faster fix may exist" not in text
+    found = "\n".join(summary_lines({**report, "status": "found"}))
+    assert "the fix holds either way" in found and "a faster fix may exist" in found
