@@ -97,7 +97,7 @@ def _load(
     scheduler: str | None = None,
 ) -> SearchConfig:
     return _overridden(
-        load_config(config_path or Path(DEFAULT_CONFIG_NAME)), budget=budget, devices=devices, jobs=jobs,
+        load_config(config_path or Path(DEFAULT_CONFIG_NAME), own_state_dir=state_dir is None), budget=budget, devices=devices, jobs=jobs,
         state_dir=state_dir, launcher=launcher, scheduler=scheduler,
     )
 
@@ -278,7 +278,8 @@ def _launched_before(state_dir: Path) -> int:
         return 0
 
 
-def _dry_run(config: SearchConfig) -> None:
+def _dry_run(config: SearchConfig, note: str | None = None, restart: bool = False) -> None:
+    """Show what a search would run, and fail (exit 2) wherever the search itself would refuse to start."""
     rules = list(config.rules)
     echo = typer.echo
     cluster = None
@@ -363,7 +364,16 @@ def _dry_run(config: SearchConfig) -> None:
             f"time: at most {hours:.1f} h on {parallel} device slot(s) if every training ran to its "
             f"{config.train.timeout / 3600:.2g} h timeout"
         )
-    echo(f"state directory: {config.state_dir}")
+    if restart:
+        echo(f"state directory: {config.state_dir}: with --restart, first moved aside (nothing deleted); a new search starts")
+        refusal = None
+    else:
+        from ..coordinator.opening import foresee_opening
+
+        what, refusal = foresee_opening(config)
+        echo(f"state directory: {config.state_dir}: {what}")
+        if note:
+            echo(f"  {note}")
     checked = preflight(config)
     echo("pre-flight (the command the first trial runs):")
     for note in checked.notes:
@@ -371,6 +381,8 @@ def _dry_run(config: SearchConfig) -> None:
     for problem in checked.errors:
         echo(f"  FAILS: {problem}")
     echo("nothing was launched (dry run)")
+    if refusal is not None:
+        _fail(f"{refusal} (a search would refuse to start)")
     if checked.errors:
         # The problems are the FAILS lines above: the error line names their keys, it does not repeat them.
         keys = ", ".join(dict.fromkeys(problem.split(": ")[1] for problem in checked.errors if ": " in problem))
@@ -459,10 +471,11 @@ def search(
         config, budget=budget, devices=devices, jobs=jobs, state_dir=state_dir, launcher=launcher, scheduler=scheduler
     )
     if dry_run:
+        note = None
+        if not restart:  # what the journal remembers, or the conflict a search would refuse
+            loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler))
         _warn(loaded)
-        _dry_run(loaded)
-        if restart:
-            typer.echo(f"with --restart, {display_path(loaded.state_dir)} would first be moved aside (nothing deleted)")
+        _dry_run(loaded, note=note, restart=restart)
         return
     if restart:
         _restart(loaded.state_dir)
@@ -471,14 +484,17 @@ def search(
 
 
 def _resume_config(state_dir: Path, config_path: Path | None) -> SearchConfig:
+    # The state directory is the one given (or found): the config's own is not checked.
     if config_path is not None:
-        return load_config(config_path)
+        return load_config(config_path, own_state_dir=False)
     records = read_records(state_dir / JOURNAL_NAME)
     # The first search_started record is the search (SearchState.start_record), no replay needed.
     start = next((record for record in records if record.get("type") == "search_started"), None)
     if start is None:
         raise UsageError(f"{state_dir}: no search to resume here; start one with 'fusion-dd search'")
-    return parse_config(start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)))
+    return parse_config(
+        start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)), own_state_dir=False
+    )
 
 
 @app.command()

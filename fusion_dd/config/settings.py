@@ -395,8 +395,12 @@ class _StrictLoader(_SAFE_LOADER):  # type: ignore[misc, valid-type]
         return super().construct_mapping(node, deep=deep)
 
 
-def load_config(path: Path) -> SearchConfig:
-    """Read and validate a config file."""
+def load_config(path: Path, *, own_state_dir: bool = True) -> SearchConfig:
+    """Read and validate a config file.
+
+    ``own_state_dir``: False when the command line gives the state directory, so that
+    the config's own ``state_dir``, never used, is not refused for what it holds.
+    """
     path = Path(path)
     if not path.exists():
         raise UsageError(
@@ -417,11 +421,12 @@ def load_config(path: Path) -> SearchConfig:
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UsageError(f"{path}{where}: not valid YAML ({problem})") from None
-    return parse_config(document, path)
+    return parse_config(document, path, own_state_dir=own_state_dir)
 
 
-def parse_config(document: Any, source: Path) -> SearchConfig:
-    """Validate a parsed YAML document; ``source`` names it and anchors relative paths."""
+def parse_config(document: Any, source: Path, *, own_state_dir: bool = True) -> SearchConfig:
+    """Validate a parsed YAML document; ``source`` names it and anchors relative paths (``own_state_dir``:
+    as for :func:`load_config`)."""
     reader = _Reader(Path(source))
     source = Path(source).resolve()
     if document is None:
@@ -460,7 +465,8 @@ def parse_config(document: Any, source: Path) -> SearchConfig:
     search = _read_guide(reader, reader.mapping(document.get("search"), "search"), search, rules, localize)
     state_dir_raw = document.get("state_dir", ".fusion-dd")
     state_dir = (base_dir / reader.string(state_dir_raw, "state_dir")).resolve()
-    check_state_dir(state_dir, f"{reader.source}: state_dir", source)
+    if own_state_dir:
+        check_state_dir(state_dir, f"{reader.source}: state_dir", source)
     return SearchConfig(
         source=source,
         rules=rules,

@@ -17,10 +17,17 @@ from ..config.settings import SearchConfig
 from ..core.errors import UsageError
 from ..report.build import larger_budget
 from ..runner.broken import BrokenTraining, TrainingBroken
-from ..store.identity import SEARCH_ID_KEY, check_journal_belongs, journaled_id, new_search_id, record_state_dir_id
-from ..store.journal import JOURNAL_NAME, TRIALS_DIR
+from ..store.identity import (
+    SEARCH_ID_KEY,
+    check_journal_belongs,
+    journaled_id,
+    new_search_id,
+    record_state_dir_id,
+    state_dir_id,
+)
+from ..store.journal import JOURNAL_NAME, TRIALS_DIR, read_records
 from ..store.records import RecordType
-from ..store.state import SearchState, definition_changes
+from ..store.state import SearchState, definition_changes, replay
 from .guidance import references_dump
 from .ports import Context, JournalSink
 from .preflight import preflight
@@ -67,13 +74,51 @@ def open_search(context: Context, sink: JournalSink, adopt: Sequence[dict[str, A
             for adopted in adopt:
                 context.append(dict(adopted))
             context.events.message("the all-on training of rules.from: all_on is the all-on reference (trial all-on)")
-    elif state.definition != definition:
-        changes = ", ".join(definition_changes(state.definition, definition))
+    else:
+        refuse_changed_definition(state_dir, state.definition, definition)
+
+
+def refuse_changed_definition(state_dir: Path, journaled: dict[str, Any], definition: dict[str, Any]) -> None:
+    """The config defines another search than the journal's: resuming it would mix two searches' answers."""
+    if journaled != definition:
+        changes = ", ".join(definition_changes(journaled, definition))
         raise UsageError(
             f"{state_dir}: holds a search with a different definition (changed: {changes}); "
             "restore the old config, start over with 'fusion-dd search --restart' (moves this state "
             "directory aside, keeping its journal), or use another --state-dir for the new search"
         )
+
+
+def foresee_opening(config: SearchConfig) -> tuple[str, str | None]:
+    """What a search with this config would do with its state directory, read without changing anything.
+
+    Returns one line saying it (a new search, a resume, a finished answer shown)
+    and the refusal a search would stop with before any training, or None: the
+    same checks as a session's start, for ``search --dry-run``, which must not
+    promise a run the real search refuses. (A running search's lock is not
+    tried: taking it would be a change.)
+    """
+    state_dir = config.state_dir
+    journal = state_dir / JOURNAL_NAME
+    try:
+        state = replay(read_records(journal)) if journal.exists() else replay([])
+        if state.definition is None:
+            refuse_trials_without_journal(state_dir, state)
+            return "empty: a new search starts there", None
+        own = state_dir_id(state_dir)
+        theirs = journaled_id(state.start_record)
+        if own is not None and theirs != own:
+            check_journal_belongs(state_dir, journal, theirs)  # raises: it names both searches
+        refuse_changed_definition(
+            state_dir, state.definition, config.with_started_defaults(state.definition).definition()
+        )
+        refuse_ignored_switch(state_dir, state)
+        if state.finished is not None:
+            return "holds this search, finished: a search shows its answer (and localizes, with localize:, culprits not yet localized)", None
+        refuse_spent_budget(config.search.budget, state)
+    except UsageError as exc:
+        return "cannot be resumed", str(exc)
+    return f"holds this search, unfinished ({state.launched} trainings launched): a search resumes it", None
 
 
 def refuse_broken_command(config: SearchConfig) -> None:

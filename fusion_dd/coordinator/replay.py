@@ -62,7 +62,9 @@ def config_of(state: SearchState, state_dir: Path) -> SearchConfig:
     start = state.start_record
     if start is None:
         raise UsageError(f"{state_dir}: the journal holds no search_started record; nothing to report")
-    config = parse_config(start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)))
+    config = parse_config(
+        start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)), own_state_dir=False
+    )  # the state directory is the one the journal is in, whatever the document says
     config = config.with_started_defaults(start.get("definition"))
     if (config.from_all_on or config.closure) and state.definition is not None:
         # rules.from: all_on and closure found candidates the document does not list: the journal's are the search's.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from fusion_dd.backends.cann.switch import load_switch_file
 from fusion_dd.core.rules import Section
 from fusion_dd.store.journal import read_records
@@ -118,6 +120,53 @@ def test_dry_run_launches_nothing(tmp_path):
     assert "nothing was launched" in result.stdout
     assert not (tmp_path / ".fusion-dd").exists()
     assert not (tmp_path / "launch.log").exists()
+    assert "state directory: " in result.stdout and ": empty: a new search starts there" in result.stdout
+
+
+def test_a_dry_run_fails_where_the_search_would_refuse_and_changes_nothing(tmp_path):
+    """A dry run on a state directory runs the start's refusals, read-only: a spent budget and a
+    changed definition fail with the search's own line and exit 2; a resumable search is said."""
+    write_config(tmp_path, "--culprits", CULPRIT, budget=6)
+    assert run_fusion_dd("search", cwd=tmp_path).returncode != 0  # the budget runs out mid-search
+    journal = tmp_path / ".fusion-dd" / "journal.jsonl"
+    before = journal.read_bytes()
+
+    spent = run_fusion_dd("search", "--dry-run", "--budget", "3", cwd=tmp_path)
+    assert spent.returncode == 2
+    assert "nothing was launched" in spent.stdout
+    assert "budget 3 is below the 6 trainings this search has already launched" in spent.stderr
+    assert "a search would refuse to start" in spent.stderr and "Traceback" not in spent.stderr
+    real = run_fusion_dd("search", "--budget", "3", cwd=tmp_path)
+    assert real.returncode == 2 and "budget 3 is below the 6 trainings" in real.stderr
+
+    resumable = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert resumable.returncode == 0, resumable.stderr
+    assert "holds this search, unfinished (6 trainings launched): a search resumes it" in resumable.stdout
+    assert "resuming on devices 0,1 (from the journal)" in resumable.stdout
+
+    write_config(tmp_path, "--culprits", CULPRIT, budget=40, rules={"GraphFusion": GRAPH[:-1]})
+    changed = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert changed.returncode == 2
+    assert "holds a search with a different definition (changed: rules)" in changed.stderr
+    restart = run_fusion_dd("search", "--dry-run", "--restart", cwd=tmp_path)
+    assert restart.returncode == 0, restart.stderr
+    assert "with --restart, first moved aside (nothing deleted); a new search starts" in restart.stdout
+    assert journal.read_bytes() == before and not (tmp_path / ".fusion-dd.1").exists()
+
+
+def test_a_state_directory_given_on_the_command_line_replaces_the_configs_unchecked(tmp_path):
+    """The config's own state_dir (here its folder, which holds other files) is never used when
+    --state-dir gives one, so it is not refused."""
+    write_config(tmp_path, "--culprits", CULPRIT)
+    document = yaml.safe_load((tmp_path / "fusion-dd.yaml").read_text())
+    document["state_dir"] = "."
+    (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
+    (tmp_path / "notes.txt").write_text("not fusion-dd's\n")
+    refused = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert refused.returncode == 2 and "is not empty (notes.txt)" in refused.stderr
+    given = run_fusion_dd("search", "--dry-run", "--state-dir", "elsewhere", cwd=tmp_path)
+    assert given.returncode == 0, given.stderr
+    assert "elsewhere: empty: a new search starts there" in given.stdout
 
 
 def test_a_second_culprit_is_found_by_group_testing_and_only_the_fix_is_trained_twice(tmp_path):
