@@ -90,6 +90,10 @@ class LogProgress:
         return last
 
 
+#: What a finished training's line says in place of a verdict it has not got.
+_UNJUDGED = {"baseline": "reference", "all_on": "reference"}
+
+
 class ConsoleEvents:
     """SearchEvents for the CLI; thread-safe."""
 
@@ -369,7 +373,9 @@ class ConsoleEvents:
             value = f"metric {measurement.value:.6g}" if measurement.value is not None else measurement.kind
             if measurement.reason and measurement.kind != "metric":
                 value += f" ({measurement.reason})"
-        verdict = outcome.value.upper() if outcome is not None else "done"
+        # Without a verdict: a reference (it sets the threshold) or a training that ended before the
+        # threshold was known (adopted on resume, or beside the references): judged once it is.
+        verdict = outcome.value.upper() if outcome is not None else _UNJUDGED.get(trial.role, "unjudged")
         duration = trial.finished.get("duration") if trial.finished else None
         took = f" in {duration:.1f}s" if isinstance(duration, (int, float)) else ""
         self._line(f"       done   #{trial.trial_id} {verdict:<10} {value}{took}")

@@ -186,6 +186,17 @@ def test_a_result_without_a_metric_shows_its_kind_and_reason() -> None:
     assert stream.getvalue() == "       done   #0001 UNRESOLVED crash (exit code 3) in 2.0s\n"
 
 
+def test_a_finished_training_without_a_verdict_says_why_it_has_none() -> None:
+    stream = io.StringIO()
+    events = ConsoleEvents(total_rules=3, budget=5, stream=stream, live=False)
+    events.trial_finished(trial_state(trial("0001", [], 0.9, role="baseline"), "0001"), None)
+    events.trial_finished(trial_state(trial("0004", ["A"], 0.6), "0004"), None)  # adopted before the threshold
+    assert stream.getvalue().splitlines() == [
+        "       done   #0001 reference  metric 0.9 in 2.0s",
+        "       done   #0004 unjudged   metric 0.6 in 2.0s",
+    ]
+
+
 def test_live_view_keeps_event_lines_and_the_smallest_failing_set_in_its_panel() -> None:
     stream = io.StringIO()
     events = ConsoleEvents(total_rules=3, budget=5, stream=stream, live=True)
