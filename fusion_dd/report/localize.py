@@ -186,6 +186,9 @@ class Localizer:
         found["rules"] = [name for name in op_rules if name in target.culprit] or (
             op_rules if op_rules else list(target.culprit)
         )
+        for pair in found.get("top") or []:  # the report names files inside the state directory by their place in it
+            for key in ("on_file", "off_file"):
+                pair[key] = _inside(self.state_dir, pair.get(key))
         record["localization"] = found
         return record
 
@@ -359,6 +362,17 @@ def _short(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"{value:.4g}"
     return str(value)
+
+
+def _inside(state_dir: Path, name: Any) -> Any:
+    """``name`` relative to the state directory when it lies inside it (a moved state directory keeps
+    its report right), else as it is."""
+    if not isinstance(name, str):
+        return name
+    try:
+        return str(Path(name).relative_to(state_dir))
+    except ValueError:
+        return name
 
 
 def layer_scopes(localization: Mapping[str, Any]) -> list[str]:

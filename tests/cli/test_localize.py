@@ -38,6 +38,8 @@ def assert_localized(found: dict) -> None:
     assert single["rules"] == [SINGLE]  # npy dumps carry no rules: the only difference is the set
     assert single["metrics"]["cosine"] < 0.99 and single["top"][0]["op"] in ("layer_1/out", "layer_2/out", "layer_3/out")
     assert found["localization"]["status"] == "complete"
+    for pair in single["top"]:  # files named by their place in the state directory: a moved one stays right
+        assert pair["on_file"].startswith("trials/") and pair["off_file"].startswith("trials/"), pair
 
 
 def test_a_search_localizes_every_culprit_set_in_the_report_and_the_summary(tmp_path: Path) -> None:
