@@ -18,7 +18,7 @@ import typer
 
 from ..store.journal import JOURNAL_NAME, read_records
 from ..coordinator.replay import config_of, rebuild
-from ..report.build import REPORT_NAME, display_path, summary_lines, write_outputs
+from ..report.build import REPORT_NAME, display_path, edited_fix_note, summary_lines, write_outputs
 from ..store.state import replay
 from .status_view import coordinator_pid
 
@@ -41,7 +41,7 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
 
         backend = backend_for(config)
         try:
-            write_outputs(
+            _, fix_path, kept = write_outputs(
                 state_dir,
                 report,
                 list(config.rules),
@@ -58,6 +58,8 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
             )
         else:
             notes.append(f"rewrote {display_path(state_dir / REPORT_NAME)} from the journal")
+            if kept is not None and fix_path is not None:
+                notes.append(edited_fix_note(fix_path, kept))
     else:
         notes.append(
             f"a search is running here (coordinator pid {pid}): nothing written into {display_path(state_dir)}; "

@@ -20,7 +20,17 @@ from ..core.rules import Rule
 from ..core.scoring import Preconditions
 from ..core.status import ExitCode, SearchStatus
 from ..report import localize as localization
-from ..report.build import FIX_NAME, HTML_NAME, REPORT_NAME, build_report, html_wanted, display_path, finished_report, journaled_answer
+from ..report.build import (
+    FIX_NAME,
+    HTML_NAME,
+    REPORT_NAME,
+    build_report,
+    display_path,
+    edited_fix_note,
+    finished_report,
+    html_wanted,
+    journaled_answer,
+)
 from ..report.build import write_outputs, write_report
 from ..runner.broken import STATUS as TRAINING_BROKEN
 from ..runner.broken import BrokenTraining, launched_command, report_details
@@ -169,9 +179,11 @@ class Endings:
         if self._snapshots is None:
             return SearchResult(status, exit_code, report, context.state_dir / REPORT_NAME, None)
         self._snapshots.close()  # a snapshot still being written must not overwrite the final report
-        report_path, fix_path = write_outputs(
+        report_path, fix_path, kept = write_outputs(
             context.state_dir, report, context.rules, context.config.base_cfg, self._switch_text
         )
+        if kept is not None and fix_path is not None:
+            context.events.message(edited_fix_note(fix_path, kept))
         return SearchResult(status, exit_code, report, report_path, fix_path)
 
     def from_finished(self) -> SearchResult:
@@ -210,3 +222,4 @@ def _newer_than(output: Path, source: Path) -> bool:
         return written.st_size > 0 and written.st_mtime_ns >= source.stat().st_mtime_ns
     except OSError:
         return False
+

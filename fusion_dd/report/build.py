@@ -703,25 +703,52 @@ def write_outputs(
     rules: list[Rule],
     base: SwitchFile | None,
     render: Callable[[list[Rule], list[Rule]], str] | None = None,
-) -> tuple[Path, Path | None]:
+) -> tuple[Path, Path | None, Path | None]:
     """Write report.json and, when the search found its answer, the fix cfg (both atomically).
 
     ``render``: the compiler backend's switch text for (candidates, enabled);
-    CANN's switch file by default.
+    CANN's switch file by default. The third value: where a fix file that differed
+    from the search's (edited by hand) was kept before the search's replaced it.
     """
     report_path = state_dir / REPORT_NAME
     write_report(report_path, report)
-    fix_path = None
+    fix_path = kept = None
     if report["status"] == "found":
         off = set(report["switched_off"])
         enabled = [rule for rule in rules if rule.name not in off]
         fix_path = state_dir / (report.get("fix_config") or FIX_NAME)
         text = render(rules, enabled) if render is not None else render_switch(rules, enabled, base)
+        kept = _keep_if_edited(fix_path, text)
         write_text_atomic(fix_path, text)
         flags = (report.get("fix_env") or {}).get("AUTOFUSE_FLAGS")
         if flags is not None:
             write_text_atomic(state_dir / AUTOFUSE_FLAGS_NAME, flags + "\n")
-    return report_path, fix_path
+    return report_path, fix_path, kept
+
+
+def edited_fix_note(fix_path: Path, kept: Path) -> str:
+    """The line that says a fix file differing from the search's was kept aside, not overwritten."""
+    return (
+        f"{display_path(fix_path)} differed from the search's fix (edited?): kept as {display_path(kept)}, "
+        "and the search's fix written in its place"
+    )
+
+
+def _keep_if_edited(path: Path, text: str) -> Path | None:
+    """Move a file that is not ``text`` aside (``NAME.edited``, ``NAME.edited.2``, ...): never overwrite a user's edit."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return None
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        pass  # unreadable as text: not the search's file either, kept like an edit
+    for number in range(1, 1000):
+        aside = path.with_name(f"{path.name}.edited" + (f".{number}" if number > 1 else ""))
+        if not aside.exists():
+            path.rename(aside)
+            return aside
+    return None
 
 
 def larger_budget(budget: int, launched: int) -> int:

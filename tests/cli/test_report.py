@@ -64,6 +64,21 @@ def test_report_of_a_finished_search_is_the_engines(finished, tmp_path):
     assert "culprits found" in summary.stdout and CULPRIT in summary.stdout
 
 
+def test_a_fix_file_edited_by_hand_is_kept_aside_not_overwritten(finished, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(finished, folder)
+    fix = folder / ".fusion-dd" / "fusion_switch.cfg"
+    searched = fix.read_text()
+    fix.write_text(searched.replace('"off"', '"on"'))  # the user's edit
+    result = run_fusion_dd("report", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    assert "fusion_switch.cfg differed from the search's fix (edited?): kept as" in result.stderr
+    assert fix.read_text() == searched
+    assert (folder / ".fusion-dd" / "fusion_switch.cfg.edited").read_text() == searched.replace('"off"', '"on"')
+    again = run_fusion_dd("report", cwd=folder)  # the file is the search's now: nothing more is kept
+    assert "differed" not in again.stderr and not (folder / ".fusion-dd" / "fusion_switch.cfg.edited.2").exists()
+
+
 def test_crash_before_search_finished_rebuilds_the_answer(finished, tmp_path):
     state = cut(finished, tmp_path, None, torn=True)
     result = run_fusion_dd("report", "--json", cwd=tmp_path)
