@@ -129,11 +129,16 @@ def _restart(state_dir: Path) -> None:
     """``--restart``: the old search moved aside (nothing is deleted), and where it went said."""
     moved = move_aside(state_dir)
     if moved is not None:
+        from .report import readdress_moved
+
         typer.echo(
             f"fusion-dd: moved the old search aside: {display_path(state_dir)} -> {display_path(moved)} "
             "(its journal, trials and report are kept there); starting afresh",
             err=True,
         )
+        problem = readdress_moved(moved)  # its report's "continue with" must name where it is now
+        if problem is not None:
+            typer.echo(f"fusion-dd: {problem}", err=True)
 
 
 def _given(devices: str | None, jobs: int | None, launcher: str | None, scheduler: str | None) -> Any:

@@ -81,3 +81,46 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
     for note in notes:
         typer.echo(f"fusion-dd: {note}", err=True)
     return 0
+
+
+def readdress_moved(state_dir: Path) -> str | None:
+    """Rewrite the outputs of a search just moved aside (``--restart``) for its new place.
+
+    Its report's "continue with" named the directory it left, where a new search now
+    starts: followed as printed, it would resume the wrong search. Only a report with
+    such a hint is rewritten (from the journal, as ``fusion-dd report`` does, report.html
+    too where there is one). Returns a line to say when that could not be done.
+    """
+    from ..core.errors import UsageError
+    from ..report.build import HTML_NAME
+
+    try:
+        document = json.loads((state_dir / REPORT_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no report there to mislead
+    localization = document.get("localization") if isinstance(document, dict) else None
+    if not isinstance(document, dict) or not (
+        document.get("continue_with") or (isinstance(localization, dict) and localization.get("continue_with"))
+    ):
+        return None
+    try:
+        records = read_records(state_dir / JOURNAL_NAME)
+        report = rebuild(records, state_dir, running=False).report
+        config = config_of(replay(records), state_dir)
+        from ..backends import backend_for
+
+        backend = backend_for(config)
+        write_outputs(
+            state_dir, report, list(config.rules), config.base_cfg,
+            lambda candidates, enabled: backend.render(candidates, enabled).switch_text,
+        )  # fmt: skip
+        if (state_dir / HTML_NAME).exists():
+            from ..report.html import write_html
+
+            write_html(state_dir / HTML_NAME, report, records, state_dir)
+    except (UsageError, OSError) as exc:
+        return (
+            f"its report still names its old place ({exc}); 'fusion-dd report --state-dir "
+            f"{display_path(state_dir)}' rewrites it"
+        )
+    return None

@@ -263,6 +263,8 @@ def test_restart_moves_the_old_search_aside_and_keeps_its_journal(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "moved the old search aside: .fusion-dd -> .fusion-dd.1" in result.stderr
     assert (tmp_path / ".fusion-dd.1" / "journal.jsonl").read_bytes() == old_journal
+    # The moved search's hint names its new place, not the new search's.
+    assert report_of(tmp_path / ".fusion-dd.1")["continue_with"].startswith("fusion-dd resume --state-dir .fusion-dd.1 ")
     assert report_of(state)["status"] == "found" and report_of(state)["baseline"] == 0.95
     assert json.loads((state / "journal.jsonl").read_text().splitlines()[0])["definition"]["command"][-1] == "0.95"
 
