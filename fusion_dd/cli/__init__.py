@@ -31,7 +31,7 @@ from ..config.settings import (
 )
 from ..core.errors import UsageError
 from ..core.status import ExitCode
-from ..store.journal import JOURNAL_NAME, move_aside, read_records
+from ..store.journal import JOURNAL_NAME, held_by_another, move_aside, read_records
 from .progress import ConsoleEvents
 from ..runner.broken import STATUS as TRAINING_BROKEN
 from ..runner.broken import broken_lines
@@ -39,7 +39,7 @@ from ..compare.help import COMPARE_HELP
 from ..coordinator.preflight import preflight, trial_values
 from ..report.build import display_path, summary_lines
 from ..store.state import launched_count, replay
-from .status_view import status_lines
+from .status_view import coordinator_pid, status_lines
 from ..backends.cann.switch import render_switch
 from ..runner.trial import PLACEHOLDERS, resolve_relative, substitute, substitute_command
 
@@ -376,6 +376,9 @@ def _dry_run(config: SearchConfig, note: str | None = None, restart: bool = Fals
         from ..coordinator.opening import foresee_opening
 
         what, refusal = foresee_opening(config)
+        running = coordinator_pid(config.state_dir)  # a look at the lock, as status takes it: nothing held
+        if running is not None:
+            what, refusal = "in use", held_by_another(config.state_dir, running if running > 0 else "unknown")
         echo(f"state directory: {config.state_dir}: {what}")
         if note:
             echo(f"  {note}")

@@ -95,8 +95,8 @@ def foresee_opening(config: SearchConfig) -> tuple[str, str | None]:
     Returns one line saying it (a new search, a resume, a finished answer shown)
     and the refusal a search would stop with before any training, or None: the
     same checks as a session's start, for ``search --dry-run``, which must not
-    promise a run the real search refuses. (A running search's lock is not
-    tried: taking it would be a change.)
+    promise a run the real search refuses. (Whether another fusion-dd holds the
+    lock the CLI asks as ``fusion-dd status`` does: a search's lock is the journal's.)
     """
     state_dir = config.state_dir
     journal = state_dir / JOURNAL_NAME

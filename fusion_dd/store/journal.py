@@ -484,10 +484,7 @@ class Journal:
             lock_file.seek(0)
             holder = lock_file.read().strip() or "unknown"
             lock_file.close()
-            raise UsageError(
-                f"{self.state_dir}: another fusion-dd (pid {holder}) is running on this "
-                "state directory; wait for it, stop it, or use another --state-dir"
-            ) from None
+            raise UsageError(held_by_another(self.state_dir, holder)) from None
         lock_file.seek(0)
         lock_file.truncate()
         lock_file.write(str(os.getpid()))
@@ -646,6 +643,14 @@ class Journal:
 def iter_type(records: list[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]]:
     """The records of one type, in order."""
     return (record for record in records if record.get("type") == kind)
+
+
+def held_by_another(state_dir: Path, holder: object) -> str:
+    """The refusal of a second fusion-dd on a state directory whose lock ``holder`` (a pid) holds."""
+    return (
+        f"{state_dir}: another fusion-dd (pid {holder}) is running on this "
+        "state directory; wait for it, stop it, or use another --state-dir"
+    )
 
 
 def move_aside(state_dir: Path) -> Path | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 
 import yaml
 
@@ -143,6 +145,14 @@ def test_a_dry_run_fails_where_the_search_would_refuse_and_changes_nothing(tmp_p
     assert resumable.returncode == 0, resumable.stderr
     assert "holds this search, unfinished (6 trainings launched): a search resumes it" in resumable.stdout
     assert "resuming on devices 0,1 (from the journal)" in resumable.stdout
+
+    with open(tmp_path / ".fusion-dd" / "lock", "w") as lock:  # a coordinator runs there (this test holds its lock)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        running = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert running.returncode == 2
+    assert f"another fusion-dd (pid {os.getpid()}) is running on this state directory" in running.stderr
 
     write_config(tmp_path, "--culprits", CULPRIT, budget=40, rules={"GraphFusion": GRAPH[:-1]})
     changed = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
