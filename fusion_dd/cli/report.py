@@ -36,18 +36,8 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
     report = rebuilt.report
     notes: list[str] = []
     if pid is None:
-        config = config_of(replay(records), state_dir)
-        from ..backends import backend_for
-
-        backend = backend_for(config)
         try:
-            _, fix_path, kept = write_outputs(
-                state_dir,
-                report,
-                list(config.rules),
-                config.base_cfg,
-                lambda candidates, enabled: backend.render(candidates, enabled).switch_text,
-            )
+            fix_path, kept = _write_in_state_dir(state_dir, records, report)
         except OSError as exc:
             # A read-only mount, an archive, a full disk: the report is still shown (and --html
             # written elsewhere); only the copy in the state directory stays as it was.
@@ -83,13 +73,28 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
     return 0
 
 
+def _write_in_state_dir(state_dir: Path, records: list[dict], report: dict) -> tuple[Path | None, Path | None]:
+    """report.json and the fix file rebuilt from the journal (as the engine renders them): the fix's
+    path and where an edited fix file was kept (see :func:`fusion_dd.report.build.write_outputs`)."""
+    from ..backends import backend_for
+
+    config = config_of(replay(records), state_dir)
+    backend = backend_for(config)
+    _, fix_path, kept = write_outputs(
+        state_dir, report, list(config.rules), config.base_cfg,
+        lambda candidates, enabled: backend.render(candidates, enabled).switch_text,
+    )  # fmt: skip
+    return fix_path, kept
+
+
 def readdress_moved(state_dir: Path) -> str | None:
     """Rewrite the outputs of a search just moved aside (``--restart``) for its new place.
 
     Its report's "continue with" named the directory it left, where a new search now
     starts: followed as printed, it would resume the wrong search. Only a report with
     such a hint is rewritten (from the journal, as ``fusion-dd report`` does, report.html
-    too where there is one). Returns a line to say when that could not be done.
+    too where there is one). Returns a line to say when that could not be done, or that
+    an edited fix file was kept aside.
     """
     from ..core.errors import UsageError
     from ..report.build import HTML_NAME
@@ -106,14 +111,7 @@ def readdress_moved(state_dir: Path) -> str | None:
     try:
         records = read_records(state_dir / JOURNAL_NAME)
         report = rebuild(records, state_dir, running=False).report
-        config = config_of(replay(records), state_dir)
-        from ..backends import backend_for
-
-        backend = backend_for(config)
-        write_outputs(
-            state_dir, report, list(config.rules), config.base_cfg,
-            lambda candidates, enabled: backend.render(candidates, enabled).switch_text,
-        )  # fmt: skip
+        fix_path, kept = _write_in_state_dir(state_dir, records, report)
         if (state_dir / HTML_NAME).exists():
             from ..report.html import write_html
 
@@ -123,4 +121,4 @@ def readdress_moved(state_dir: Path) -> str | None:
             f"its report still names its old place ({exc}); 'fusion-dd report --state-dir "
             f"{display_path(state_dir)}' rewrites it"
         )
-    return None
+    return edited_fix_note(fix_path, kept) if kept is not None and fix_path is not None else None

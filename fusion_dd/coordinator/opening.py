@@ -105,10 +105,8 @@ def foresee_opening(config: SearchConfig) -> tuple[str, str | None]:
         if state.definition is None:
             refuse_trials_without_journal(state_dir, state)
             return "empty: a new search starts there", None
-        own = state_dir_id(state_dir)
-        theirs = journaled_id(state.start_record)
-        if own is not None and theirs != own:
-            check_journal_belongs(state_dir, journal, theirs)  # raises: it names both searches
+        if state_dir_id(state_dir) is not None:  # (without an id, the check would record one: a change)
+            check_journal_belongs(state_dir, journal, journaled_id(state.start_record))
         refuse_changed_definition(
             state_dir, state.definition, config.with_started_defaults(state.definition).definition()
         )

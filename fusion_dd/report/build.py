@@ -6,6 +6,7 @@ report can always be rebuilt from the journal alone.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shlex
@@ -743,12 +744,13 @@ def _keep_if_edited(path: Path, text: str) -> Path | None:
         return None
     except (OSError, UnicodeDecodeError):
         pass  # unreadable as text: not the search's file either, kept like an edit
-    for number in range(1, 1000):
-        aside = path.with_name(f"{path.name}.edited" + (f".{number}" if number > 1 else ""))
-        if not aside.exists():
-            path.rename(aside)
-            return aside
-    return None
+    aside = next(
+        candidate
+        for number in itertools.count(1)
+        if not (candidate := path.with_name(f"{path.name}.edited" + (f".{number}" if number > 1 else ""))).exists()
+    )
+    path.rename(aside)
+    return aside
 
 
 def larger_budget(budget: int, launched: int) -> int:
