@@ -25,6 +25,7 @@ from ..config.settings import (
     SearchConfig,
     check_device_ids,
     check_state_dir,
+    config_state_dir,
     load_config,
     parse_config,
     parse_devices,
@@ -541,7 +542,7 @@ def _journaled_config(
 def _default_state_dir(config_path: Path | None) -> Path:
     path = config_path or Path(DEFAULT_CONFIG_NAME)
     if path.is_file():
-        return load_config(path).state_dir
+        return config_state_dir(path)
     return Path(".fusion-dd")
 
 

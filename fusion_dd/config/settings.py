@@ -402,6 +402,30 @@ def load_config(path: Path, *, own_state_dir: bool = True) -> SearchConfig:
     the config's own ``state_dir``, never used, is not refused for what it holds.
     """
     path = Path(path)
+    return parse_config(_load_document(path), path, own_state_dir=own_state_dir)
+
+
+def config_state_dir(path: Path) -> Path:
+    """The state directory a config file names, read without validating the rest of the file.
+
+    ``resume``, ``status``, ``report`` and ``localize`` run on the config journaled
+    with the search: the file in the working directory only says where that search
+    is. A file edited since (a new key, a rules file not written yet) must not keep
+    a user from looking at or continuing the search it started.
+    """
+    path = Path(path)
+    document = _load_document(path)
+    reader = _Reader(path)
+    if document is None:
+        document = {}
+    if not isinstance(document, Mapping):
+        raise UsageError(f"{reader.source}: the top level must be a mapping of sections")
+    raw = document.get("state_dir", ".fusion-dd")
+    return (path.resolve().parent / reader.string(raw, "state_dir")).resolve()
+
+
+def _load_document(path: Path) -> Any:
+    """A config file's YAML document, or one error line naming the file (and line) and the fix."""
     if not path.exists():
         raise UsageError(
             f"{path}: config file not found; write one (fusion-dd init, or see "
@@ -421,7 +445,7 @@ def load_config(path: Path, *, own_state_dir: bool = True) -> SearchConfig:
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UsageError(f"{path}{where}: not valid YAML ({problem})") from None
-    return parse_config(document, path, own_state_dir=own_state_dir)
+    return document
 
 
 def parse_config(document: Any, source: Path, *, own_state_dir: bool = True) -> SearchConfig:

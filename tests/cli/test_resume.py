@@ -488,3 +488,25 @@ def test_the_default_log_name_of_replay_is_the_supervisors():
     from fusion_dd.store.state import LOG_NAME
 
     assert LOG_NAME == LOG_FILE
+
+
+def test_resume_and_status_find_the_search_through_a_config_edited_since(tmp_path):
+    """Without --state-dir they read only state_dir from fusion-dd.yaml: they run on the journaled config."""
+    config = write_config(tmp_path, "--culprits", CULPRIT, budget=5)
+    config.write_text(config.read_text() + "state_dir: runs\n")
+    assert run_fusion_dd("search", cwd=tmp_path).returncode == 3
+    config.write_text(config.read_text() + "next_experiment: 1\n")  # an edit the search never saw
+    refused = run_fusion_dd("search", cwd=tmp_path)
+    assert refused.returncode == 2 and "next_experiment: unknown key" in refused.stderr, refused.stderr
+    status = run_fusion_dd("status", cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith(f"search in {(tmp_path / 'runs').resolve()}"), status.stdout
+    resumed = run_fusion_dd("resume", "--budget", "60", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((tmp_path / "runs" / "report.json").read_text())["status"] == "found"
+    config.write_text(config.read_text().replace("state_dir: runs\n", "state_dir: 3\n"))
+    bad = run_fusion_dd("status", cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        "fusion-dd: error: fusion-dd.yaml: state_dir: must be a non-empty string, got 3"
+    ], bad.stderr

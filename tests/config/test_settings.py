@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from fusion_dd.cli import main
-from fusion_dd.config.settings import load_config, parse_devices
+from fusion_dd.config.settings import config_state_dir, load_config, parse_devices
 from fusion_dd.core.errors import UsageError
 from fusion_dd.core.rules import Section
 
@@ -41,6 +41,31 @@ def test_good_config_with_defaults(tmp_path):
     assert config.metric.goal == "max"
     assert config.search.budget == 200
     assert config.state_dir == (tmp_path / ".fusion-dd").resolve()
+
+
+
+def test_config_state_dir_reads_only_the_state_dir(tmp_path):
+    """Relative to the file's folder, like load_config; the rest of the file is not validated."""
+    (tmp_path / "sub").mkdir()
+    path = write(tmp_path / "sub", "state_dir: ../runs\nnot_a_section: [1]\nrules: {GraphFusion: []}\n")
+    assert config_state_dir(path) == (tmp_path / "runs").resolve()
+    with pytest.raises(UsageError, match="not_a_section: unknown key"):
+        load_config(path)
+    assert config_state_dir(write(tmp_path, "train: {}\n")) == (tmp_path / ".fusion-dd").resolve()
+    assert config_state_dir(write(tmp_path, "")) == (tmp_path / ".fusion-dd").resolve()
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("state_dir: 3\n", "state_dir: must be a non-empty string, got 3"),
+    ("state_dir: ''\n", "state_dir: must be a non-empty string, got ''"),
+    ("- a list\n", "the top level must be a mapping of sections"),
+    ("state_dir: [\n", "not valid YAML"),
+    ("state_dir: a\nstate_dir: b\n", "duplicate key 'state_dir'"),
+])
+def test_config_state_dir_names_the_file_and_the_problem(tmp_path, text, problem):
+    with pytest.raises(UsageError, match=r"fusion-dd\.yaml") as info:
+        config_state_dir(write(tmp_path, text))
+    assert problem in str(info.value)
 
 
 def test_command_string_is_split_with_shlex(tmp_path):
