@@ -897,7 +897,7 @@ def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env:
     retries = reader.integer(section.get("retries", 1), "train.retries", minimum=0)
     log_limit = _read_size(reader, section.get("log_limit", DEFAULT_LOG_LIMIT), "train.log_limit")
     launcher = reader.string(section.get("launcher", "local"), "train.launcher")
-    if launcher not in _known_launchers():
+    if launcher not in LAUNCHERS and launcher not in _known_launchers():
         raise reader.error("train.launcher", f"must be one of {', '.join(_known_launchers())}, got {launcher!r}")
     scheduler = section.get("scheduler")
     scheduler = None if scheduler is None else reader.string(scheduler, "train.scheduler")
@@ -979,7 +979,11 @@ LAUNCHERS = ("local", "dask", "slurm")
 
 
 def _known_launchers() -> tuple[str, ...]:
-    """The built-in launchers and those other packages register (fusion_dd.runner.registry)."""
+    """The built-in launchers and those other packages register (fusion_dd.runner.registry).
+
+    Asked only for a name that is not built in: finding the others reads every installed
+    package's metadata, a cost every command that reads a config would otherwise pay.
+    """
     from ..runner.registry import launcher_names
 
     return launcher_names()
@@ -987,7 +991,7 @@ def _known_launchers() -> tuple[str, ...]:
 
 def _launcher_choice(train: TrainConfig, launcher: str | None, scheduler: str | None) -> TrainConfig:
     """``--launcher``/``--scheduler`` over the config's; ``--scheduler`` alone means the dask launcher."""
-    if launcher is not None and launcher not in _known_launchers():
+    if launcher is not None and launcher not in LAUNCHERS and launcher not in _known_launchers():
         raise UsageError(f"--launcher: must be one of {', '.join(_known_launchers())}, got {launcher!r}")
     chosen = launcher or ("dask" if scheduler is not None else train.launcher)
     if chosen != "dask" and scheduler is not None:

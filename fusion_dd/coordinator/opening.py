@@ -152,7 +152,8 @@ def unknown_trial_dirs(state_dir: Path, state: SearchState) -> list[str]:
         return []
     except OSError as exc:
         raise UsageError(f"{state_dir / TRIALS_DIR}: cannot list the trial directories ({exc})") from None
-    known = {Path(trial.trial_dir).name for trial in state.trials.values()}
+    # The journal writes trial_dir with "/" (TRIALS_DIR/ID): its last part, without a Path per trial.
+    known = {trial.trial_dir.rstrip("/").rpartition("/")[2] for trial in state.trials.values()}
     return [name for name in entries if name not in known]
 
 

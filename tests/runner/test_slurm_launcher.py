@@ -173,6 +173,34 @@ def test_a_launcher_another_package_registers_is_found_by_its_entry_point(monkey
     assert type(registry.launcher_for(Config)).__name__ == "LocalLauncher"  # a built-in is never replaced
 
 
+
+def test_train_launcher_takes_a_registered_name_and_looks_for_them_only_when_not_built_in(tmp_path, monkeypatch):
+    from importlib import metadata
+
+    from fusion_dd.runner import registry
+
+    entry = metadata.EntryPoint(name="mycluster", value="tests.runner.test_slurm_launcher:_third_party",
+                                group=registry.ENTRY_POINT_GROUP)
+    looked: list[str] = []
+
+    def entry_points(group):
+        looked.append(group)
+        return [entry]
+
+    monkeypatch.setattr(registry.metadata, "entry_points", entry_points)
+    path = tmp_path / "fusion-dd.yaml"
+    for launcher in ("local", "slurm"):
+        path.write_text(f"rules: {{GraphFusion: [LayerNormFusionPass, GeluFusionPass]}}\ntrain: {{command: [t], launcher: {launcher}}}\n"
+                        "metric: {pattern: 'a=(\\S+)'}\n")
+        assert load_config(path).train.launcher == launcher
+    assert looked == [], "a built-in launcher needs no look at other packages' metadata"
+    path.write_text(path.read_text().replace("launcher: slurm", "launcher: mycluster"))
+    assert load_config(path).train.launcher == "mycluster"
+    path.write_text(path.read_text().replace("launcher: mycluster", "launcher: nosuch"))
+    with pytest.raises(UsageError, match="train.launcher: must be one of local, dask, slurm, mycluster"):
+        load_config(path)
+
+
 def _third_party(config):
     return ("made for", config)
 
