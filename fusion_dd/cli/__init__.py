@@ -492,7 +492,7 @@ def search(
     raise typer.Exit(run_engine(loaded, note=note).exit_code)
 
 
-def _resume_config(state_dir: Path, config_path: Path | None) -> SearchConfig:
+def _resume_config(state_dir: Path, config_path: Path | None, purpose: str = "resume") -> SearchConfig:
     # The state directory is the one given (or found): the config's own is not checked.
     if config_path is not None:
         return load_config(config_path, own_state_dir=False)
@@ -500,7 +500,7 @@ def _resume_config(state_dir: Path, config_path: Path | None) -> SearchConfig:
     # The first search_started record is the search (SearchState.start_record), no replay needed.
     start = next((record for record in records if record.get("type") == "search_started"), None)
     if start is None:
-        raise UsageError(f"{state_dir}: no search to resume here; start one with 'fusion-dd search'")
+        raise UsageError(f"{state_dir}: no search to {purpose} here; start one with 'fusion-dd search'")
     return parse_config(
         start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)), own_state_dir=False
     )
@@ -530,11 +530,13 @@ def _journaled_config(
     jobs: int | None,
     launcher: str | None,
     scheduler: str | None,
+    purpose: str = "resume",
 ) -> SearchConfig:
-    """The config a search in ``state_dir`` was started with, and this session's command-line overrides."""
+    """The config a search in ``state_dir`` was started with, and this session's command-line overrides
+    (``purpose``: the command, for the error when there is no search)."""
     directory = (state_dir or _default_state_dir(config)).resolve()
     return _overridden(
-        _resume_config(directory, config), budget=budget, devices=devices, jobs=jobs, state_dir=directory,
+        _resume_config(directory, config, purpose), budget=budget, devices=devices, jobs=jobs, state_dir=directory,
         launcher=launcher, scheduler=scheduler,
     )
 
@@ -557,7 +559,7 @@ def localize(
     scheduler: Optional[str] = SchedulerOption,
 ) -> None:
     """Name the op and layer each culprit of a finished search broke (dumped trainings, see localize: in the config)."""
-    loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
+    loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler, purpose="localize")
     loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler), localize_only=True)
     result = run_engine(loaded, localize_only=True, note=note)
 

@@ -113,3 +113,16 @@ def test_the_entry_point_freezes_the_gc_for_a_fast_exit_and_a_caller_with_argv_k
         [sys.executable, "-c", FROZEN_AT_EXIT.format(argv=argv)], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert done.stdout.split()[-2:] == ["0", frozen], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("command, line", [
+    ("status", "no search here (no journal.jsonl); start one with 'fusion-dd search'"),
+    ("report", "no search here (no journal.jsonl); start one with 'fusion-dd search'"),
+    ("resume", "no search to resume here; start one with 'fusion-dd search'"),
+    ("localize", "no search to localize here; start one with 'fusion-dd search'"),
+])
+def test_a_command_on_a_folder_without_a_search_says_so_in_its_own_words(tmp_path, command, line):
+    result = _run([command], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"fusion-dd: error: {(tmp_path / '.fusion-dd').resolve()}: {line}"]
+    assert not (tmp_path / ".fusion-dd").exists(), "nothing may be written"
