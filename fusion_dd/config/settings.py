@@ -414,14 +414,19 @@ def config_state_dir(path: Path) -> Path:
     a user from looking at or continuing the search it started.
     """
     path = Path(path)
-    document = _load_document(path)
     reader = _Reader(path)
-    if document is None:
-        document = {}
-    if not isinstance(document, Mapping):
-        raise UsageError(f"{reader.source}: the top level must be a mapping of sections")
+    document = _sections(reader, _load_document(path))
     raw = document.get("state_dir", ".fusion-dd")
     return (path.resolve().parent / reader.string(raw, "state_dir")).resolve()
+
+
+def _sections(reader: "_Reader", document: Any) -> Mapping[str, Any]:
+    """A config document's top level: a mapping of sections (an empty file is an empty one)."""
+    if document is None:
+        return {}
+    if not isinstance(document, Mapping):
+        raise UsageError(f"{reader.source}: the top level must be a mapping of sections")
+    return document
 
 
 def _load_document(path: Path) -> Any:
@@ -453,10 +458,7 @@ def parse_config(document: Any, source: Path, *, own_state_dir: bool = True) -> 
     as for :func:`load_config`)."""
     reader = _Reader(Path(source))
     source = Path(source).resolve()
-    if document is None:
-        document = {}
-    if not isinstance(document, Mapping):
-        raise UsageError(f"{reader.source}: the top level must be a mapping of sections")
+    document = _sections(reader, document)
     reader.check_keys(document, _SCHEMA, "")
     for section, keys in _SCHEMA.items():
         if keys is not None and section != "localize":  # localize: may be a bare true (fusion_dd localize)
