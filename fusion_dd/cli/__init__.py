@@ -29,6 +29,7 @@ from ..config.settings import (
     load_config,
     parse_config,
     parse_devices,
+    parse_started_config,
 )
 from ..core.errors import UsageError
 from ..core.status import ExitCode
@@ -501,9 +502,7 @@ def _resume_config(state_dir: Path, config_path: Path | None, purpose: str = "re
     start = next((record for record in records if record.get("type") == "search_started"), None)
     if start is None:
         raise UsageError(f"{state_dir}: no search to {purpose} here; start one with 'fusion-dd search'")
-    return parse_config(
-        start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)), own_state_dir=False
-    )
+    return parse_started_config(start, state_dir)
 
 
 @app.command()

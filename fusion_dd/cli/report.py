@@ -37,7 +37,7 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
     notes: list[str] = []
     if pid is None:
         try:
-            fix_path, kept = _write_in_state_dir(state_dir, records, report)
+            edited = _write_in_state_dir(state_dir, records, report)
         except OSError as exc:
             # A read-only mount, an archive, a full disk: the report is still shown (and --html
             # written elsewhere); only the copy in the state directory stays as it was.
@@ -48,8 +48,8 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
             )
         else:
             notes.append(f"rewrote {display_path(state_dir / REPORT_NAME)} from the journal")
-            if kept is not None and fix_path is not None:
-                notes.append(edited_fix_note(fix_path, kept))
+            if edited is not None:
+                notes.append(edited)
     else:
         notes.append(
             f"a search is running here (coordinator pid {pid}): nothing written into {display_path(state_dir)}; "
@@ -73,9 +73,9 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
     return 0
 
 
-def _write_in_state_dir(state_dir: Path, records: list[dict], report: dict) -> tuple[Path | None, Path | None]:
-    """report.json and the fix file rebuilt from the journal (as the engine renders them): the fix's
-    path and where an edited fix file was kept (see :func:`fusion_dd.report.build.write_outputs`)."""
+def _write_in_state_dir(state_dir: Path, records: list[dict], report: dict) -> str | None:
+    """report.json and the fix file rebuilt from the journal (as the engine renders them); the line
+    to say when an edited fix file was kept aside (see :func:`fusion_dd.report.build.write_outputs`)."""
     from ..backends import backend_for
 
     config = config_of(replay(records), state_dir)
@@ -84,7 +84,7 @@ def _write_in_state_dir(state_dir: Path, records: list[dict], report: dict) -> t
         state_dir, report, list(config.rules), config.base_cfg,
         lambda candidates, enabled: backend.render(candidates, enabled).switch_text,
     )  # fmt: skip
-    return fix_path, kept
+    return edited_fix_note(fix_path, kept) if kept is not None and fix_path is not None else None
 
 
 def readdress_moved(state_dir: Path) -> str | None:
@@ -111,7 +111,7 @@ def readdress_moved(state_dir: Path) -> str | None:
     try:
         records = read_records(state_dir / JOURNAL_NAME)
         report = rebuild(records, state_dir, running=False).report
-        fix_path, kept = _write_in_state_dir(state_dir, records, report)
+        edited = _write_in_state_dir(state_dir, records, report)
         if (state_dir / HTML_NAME).exists():
             from ..report.html import write_html
 
@@ -121,4 +121,4 @@ def readdress_moved(state_dir: Path) -> str | None:
             f"its report still names its old place ({exc}); 'fusion-dd report --state-dir "
             f"{display_path(state_dir)}' rewrites it"
         )
-    return edited_fix_note(fix_path, kept) if kept is not None and fix_path is not None else None
+    return edited

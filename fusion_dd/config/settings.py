@@ -453,6 +453,17 @@ def _load_document(path: Path) -> Any:
     return document
 
 
+
+def parse_started_config(start: Mapping[str, Any], state_dir: Path) -> SearchConfig:
+    """The config a ``search_started`` record journaled, parsed as it was written then.
+
+    Its state directory is ``state_dir``, the one the journal is in, whatever the
+    document says: the search may have been moved (``--restart`` moves it aside)
+    or started with ``--state-dir``, so the document's own value is not checked.
+    """
+    source = Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME))
+    return parse_config(start.get("config_document"), source, own_state_dir=False)
+
 def parse_config(document: Any, source: Path, *, own_state_dir: bool = True) -> SearchConfig:
     """Validate a parsed YAML document; ``source`` names it and anchors relative paths (``own_state_dir``:
     as for :func:`load_config`)."""

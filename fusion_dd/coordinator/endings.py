@@ -222,4 +222,3 @@ def _newer_than(output: Path, source: Path) -> bool:
         return written.st_size > 0 and written.st_mtime_ns >= source.stat().st_mtime_ns
     except OSError:
         return False
-

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runner.broken import TrainingBroken
-from ..config.settings import DEFAULT_CONFIG_NAME, SearchConfig, parse_config
+from ..config.settings import SearchConfig, parse_started_config
 from ..core.status import ANSWERS, ExitCode, SearchStatus, exit_code_of
 from .engine import Engine
 from .ports import MemorySink, NeverTrainer, NoBudget, SwitchIgnored
@@ -62,10 +62,7 @@ def config_of(state: SearchState, state_dir: Path) -> SearchConfig:
     start = state.start_record
     if start is None:
         raise UsageError(f"{state_dir}: the journal holds no search_started record; nothing to report")
-    config = parse_config(
-        start.get("config_document"), Path(start.get("config_path", state_dir / DEFAULT_CONFIG_NAME)), own_state_dir=False
-    )  # the state directory is the one the journal is in, whatever the document says
-    config = config.with_started_defaults(start.get("definition"))
+    config = parse_started_config(start, state_dir).with_started_defaults(start.get("definition"))
     if (config.from_all_on or config.closure) and state.definition is not None:
         # rules.from: all_on and closure found candidates the document does not list: the journal's are the search's.
         from dataclasses import replace
