@@ -224,19 +224,20 @@ def load_switch(path: str | None) -> Switch | None:
 
 def load_switch_text(text: str, path: str) -> Switch:
     """A switch file's ``text``; ``path`` names it in the refusal of a malformed one."""
-    if not text.lstrip().startswith("{"):
-        seen: dict[str, bool] = {}
+    body = text[1:] if text.startswith("\ufeff") else text  # CANN's JSON parser skips a byte-order mark
+    if not body.lstrip().startswith("{"):
+        seen: dict[str, bool] = {}  # the line format keeps it, as part of the first name
         for number, raw in enumerate(text.splitlines(), start=1):
             line = raw.strip()
             if not line:
                 continue
-            name, sep, value = line.rpartition(":")
+            name, sep, value = (part.strip() for part in line.partition(":"))  # CANN: first colon, trimmed
             if not sep or not name or value not in _VALUES or name in seen:
                 raise _bad_switch(path, f"line {number}: {line!r}")
             seen[name] = _VALUES[value]
         return Switch({section: dict(seen) for section in _SECTIONS})
     try:
-        document = json.loads(text)
+        document = json.loads(body)
     except ValueError as exc:
         raise _bad_switch(path, f"not JSON ({exc})") from None
     if not isinstance(document, dict) or any(key not in _TOP_LEVEL for key in document):

@@ -62,8 +62,24 @@ class SwitchFile:
         ]
 
 
+#: A UTF-8 byte-order mark, as editors on Windows write it at the start of a file.
+_BOM = "\ufeff"
+
+
 def parse_switch_text(text: str, source: str = "fusion_switch.cfg") -> SwitchFile:
-    """Parse a switch file's text; ``source`` names it in error messages."""
+    """Parse a switch file's text; ``source`` names it in error messages.
+
+    CANN's JSON parser skips a leading byte-order mark, so a JSON file with one
+    is read as CANN reads it. In the line format CANN would take the mark for
+    part of the first pass name and never match it: that file is refused.
+    """
+    if text.startswith(_BOM):
+        text = text[len(_BOM) :]
+        if not text.lstrip().startswith("{"):
+            raise UsageError(
+                f"{source}:1: starts with a UTF-8 byte-order mark, which CANN reads as part of the first "
+                "pass name; save the file as UTF-8 without BOM"
+            )
     if text.lstrip().startswith("{"):
         return _parse_json(text, source)
     return _parse_lines(text, source)
@@ -124,7 +140,8 @@ def _parse_lines(text: str, source: str) -> SwitchFile:
         line = raw.strip()
         if not line:
             continue
-        name, sep, value = line.rpartition(":")
+        # As CANN's parser does: split at the first colon, trim both sides.
+        name, sep, value = (part.strip() for part in line.partition(":"))
         if not sep or not name or value not in _VALUES:
             raise UsageError(
                 f"{source}:{number}: expected 'PassName:on' or 'PassName:off', "

@@ -47,6 +47,29 @@ def test_line_format_base_is_written_into_both_sections():
     assert document["Switch"]["UBFusion"] == {"OtherPass": "off", "TbeEltwiseFusionPass": "on"}
 
 
+def test_line_format_is_split_at_the_first_colon_and_trimmed_as_cann_does():
+    # CANN's FusionConfigParser splits a line at its first ':' and trims key and value.
+    switch = parse_switch_text("PassA : off\n  PassB:on  \nPassC:\ton\n")
+    assert switch.state("PassA", Section.GRAPH) is False
+    assert switch.state("PassB", Section.UB) is True
+    assert switch.state("PassC", Section.GRAPH) is True
+    assert FAKE.load_switch_text("PassA : off\n", "cfg").state("PassA", "GraphFusion") is False
+
+
+def test_a_json_file_with_a_byte_order_mark_is_read_as_cann_reads_it():
+    text = '\ufeff{"Switch": {"GraphFusion": {"SoftmaxFusionPass": "off"}}}'
+    assert parse_switch_text(text).state("SoftmaxFusionPass", Section.GRAPH) is False
+    assert FAKE.load_switch_text(text, "cfg").state("SoftmaxFusionPass", "GraphFusion") is False
+
+
+def test_a_line_format_file_with_a_byte_order_mark_is_refused_with_the_fix():
+    # CANN would read the mark as part of the first pass name, which then matches no pass.
+    with pytest.raises(UsageError) as info:
+        parse_switch_text("\ufeffPassA:off\n", "base.cfg")
+    assert str(info.value).startswith("base.cfg:1: starts with a UTF-8 byte-order mark")
+    assert "without BOM" in str(info.value)
+
+
 def test_exact_name_beats_all():
     switch = parse_switch_text('{"Switch": {"GraphFusion": {"ALL": "off", "SoftmaxFusionPass": "on"}}}')
     assert switch.state("SoftmaxFusionPass", Section.GRAPH) is True
