@@ -18,7 +18,8 @@ that are no tensor dump are listed with the reason (``notes``); graph dumps
 files are overflow records, listed as such.
 
 ``.npy`` files converted by msaccucmp (``Conv2D.conv1.5.1.<ts>.output.0.npy``,
-with an optional format suffix) and framework dumps (``{op}.{output}.{ts}.npy``)
+with an optional format suffix, and msprobe's and MindSpore's with format and
+dtype) and framework dumps (``{op}.{output}.{ts}.npy``)
 are read by op name and tensor index, task ids and timestamps left out, so that
 two runs pair. Other ``.npy`` files are named by op: the path below the directory without ``.npy``
 (``encoder/layer_3/ln.npy`` is the op ``encoder/layer_3/ln``). The members of an
@@ -217,20 +218,25 @@ def scan(directory: str | Path) -> ScannedDump:
             notes.append(FileProblem(str(path), "GE graph dump of a compile stage before Build: not used (the Build graph is)"))
     mapped = _apply_mappings(ascend)
     dump_files: list[tuple[Path, DumpName]] = []
+    op_statistics: list[tuple[Path, DumpName]] = []  # dump_data: stats, one {dump file name}.csv per op
     for path, name in mapped:
         parsed = parse_file_name(name)
         if parsed is not None:
             dump_files.append((path, parsed))
+            continue
+        parsed = parse_file_name(name[: -len(".csv")]) if name.endswith(".csv") else None
+        if parsed is not None:
+            op_statistics.append((path, parsed))
         else:
             notes.append(FileProblem(str(path), f"not a tensor dump: the name does not match {NAME_GRAMMAR}"))
     if dump_files:
         scanned = _scan_ascend(root, dump_files)
         for path in arrays:
             notes.append(FileProblem(str(path), "array file beside an Ascend binary dump: not compared (give its folder on its own)"))
-        for path in statistics:
+        for path in [*statistics, *(path for path, _ in op_statistics)]:
             notes.append(FileProblem(str(path), "statistics beside full tensor dumps: not used (the tensors are compared)"))
-    elif statistics:
-        scanned = _scan_statistics(root, statistics)
+    elif statistics or op_statistics:
+        scanned = _scan_statistics(root, statistics, op_statistics)
         for path in arrays:
             notes.append(FileProblem(str(path), "array file beside a statistics dump: not compared (give its folder on its own)"))
     elif arrays:
@@ -238,7 +244,8 @@ def scan(directory: str | Path) -> ScannedDump:
     else:
         raise UsageError(
             f"{root}: no tensor dump found (no Ascend dump files named "
-            "{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp} or the FFTS+ variants, no .npy/.npz); "
+            "{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp} or the FFTS+ variants, no statistics "
+            "file of dump_data: stats, no .npy/.npz); "
             "give the directory the training dumped into"
         )
     scanned.notes[:0] = notes
@@ -315,52 +322,70 @@ def _scan_ascend(root: Path, files: list[tuple[Path, DumpName]]) -> ScannedDump:
 STATISTIC_CSV = "statistic.csv"
 #: statistic.csv columns (CANN's and MindSpore's spellings), lower-cased, to the statistic they hold.
 _STAT_COLUMNS = {"max value": "max", "min value": "min", "avg value": "mean", "l2norm value": "norm",
-                 "count": "count", "nan count": "nan"}  # fmt: skip
+                 "l2norm": "norm", "count": "count", "nan count": "nan"}  # fmt: skip
 _INF_COLUMNS = ("negative inf count", "positive inf count")
 
 
-def _scan_statistics(root: Path, paths: list[Path]) -> ScannedDump:
-    """Tensors of a statistics-only dump: one row of ``statistic.csv`` per input or output.
+def _scan_statistics(
+    root: Path, paths: list[Path], op_files: Iterable[tuple[Path, DumpName]] = ()
+) -> ScannedDump:
+    """Tensors of a statistics-only dump: one row per input or output.
 
-    The header row names the columns (``Op Type, Op Name, Task ID, Stream ID,
-    Timestamp, Input/Output`` or ``IO``, ``Slot, Data Size, Data Type[, Format],
-    Shape`` and the statistics chosen: ``Max Value, Min Value, Avg Value,
-    L2Norm Value, Count, NaN Count, ...``); rows that cannot be read are problems.
+    Two layouts. A ``statistic.csv`` (msprobe's and MindSpore's) holds the whole
+    step; its header row names the columns (``Op Type, Op Name, Task ID, Stream
+    ID, Timestamp, Input/Output`` or ``IO``, ``Slot, Data Size, Data Type[,
+    Format], Shape`` and the statistics chosen: ``Max Value, Min Value, Avg
+    Value, L2Norm Value, Count, NaN Count, ...``). CANN's own ``dump_data:
+    stats`` writes one file per op instead, named as its binary dump would be
+    plus ``.csv``, with the columns ``Input/Output, Index, Data Size, Data Type,
+    Format, Shape`` and the statistics: the op comes from the file name. Rows
+    that cannot be read are problems.
     """
-    import csv
-
     groups: dict[tuple[str | None, str | None, int | None], DumpGroup] = {}
     problems: list[FileProblem] = []
-    for path in paths:
-        location = _location(path, None)
+    sources = [(path, None) for path in paths] + [(path, named) for path, named in op_files]
+    for path, named in sources:
+        location = _location(path, named.dump_number if named is not None else None)
         group = groups.setdefault(location, DumpGroup(*location))
         try:
             text = _read_text(path)
         except (OSError, ValueError) as exc:
             problems.append(FileProblem(str(path), f"cannot read ({exc})"))
             continue
-        rows = list(csv.reader(text.splitlines()))
-        if not rows:
-            problems.append(FileProblem(str(path), "empty statistic.csv"))
-            continue
-        columns = {name.strip().lower(): index for index, name in enumerate(rows[0])}
-        needed = ("op name", "slot")
-        kind_column = columns.get("input/output", columns.get("io"))
-        if any(name not in columns for name in needed) or kind_column is None or not any(c in columns for c in _STAT_COLUMNS):
-            problems.append(FileProblem(str(path), "statistic.csv without the columns Op Name, Input/Output (or IO), Slot and a statistic"))
-            continue
-        for number, row in enumerate(rows[1:], start=2):
-            where = f"{path}:{number}"
-            try:
-                tensor = _statistic_row(row, columns, kind_column, where)
-            except (ValueError, IndexError) as exc:
-                problems.append(FileProblem(where, f"unreadable row ({exc})"))
-                continue
-            group.tensors.append(tensor)
+        tensors, problem = _statistic_rows(path, text, named)
+        group.tensors.extend(tensors)
+        problems.extend(problem)
     return ScannedDump(root, groups, problems, "statistics")
 
 
-def _statistic_row(row: list[str], columns: dict[str, int], kind_column: int, where: str) -> DumpedTensor:
+def _statistic_rows(path: Path, text: str, named: DumpName | None) -> tuple[list[DumpedTensor], list[FileProblem]]:
+    """The rows of one statistics file; ``named``: the op its file name gives (CANN's per-op files)."""
+    import csv
+
+    rows = list(csv.reader(text.splitlines()))
+    what = "statistic.csv" if named is None else "per-op statistics file"
+    if not rows:
+        return [], [FileProblem(str(path), f"empty {what}")]
+    columns = {name.strip().lower(): index for index, name in enumerate(rows[0])}
+    kind_column = columns.get("input/output", columns.get("io"))
+    needed = ("op name", "slot") if named is None else ("index",)
+    if any(name not in columns for name in needed) or kind_column is None or not any(c in columns for c in _STAT_COLUMNS):
+        wanted = "Op Name, Input/Output (or IO), Slot" if named is None else "Input/Output, Index"
+        return [], [FileProblem(str(path), f"{what} without the columns {wanted} and a statistic")]
+    tensors: list[DumpedTensor] = []
+    problems: list[FileProblem] = []
+    for number, row in enumerate(rows[1:], start=2):
+        where = f"{path}:{number}"
+        try:
+            tensors.append(_statistic_row(row, columns, kind_column, where, named))
+        except (ValueError, IndexError) as exc:
+            problems.append(FileProblem(where, f"unreadable row ({exc})"))
+    return tensors, problems
+
+
+def _statistic_row(
+    row: list[str], columns: dict[str, int], kind_column: int, where: str, named: DumpName | None = None
+) -> DumpedTensor:
     cell = lambda name: row[columns[name]].strip() if name in columns and columns[name] < len(row) else ""  # noqa: E731
     kind = row[kind_column].strip().lower()
     if kind not in ("input", "output"):
@@ -374,9 +399,13 @@ def _statistic_row(row: list[str], columns: dict[str, int], kind_column: int, wh
     timestamp = int(cell("timestamp")) if cell("timestamp").isdigit() else 0
     shape_text = cell("shape").strip('"()[] ')
     shape = tuple(int(d) for d in shape_text.replace("x", ",").split(",") if d.strip()) if shape_text else ()
+    if named is not None:  # CANN's per-op file: the op is in its name, the slot is called Index
+        op, op_type, index, timestamp = named.op_name, named.op_type, int(cell("index")), named.timestamp
+    else:
+        op, op_type, index = cell("op name"), cell("op type"), int(cell("slot"))
     return DumpedTensor(
-        op=cell("op name"), op_type=cell("op type"), index=int(cell("slot")), source=where,
-        order=(timestamp, where), kind=kind, stats=tuple(stats.items()), stat_dtype=cell("data type"), stat_shape=shape,
+        op=op, op_type=op_type, index=index, source=where, order=(timestamp, where), kind=kind,
+        stats=tuple(stats.items()), stat_dtype=cell("data type"), stat_shape=shape,
     )  # fmt: skip
 
 
@@ -532,7 +561,12 @@ def _scan_arrays(root: Path, paths: Iterable[Path]) -> ScannedDump:
     return ScannedDump(root, {(None, None, None): group}, problems, "npy")
 
 
-_CONVERTED = re.compile(r"^(?P<dump>.+)\.(?P<kind>input|output)\.(?P<index>\d+)(?:\.(?P<format>[A-Z][A-Z0-9_]*))?\.npy$")
+#: After ``.{input|output}.{index}``: msaccucmp adds the format (``NCHW``), msprobe's ACL dump the format
+#: and the dtype (``ND.FLOAT``), MindSpore both in its own spelling (``DefaultFormat.float32``).
+_CONVERTED = re.compile(
+    r"^(?P<dump>.+)\.(?P<kind>input|output)\.(?P<index>\d+)"
+    r"(?:\.(?P<format>[A-Za-z][A-Za-z0-9_]*))?(?:\.(?P<dtype>[A-Za-z][A-Za-z0-9_]*))?\.npy$"
+)
 _FRAMEWORK = re.compile(r"^(?P<op>[^.].*)\.(?P<index>\d+)\.(?P<timestamp>\d+)\.npy$")
 
 
@@ -540,7 +574,9 @@ def npy_name(name: str) -> tuple[str, str, str, int, int] | None:
     """``(op, op_type, kind, index, timestamp)`` of a named ``.npy``, or None for a plain one.
 
     msaccucmp's conversion of a dump file keeps the dump's name and adds
-    ``.{input|output}.{index}[.{format}]``: ``Conv2D.conv1.5.1.<ts>.output.0.npy``.
+    ``.{input|output}.{index}[.{format}]``: ``Conv2D.conv1.5.1.<ts>.output.0.npy``;
+    msprobe's ACL dump and MindSpore add ``.{format}.{dtype}`` as well
+    (``...output.0.ND.FLOAT.npy``, ``...input.0.DefaultFormat.float32.npy``).
     A framework dump (the ground truth msaccucmp compares against) is
     ``{op}.{output_index}.{timestamp}.npy``. Task ids and timestamps differ
     between runs, so the op is named without them.

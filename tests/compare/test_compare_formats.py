@@ -134,6 +134,31 @@ def test_msaccucmp_converted_npy_pair_by_op_and_index_across_task_ids_and_timest
     assert report["first_divergence"]["op"] == "add_1"
 
 
+@pytest.mark.parametrize(
+    "suffix",
+    [
+        ".ND.FLOAT",  # msprobe's ACL dump (AclDumpDataProcessor: .{inout}.{slot}.{format}.{dtype})
+        ".DefaultFormat.float32",  # MindSpore's own dump
+    ],
+)
+def test_npy_names_with_format_and_dtype_pair_across_task_ids_and_timestamps(tmp_path: Path, suffix: str) -> None:
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(2, 3))
+    for side, task, ts, shift in (("on", 4, 1700000000000002, 0.5), ("off", 8, 1700000000900000, 0.0)):
+        folder = tmp_path / side
+        folder.mkdir()
+        np.save(folder / f"MatMul.Default_MatMul-op1.{task}.0.{ts}.input.0{suffix}.npy", a)
+        np.save(folder / f"MatMul.Default_MatMul-op1.{task}.0.{ts}.output.0{suffix}.npy", a * 2)
+        np.save(folder / f"Add.Default_Add-op2.{task + 1}.0.{ts + 5}.output.0{suffix}.npy", a + shift)
+    comparison = compare_dumps(tmp_path / "on", tmp_path / "off")
+    assert comparison.problems == []
+    assert [(p.op, p.kind, p.output, p.off_op) for p in comparison.pairs] == [
+        ("Default_MatMul-op1", "input", 0, "Default_MatMul-op1"), ("Default_MatMul-op1", "output", 0, "Default_MatMul-op1"),
+        ("Default_Add-op2", "output", 0, "Default_Add-op2"),
+    ]  # fmt: skip
+    assert comparison.first_divergence is not None and comparison.first_divergence.op == "Default_Add-op2"
+
+
 def test_framework_npy_names_pair_without_their_timestamps(tmp_path: Path) -> None:
     for side, ts, shift in (("on", 111, 1.0), ("off", 222, 0.0)):
         (tmp_path / side).mkdir()
@@ -229,7 +254,7 @@ STAT_HEADER = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,Input/Output,Slot,Da
 
 
 def _statistic_csv(folder: Path, ops: list[Op], inputs: bool = True) -> Path:
-    """A statistics-only dump as CANN writes it with dump_data "stats": one row per input and output."""
+    """A statistics-only dump as msprobe aggregates it (statistic.csv): one row per input and output."""
     folder.mkdir(parents=True, exist_ok=True)
     values = {op.name: op.value for op in ops}
     rows = [STAT_HEADER]
@@ -264,6 +289,60 @@ def test_statistics_only_dumps_rank_and_localize(tmp_path: Path) -> None:
     assert report["problems"] == []
     assert {p["metrics"]["basis"] for p in report["pairs"]} == {"statistics"}
     assert [p["op"] for p in report["pairs"] if p["bad"]][:1] == ["bn1/fused"]
+
+
+#: The header of CANN's own per-op statistics file (dump_data "stats"), as its runtime writes it.
+OP_STAT_HEADER = ("Input/Output,Index,Data Size,Data Type,Format,Shape,Max Value,Min Value,Avg Value,Count,"
+                  "Nan Count,Negative Inf Count,Positive Inf Count")  # fmt: skip
+
+
+def _op_statistic_files(folder: Path, ops: list[Op]) -> list[Path]:
+    """A statistics-only dump as CANN's runtime writes it: one {binary dump name}.csv per op, no op-name column."""
+    folder.mkdir(parents=True, exist_ok=True)
+    values = {op.name: op.value for op in ops}
+    paths = []
+    for task, op in enumerate(ops):
+        rows = [OP_STAT_HEADER]
+        tensors = [("Input", slot, values[name]) for slot, name in enumerate(op.inputs)] + [("Output", 0, op.value)]
+        for kind, slot, value in tensors:
+            v = np.asarray(value, dtype=np.float64)
+            shape = "x".join(str(d) for d in v.shape)
+            rows.append(f"{kind},{slot},{v.size * 4},DT_FLOAT,ND,{shape},{float(v.max())!r},{float(v.min())!r},"
+                        f"{float(v.mean())!r},{v.size},0,0,0")  # fmt: skip
+        name = op.name.replace("/", "_").replace(".", "_")
+        path = folder / f"{op.type}.{name}.{task + 3}.0.{1767225600000000 + 11 * task}.csv"
+        path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def test_canns_own_per_op_statistics_files_rank_and_localize(tmp_path: Path) -> None:
+    on_ops, off_ops = _network(bad=True)
+    for side, ops in (("on", on_ops), ("off", off_ops)):
+        _op_statistic_files(tmp_path / side / "20260101000000" / "0" / "net" / "1" / "0", ops)
+        write_run(tmp_path / side, ops, with_graph=True, step=99)  # only for the graph file
+        for dump in (tmp_path / side).rglob("99"):
+            for file in dump.iterdir():
+                file.unlink()
+            dump.rmdir()
+    done = _cli("--on", "on", "--off", "off", "--out", "report", cwd=tmp_path)
+    first = _first_line(done)
+    assert first.startswith(f"first divergence: bn1/fused ({RULE}") and "statistics only" in first
+    report = json.loads((tmp_path / "report" / "compare.json").read_text())
+    assert report["problems"] == []
+    assert {p["metrics"]["basis"] for p in report["pairs"]} == {"statistics"}
+    assert {(p["op"], p["tensor"]) for p in report["pairs"]} >= {("conv1", "output"), ("fc", "input"), ("fc", "output")}
+
+
+def test_a_per_op_statistics_file_without_its_columns_is_a_problem(tmp_path: Path) -> None:
+    on_ops, off_ops = _network(bad=False)
+    path = _op_statistic_files(tmp_path / "on", on_ops)[0]
+    _op_statistic_files(tmp_path / "off", off_ops)
+    path.write_text("Kind,Slot,Max Value\nOutput,0,1.0\n", encoding="utf-8")
+    comparison = compare_dumps(tmp_path / "on", tmp_path / "off")
+    assert [p.reason for p in comparison.problems if p.file == str(path)] == [
+        "per-op statistics file without the columns Input/Output, Index and a statistic"
+    ]
 
 
 def test_a_statistics_row_that_cannot_be_read_is_a_problem(tmp_path: Path) -> None:
