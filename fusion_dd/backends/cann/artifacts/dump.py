@@ -114,7 +114,8 @@ _LXSLICE = re.compile(r"_lxslice(\d+)")
 #: The grammar, for messages: what a dump file name may look like.
 NAME_GRAMMAR = (
     "{op_type}.{op_name}[.{dump_number}].{task_id}[.{stream_id}].{timestamp}"
-    "[.{task_type}.{context_id}.{thread_id}[.{device_id}]] (4 to 9 fields)"
+    "[.{task_type}.{context_id}.{thread_id}[.{device_id}]] (4 to 9 fields) or "
+    "{op_type}.{op_name}.{dump_number}.{task_id}.{stream_id}.{timestamp}.FFTSPLUS.{context_id}.{thread_id}.{device_id}"
 )
 
 
@@ -126,9 +127,13 @@ def parse_file_name(name: str) -> DumpName | None:
     Atlas A2/A3, ``type.name[.stream].task.ts.task_type.context.thread.device``
     (8 or 9 fields; ``name`` may end in ``_lxslice<N>``). Since ``.`` in op names
     is replaced by ``_``, every field after the name is a number; the timestamp
-    is the long one (16 digits), which tells the variants apart.
+    is the long one (16 digits), which tells the variants apart. The newer
+    ``...{timestamp}.FFTSPLUS.{context}.{thread}.{device}`` form has 10 fields
+    or more (``_parse_ffts_plus_marked``).
     """
     parts = name.split(".")
+    if len(parts) >= 10 and parts[-4] == FFTS_PLUS_MARK:
+        return _parse_ffts_plus_marked(parts)
     if len(parts) < 4 or len(parts) > 9 or not parts[0] or not parts[1]:
         return None
     numbers = parts[2:]
@@ -155,6 +160,27 @@ def parse_file_name(name: str) -> DumpName | None:
         task_type, context, thread = after[:3]
         device = after[3] if len(after) == 4 else None
     return DumpName(parts[0], parts[1], task, stream, timestamp, dump_number, task_type, context, thread, device)
+
+
+#: The literal field of the newer adump names of FFTS+ slices (see ``_parse_ffts_plus_marked``).
+FFTS_PLUS_MARK = "FFTSPLUS"
+
+
+def _parse_ffts_plus_marked(parts: list[str]) -> DumpName | None:
+    """``type.name.dump_number.task.stream.ts.FFTSPLUS.context.thread.device``: the newer adump form.
+
+    The runtime's dump manager writes the six classic fields and, for a
+    context and thread of an FFTS+ task, a literal ``FFTSPLUS`` and the three
+    ids; it does not replace the dots of the op name on this path, so the name
+    is everything between the type and the last eight fields.
+    """
+    numbers, ids = parts[-8:-4], parts[-3:]
+    name = ".".join(parts[1:-8])
+    if not parts[0] or not name or not all(_DIGITS.match(part) for part in (*numbers, *ids)):
+        return None
+    dump_number, task, stream, timestamp = (int(part) for part in numbers)
+    context, thread, device = (int(part) for part in ids)
+    return DumpName(parts[0], name, task, stream, timestamp, dump_number, None, context, thread, device)
 
 
 def read_mapping(folder: Path) -> dict[str, str]:

@@ -228,6 +228,17 @@ def test_file_name_grammar_of_4_to_9_fields(name: str, expected: tuple) -> None:
     assert got == expected
 
 
+def test_the_newer_ffts_plus_name_with_its_literal_mark_is_a_dump_file() -> None:
+    # The runtime's dump manager: type.name.dump_number.task.stream.ts, then .FFTSPLUS.context.thread.device
+    # for a context and thread of an FFTS+ task; the op name keeps its dots on this path.
+    parsed = parse_file_name("Sub.sub_1.0.7.1.1700000000000001.FFTSPLUS.330.1.0")
+    assert parsed == DumpName("Sub", "sub_1", 7, 1, 1700000000000001, 0, None, 330, 1, 0)
+    assert parsed.ffts
+    dotted = parse_file_name("MatMul.layer.0.mm.2.7.1.1700000000000001.FFTSPLUS.330.2.0")
+    assert dotted is not None and dotted.op_name == "layer.0.mm" and dotted.thread_id == 2 and dotted.dump_number == 2
+    assert parse_file_name("Sub.sub_1.0.7.1.1700000000000001.FFTSPLUS.x.1.0") is None
+
+
 def test_lxslice_names_their_op_and_slice() -> None:
     parsed = parse_file_name("Conv2D.sgt_graph_0_conv2d_39_Conv2D_lxslice1.2.9.1670205069987340.4.487.0.0")
     assert parsed is not None and parsed.slice_index == 1 and parsed.base_name == "sgt_graph_0_conv2d_39_Conv2D"
