@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..core.errors import UsageError
 from ..store.journal import JOURNAL_NAME, LOCK_NAME, TRIALS_DIR, read_records
-from ..report.build import display_path, finished_report, larger_budget, summary_lines
+from ..coordinator.replay import finished_answer
+from ..report.build import display_path, larger_budget, summary_lines
 from ..store.state import SearchState, TrialState, replay
 from ..runner.trial import supervised_state
 
@@ -74,12 +75,12 @@ def status_lines(state_dir: Path) -> list[str]:
     if state.finished is not None:
         lines.append("  state: finished")
         lines.append("")
-        lines.extend(summary_lines(finished_report(state), state_dir))
+        lines.extend(summary_lines(finished_answer(state, state_dir), state_dir))
         return lines
     if pid is not None:
         lines.append(f"  state: running (coordinator pid {pid}), {len(state.sessions)} session(s)")
     else:
-        last_stop = state.stops[-1]["reason"] if state.stops else "coordinator gone"
+        last_stop = state.last_stop["reason"] if state.last_stop is not None else "coordinator gone"
         # A spent budget stops a resume at once: the hint offers a larger one, as the search's own did.
         more = f" --budget {larger_budget(budget, state.launched)}" if last_stop == "budget_exhausted" and budget is not None else ""
         lines.append(

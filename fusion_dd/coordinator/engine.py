@@ -282,18 +282,21 @@ class Engine:
             self._session.pools.close()
             self._sink.close()
 
-    def _localize_finished(self) -> SearchResult:
+    def _localize_finished(self, session_started: bool = True) -> SearchResult:
         """Localization as a session of a finished search (journal open, lock held).
 
         Interrupted, it still writes the finished search's report (with what was
         localized so far) and exits 130: the search's answer is not "interrupted".
+        ``session_started``: False right after this session found the answer (its
+        session is journaled, its orphans adopted).
         """
         assert self._orphans is not None
         report = finished_report(self.state) if self.state.finished is not None else {}
         culprits, switched_off = localization.culprits_of(report)
-        self._session_started("localize")
         try:
-            self._orphans.adopt()
+            if session_started:
+                self._session_started("localize")
+                self._orphans.adopt()
             self.localizing.localize(localization.plan(self.context.rule_by_name, culprits, switched_off))
         except KeyboardInterrupt:
             self.context.events.message("interrupted: localization incomplete")
@@ -372,11 +375,12 @@ class Engine:
             return self.endings.stop(SearchStatus.BUDGET_EXHAUSTED, ExitCode.BUDGET, pre, result)
         if result.no_failure:  # asked again during the search, all candidates on did not fail
             return self.endings.finish(SearchStatus.NO_FAILURE, pre, result)
+        finished = self.endings.finish(SearchStatus.FOUND, pre, result)
         if self.config.localize is not None and result.culprit_sets:
-            switched_off = {rule.name for culprit in result.culprit_sets for rule in culprit.switched_off}
-            culprits = [[rule.name for rule in culprit.rules] for culprit in result.culprit_sets]
-            self.localizing.localize(localization.plan(self.context.rule_by_name, culprits, switched_off))
-        return self.endings.finish(SearchStatus.FOUND, pre, result)
+            # The answer is journaled first: localization is a session's work on a finished
+            # search, and an interrupt during it must not take the answer with it.
+            return self._localize_finished(session_started=False)
+        return finished
 
     def _find_culprits(self, pre: Preconditions, lanes: LanePlan, extra: dict[str, int]) -> CulpritSearch:
         """The all-culprits layer, round after round until full trainings back its answer (or the budget ends)."""

@@ -28,7 +28,8 @@ from .engine import Engine
 from .ports import MemorySink, NeverTrainer, NoBudget, SwitchIgnored
 from ..core.errors import UsageError
 from ..store.journal import JOURNAL_NAME, read_records
-from ..report.build import finished_report
+from ..report import localize as localization
+from ..report.build import display_path, finished_report
 from ..store.state import SearchState, replay
 
 # Statuses that are an answer: the replay reached the end of the search.
@@ -82,11 +83,20 @@ def config_of(state: SearchState, state_dir: Path) -> SearchConfig:
 
 def _stopped_as(state: SearchState) -> str:
     """How the last session ended: its search_stopped reason, or ``interrupted`` when it died without one."""
-    if state.stops and state.sessions and state.stops[-1].get("time", 0) >= state.sessions[-1].get("time", 0):
-        return str(state.stops[-1].get("reason") or "interrupted")
-    if state.stops and not state.sessions:
-        return str(state.stops[-1].get("reason") or "interrupted")
-    return "interrupted"
+    return str(state.last_stop.get("reason") or "interrupted") if state.last_stop is not None else "interrupted"
+
+
+def finished_answer(state: SearchState, state_dir: Path) -> dict[str, Any]:
+    """A finished search's journaled answer with the localizations journaled after it.
+
+    The answer is journaled before its culprits are localized (an interrupt
+    during localization must not lose it), so the ``localized`` records that
+    follow join it here, as the engine's own report does.
+    """
+    # Read from the journaled document, not parsed: a view of a finished search needs no valid config.
+    document = (state.start_record or {}).get("config_document")
+    configured = isinstance(document, dict) and bool(document.get("localize"))
+    return localization.attach(finished_report(state), state, configured, display_path(state_dir))
 
 
 def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool) -> Rebuilt:
@@ -98,12 +108,12 @@ def rebuild(records: Iterable[dict[str, Any]], state_dir: Path, *, running: bool
     """
     state = replay(records)
     if state.finished is not None:
-        report = finished_report(state)
+        report = finished_answer(state, state_dir)
         return Rebuilt(report, report["status"], ExitCode.OK)
     config = config_of(state, state_dir)
     stopped = _stopped_as(state)  # before the replay adds its own (in-memory) stop
-    said = bool(state.stops) and stopped == "interrupted"
-    detail = state.stops[-1].get("detail") if state.stops else None
+    said = state.last_stop is not None  # the last session journaled its stop: not killed
+    detail = state.last_stop.get("detail") if state.last_stop is not None else None
     engine = replay_engine(config, state)
     try:
         result = engine.search()

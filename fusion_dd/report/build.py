@@ -22,7 +22,7 @@ from ..core.scoring import Preconditions, Threshold, combine_runs
 from ..search.culprits import CulpritSearch
 from ..search.oracle import Outcome
 from ..store.state import EARLY_KINDS, EARLY_PASS, LOCALIZE_ROLE, SearchState, TrialState
-from .trials import json_number as _number, trial_entry
+from .trials import json_number as _number, switch_counts, trial_entry
 from ..store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
 from ..backends import fix_name_of
 from ..backends.cann.switch import SwitchFile, render_switch
@@ -576,11 +576,7 @@ def _names_in_artifacts(state: SearchState, read: Callable[[Any], Iterable[str]]
 
 def _switch_evidence(state: SearchState, report: dict[str, Any]) -> tuple[dict[str, int], list[str]]:
     """How many trials proved (through fusion_result.json) that their switch file was applied."""
-    counts: dict[str, int] = {}
-    for trial in state.trials.values():
-        if trial.finished is not None:
-            status = trial.finished.get("switch_check", "unverified")
-            counts[status] = counts.get(status, 0) + 1
+    counts = switch_counts(state)
     warnings: list[str] = []
     fired_off = _names_in_artifacts(state, fired_although_off_of)
     if fired_off:

@@ -39,7 +39,7 @@ from ..core.errors import UsageError
 from ..store.state import LOCALIZE_ROLE, ConfigKey, SearchState, TrialState
 from ..runner.trial import DUMP_PLACEHOLDERS, TrialSpec, substitute
 from ..store.records import RecordType
-from .trials import trial_entry
+from .trials import switch_counts, trial_entry
 
 #: How many of the worst ops ``culprits[i].localization.top`` lists.
 TOP_OPS = 5
@@ -274,8 +274,10 @@ def attach(
         if record.get("compare"):
             entry["localization"]["compare"] = record["compare"]
     missing = len(culprits) - done - failed
-    # A report journaled when the search finished predates a later ``fusion-dd localize``.
+    # A report journaled when the search finished predates its localization's trainings.
     report["trainings"] = state.launched
+    if "switch_check" in report:
+        report["switch_check"] = switch_counts(state)
     listed = {entry.get("trial_id") for entry in report.get("trials") or []}
     if "trials" in report:
         report["trials"] = list(report["trials"]) + [

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from ..core.scoring import Threshold
-from ..store.state import TrialState
+from ..store.state import SearchState, TrialState
 
 
 def json_number(value: float | None) -> float | str | None:
@@ -69,3 +69,13 @@ def trial_entry(trial: TrialState, threshold: Threshold | None, crash_is_failure
     else:
         entry.update(outcome="running")
     return entry
+
+
+def switch_counts(state: SearchState) -> dict[str, int]:
+    """How many finished trials proved (through fusion_result.json) that their switch file was applied, and not."""
+    counts: dict[str, int] = {}
+    for trial in state.trials.values():
+        if trial.finished is not None:
+            status = trial.finished.get("switch_check", "unverified")
+            counts[status] = counts.get(status, 0) + 1
+    return counts

@@ -238,6 +238,9 @@ class SearchState:
     finished: dict[str, Any] | None = None
     stops: list[dict[str, Any]] = field(default_factory=list)
     sessions: list[dict[str, Any]] = field(default_factory=list)
+    # How the last session ended, when it said so: a search_stopped record after the last
+    # session_started. None while it runs, or when it died without one (killed, crashed).
+    last_stop: dict[str, Any] | None = None
     retired_devices: list[dict[str, Any]] = field(default_factory=list)
     # The parallelism each question of the search was asked with, in question order
     # (``question`` records): replayed on resume so that it asks the same questions.
@@ -361,6 +364,7 @@ class SearchState:
 
     def _apply_session_started(self, record: dict[str, Any]) -> None:
         self.sessions.append(record)
+        self.last_stop = None
 
     def _apply_trial_started(self, record: dict[str, Any]) -> None:
         trial_id = record["trial_id"]
@@ -451,6 +455,7 @@ class SearchState:
 
     def _apply_search_stopped(self, record: dict[str, Any]) -> None:
         self.stops.append(record)
+        self.last_stop = record
         if record.get("reason") == "training_broken":
             # The user fixes the training and runs again: its failed attempts no longer count.
             self.broken_before = len(self.trials)

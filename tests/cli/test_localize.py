@@ -120,6 +120,30 @@ def test_budget_stop_in_the_localization_phase_then_localize_repeats_no_training
     assert after.count('"localized"') == journal.count('"localized"') and Counter(started(tmp_path)) == trainings
 
 
+def test_an_interrupt_during_localization_keeps_the_answer_and_resume_localizes(tmp_path: Path) -> None:
+    """Ctrl-C while the dumped trainings run: the search's answer is journaled and handed over already."""
+    from tests.support.fake_training import interrupt_when_journaled
+
+    journal = tmp_path / "state" / "journal.jsonl"
+    stopped = interrupt_when_journaled(tmp_path, ["search", "-c", str(write(tmp_path))], journal, '"role":"localize"')
+    assert stopped.returncode == 130, stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert "fusion-dd: culprits found" in stopped.stdout and "localization incomplete" in stopped.stdout
+    first = report(tmp_path)
+    assert first["status"] == "found" and first["fix_verified"] is True
+    assert set(by_culprit(first)) == {frozenset({SINGLE}), frozenset(PAIR)}
+    assert (tmp_path / "state" / "fusion_switch.cfg").is_file()
+    assert '"type":"search_finished"' in journal.read_text()
+    finished = {(tuple(sorted(trial["configuration"])), trial["role"], trial["repeat"])
+                for trial in first["trials"] if trial["outcome"] != "cancelled"}  # fmt: skip
+    before = len(started(tmp_path))
+    resumed = run_fusion_dd("resume", "--state-dir", "state", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_localized(report(tmp_path))
+    again = [(tuple(sorted(on)), role, repeat) for on, role, repeat in started(tmp_path)[before:]]
+    assert again and not set(again) & finished, "a finished training was trained again"
+
+
 def test_localize_without_a_finished_search_is_one_line(tmp_path: Path) -> None:
     missing = run_fusion_dd("localize", "--state-dir", "nothing", "-c", str(write(tmp_path)), cwd=tmp_path)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1

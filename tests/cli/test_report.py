@@ -131,6 +131,25 @@ def test_interrupted_search_report_matches_the_engines(tmp_path):
         assert rebuilt[key] == engine[key], key
 
 
+def test_a_session_killed_after_a_clean_stop_is_reported_as_killed_not_as_that_stop(tmp_path):
+    """Only a stop journaled by the last session says how it ended: an earlier session's does not."""
+    write_config(tmp_path, "--culprits", CULPRIT, budget=6)
+    assert run_fusion_dd("search", cwd=tmp_path).returncode == 3  # a clean stop: budget exhausted
+    journal = tmp_path / ".fusion-dd" / "journal.jsonl"
+
+    def resumed_and_training(text: str) -> bool:
+        tail = text.split('"type":"session_started"')[-1] if text.count('"type":"session_started"') > 1 else ""
+        return '"type":"trial_launched"' in tail
+
+    sigkill_search_when(tmp_path, journal, resumed_and_training, args=("resume", "--budget", "40"))
+    status = call_fusion_dd("status", cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert "state: stopped (coordinator gone)" in status.stdout, status.stdout
+    assert "--budget" not in status.stdout.split("continue with", 1)[1].splitlines()[0]
+    rebuilt = json.loads(run_fusion_dd("report", "--json", cwd=tmp_path).stdout)
+    assert rebuilt["status"] == "interrupted" and "killed or crashed" in rebuilt["message"]
+
+
 def test_report_while_a_search_runs_writes_nothing_into_the_state_dir(finished, tmp_path):
     """A coordinator holds the lock (here: this test): report reads, prints, writes only where --html points."""
     state = cut(finished, tmp_path, 6, torn=False)

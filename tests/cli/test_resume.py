@@ -243,22 +243,9 @@ def test_a_disk_filled_mid_run_names_the_path_and_loses_no_finished_training(tmp
 
 def _interrupt_when_journaled(cwd: Path, args: list[str], journal: Path, kind: str) -> subprocess.CompletedProcess:
     """Start ``fusion-dd ARGS``, SIGINT it as soon as a ``kind`` record is in its journal; its outcome."""
-    from tests.support.fake_training import start_fusion_dd
+    from tests.support.fake_training import interrupt_when_journaled
 
-    coordinator = start_fusion_dd(cwd, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 180
-        while not (journal.exists() and f'"type":"{kind}"' in journal.read_text()):
-            assert coordinator.poll() is None, coordinator.communicate()
-            assert time.monotonic() < deadline, f"no {kind} record was journaled"
-            time.sleep(0.005)
-        coordinator.send_signal(signal.SIGINT)
-        out, err = coordinator.communicate(timeout=120)
-    finally:
-        if coordinator.poll() is None:
-            coordinator.kill()
-            coordinator.communicate()
-    return subprocess.CompletedProcess(args, coordinator.returncode, out, err)
+    return interrupt_when_journaled(cwd, args, journal, f'"type":"{kind}"')
 
 
 RECORD_TYPES = ["search_started", "session_started", "trial_started", "trial_launched", "trial_finished", "question"]

@@ -141,12 +141,12 @@ def start_fusion_dd(cwd: Path, *args: str, stdout: int | None = None, stderr: in
     )
 
 
-def sigkill_search_when(cwd: Path, journal: Path, ready, within: float = 120) -> None:
-    """Start ``fusion-dd search`` in ``cwd`` and SIGKILL it once ``ready(journal text)`` holds."""
+def sigkill_search_when(cwd: Path, journal: Path, ready, within: float = 120, args: tuple[str, ...] = ("search",)) -> None:
+    """Start ``fusion-dd ARGS`` (a search) in ``cwd`` and SIGKILL it once ``ready(journal text)`` holds."""
     import signal
     import time
 
-    coordinator = start_fusion_dd(cwd, "search", stdout=subprocess.DEVNULL)
+    coordinator = start_fusion_dd(cwd, *args, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + within
         while True:
@@ -161,6 +161,27 @@ def sigkill_search_when(cwd: Path, journal: Path, ready, within: float = 120) ->
         if coordinator.poll() is None:
             coordinator.kill()
             coordinator.wait(timeout=30)
+
+
+def interrupt_when_journaled(cwd: Path, args: list[str], journal: Path, marker: str) -> subprocess.CompletedProcess[str]:
+    """Start ``fusion-dd ARGS``, SIGINT it as soon as ``marker`` is in its journal's text; its outcome."""
+    import signal
+    import time
+
+    coordinator = start_fusion_dd(cwd, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while not (journal.exists() and marker in journal.read_text()):
+            assert coordinator.poll() is None, coordinator.communicate()
+            assert time.monotonic() < deadline, f"{marker} was never journaled"
+            time.sleep(0.005)
+        coordinator.send_signal(signal.SIGINT)
+        out, err = coordinator.communicate(timeout=120)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.communicate()
+    return subprocess.CompletedProcess(args, coordinator.returncode, out, err)
 
 
 def wrapper_script(path: Path, prelude: str) -> Path:
