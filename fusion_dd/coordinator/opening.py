@@ -75,13 +75,25 @@ def open_search(context: Context, sink: JournalSink, adopt: Sequence[dict[str, A
                 context.append(dict(adopted))
             context.events.message("the all-on training of rules.from: all_on is the all-on reference (trial all-on)")
     else:
-        refuse_changed_definition(state_dir, state.definition, definition)
+        refuse_changed_definition(state_dir, state.definition, definition, state.last_stop)
 
 
-def refuse_changed_definition(state_dir: Path, journaled: dict[str, Any], definition: dict[str, Any]) -> None:
-    """The config defines another search than the journal's: resuming it would mix two searches' answers."""
+def refuse_changed_definition(
+    state_dir: Path, journaled: dict[str, Any], definition: dict[str, Any], last_stop: dict[str, Any] | None = None
+) -> None:
+    """The config defines another search than the journal's: resuming it would mix two searches' answers.
+
+    After a ``training_broken`` stop a changed config is the usual next step (a
+    metric pattern corrected, a command fixed): the refusal then says only that.
+    """
     if journaled != definition:
         changes = ", ".join(definition_changes(journaled, definition))
+        if last_stop is not None and last_stop.get("reason") == "training_broken":
+            raise UsageError(
+                f"{state_dir}: its search stopped because the training was broken, and the config changed since "
+                f"(changed: {changes}); start the search with the new config with 'fusion-dd search --restart' "
+                "(moves this state directory aside, keeping its journal and the broken trainings' logs)"
+            )
         raise UsageError(
             f"{state_dir}: holds a search with a different definition (changed: {changes}); "
             "restore the old config, start over with 'fusion-dd search --restart' (moves this state "
@@ -108,7 +120,7 @@ def foresee_opening(config: SearchConfig) -> tuple[str, str | None]:
         if state_dir_id(state_dir) is not None:  # (without an id, the check would record one: a change)
             check_journal_belongs(state_dir, journal, journaled_id(state.start_record))
         refuse_changed_definition(
-            state_dir, state.definition, config.with_started_defaults(state.definition).definition()
+            state_dir, state.definition, config.with_started_defaults(state.definition).definition(), state.last_stop
         )
         refuse_ignored_switch(state_dir, state)
         if state.finished is not None:

@@ -161,6 +161,7 @@ def broken_lines(report: dict[str, Any]) -> list[str]:
     else:
         lines.append(
             "  no answer about fusion was reached; fix the training (try the command by hand) and run "
-            "`fusion-dd search` again (the references are trained afresh); a changed config needs a new --state-dir"
+            "`fusion-dd search` again (the references are trained afresh); after a change of fusion-dd.yaml, "
+            "run `fusion-dd search --restart`"
         )
     return lines

@@ -107,6 +107,17 @@ def test_a_metric_pattern_that_never_matches_is_a_broken_training(tmp_path):
     assert re.search(r"\| accuracy: 0\.[59]", result.stderr)  # what the training printed instead
     tail = [line for line in result.stderr.splitlines() if line.startswith("    | ")]
     assert 0 < len(tail) <= 20
+    assert "after a change of fusion-dd.yaml, run `fusion-dd search --restart`" in result.stderr
+
+    # The pattern corrected in the config: that is another search; the refusal says what to run.
+    write_config(tmp_path, "--culprits", CULPRIT)
+    refused = call_fusion_dd("search", cwd=tmp_path)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "stopped because the training was broken, and the config changed since (changed: metric.pattern)" in refused.stderr
+    assert "'fusion-dd search --restart'" in refused.stderr
+    restarted = run_fusion_dd("search", "--restart", cwd=tmp_path)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    assert report(tmp_path)["status"] == "found"
 
 
 def test_a_baseline_that_times_out_is_a_broken_training(tmp_path):
