@@ -58,6 +58,8 @@ def run_report(state_dir: Path, *, html: Path | None, as_json: bool) -> int:
     if html is not None:
         from ..report.html import write_html
 
+        if html.name in ("", "..") or html.is_dir():  # '.', '', '..' and folders name no file
+            raise UsageError(f"--html {html}: is a directory; give the page's file path, e.g. --html report.html")
         try:
             write_html(html, report, records, state_dir)
         except OSError as exc:  # named as the user typed it, not by the temporary file beside it

@@ -246,3 +246,13 @@ def test_report_html_into_a_missing_folder_names_the_path_given(finished, tmp_pa
         f"fusion-dd: error: --html {target}: cannot write the page (No such file or directory); choose a writable path"
     )
     assert ".tmp" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("given", [".", "./", "..", "sub"])
+def test_report_html_naming_a_directory_is_one_line_not_a_crash(finished, given):
+    (finished / "sub").mkdir(exist_ok=True)
+    result = call_fusion_dd("report", "--html", given, cwd=finished)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("fusion-dd: error: --html ")
+    assert "is a directory; give the page's file path" in result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
