@@ -32,7 +32,7 @@ from ..config.settings import (
     parse_started_config,
 )
 from ..core.errors import UsageError
-from ..core.status import ExitCode
+from ..core.status import ExitCode, SearchStatus
 from ..store.journal import JOURNAL_NAME, held_by_another, move_aside, read_records
 from .progress import ConsoleEvents
 from ..runner.broken import STATUS as TRAINING_BROKEN
@@ -954,6 +954,9 @@ def demo_comparison(report: dict[str, Any], planted: Any, damaged: Any = ()) -> 
     """What the search found next to what the demo planted (and, localized, the layers next to the damaged ones)."""
     found = [frozenset(rule["name"] for rule in culprit["rules"]) for culprit in report.get("culprits", [])]
     expected = [frozenset(culprit) for culprit in planted]
+    if report.get("status") in (SearchStatus.INTERRUPTED, SearchStatus.BUDGET_EXHAUSTED):
+        # No answer yet: nothing to hold against the plant (the summary says how to go on).
+        return [f"planted vs found: the search has not finished ({report['status']}); nothing to compare yet"]
     lines = ["planted vs found:"]
     for culprit in expected:
         mark = "found" if culprit in found else "NOT found"
@@ -996,6 +999,8 @@ def _demo_localization(report: dict[str, Any], expected: list[frozenset[str]], d
     verdict = "every planted culprit localized to the layer it damaged" if right == len(expected) else (
         f"{right} of {len(expected)} planted culprits localized to the layer they damaged"
     )
+    if (report.get("localization") or {}).get("status") == "incomplete":
+        verdict = f"localization incomplete: {right} of {len(expected)} planted culprits localized so far"
     lines.append(verdict)
     return lines
 

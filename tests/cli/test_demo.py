@@ -266,3 +266,19 @@ def test_a_demo_asked_again_with_other_options_says_what_it_shows_and_names_the_
     command = yaml.safe_load((state / "fusion-dd.yaml").read_text())["train"]["command"]
     assert command[command.index("--steps") + 1] == "12"
     assert json.loads((state / "report.json").read_text())["trainings"] == 3
+
+
+def test_an_unfinished_demo_is_not_held_against_its_plant() -> None:
+    from fusion_dd.cli import demo_comparison
+
+    planted_sets = [("LayerNormFusionPass",)]
+    for status in ("interrupted", "budget_exhausted"):
+        lines = demo_comparison({"status": status, "culprits": []}, planted_sets, [("ln_a",)])
+        assert lines == [f"planted vs found: the search has not finished ({status}); nothing to compare yet"]
+    found = {
+        "status": "found", "fix_verified": True, "localization": {"status": "incomplete"},
+        "culprits": [{"rules": [{"name": "LayerNormFusionPass"}], "localization": {"reason": "not localized yet"}}],
+    }  # fmt: skip
+    lines = demo_comparison(found, planted_sets, [("ln_a",)])
+    assert "all planted culprit sets found; fix verified: yes" in lines
+    assert lines[-1] == "localization incomplete: 0 of 1 planted culprits localized so far"
