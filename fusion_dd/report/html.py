@@ -70,6 +70,16 @@ def _float(value: Any) -> float | None:
 # -- the data -------------------------------------------------------------------------
 
 
+def _is_retry(before: TrialState | None) -> bool:
+    """Whether a trial re-runs a training whose previous attempt finished without a result that stands.
+
+    That is a retry (``train.retries``: a crash, a timeout). The full training
+    after an early verdict, and a training cancelled by an interrupt and started
+    again, are attempts of the same configuration too, but no retry.
+    """
+    return before is not None and before.finished is not None and not before.finished.get("early_stop")
+
+
 def report_data(
     report: dict[str, Any], records: Iterable[dict[str, Any]], state_dir: Path, state: SearchState | None = None
 ) -> dict[str, Any]:
@@ -83,8 +93,11 @@ def report_data(
     now = time.time()
     entries = {entry["trial_id"]: entry for entry in report.get("trials") or []}
     trials: list[dict[str, Any]] = []
+    last_attempt: dict[Any, TrialState] = {}
     for trial in state.trials.values():
         entry = entries.get(trial.trial_id, {})
+        before = last_attempt.get(trial.key)
+        last_attempt[trial.key] = trial
         end = _end_time(trial, now)
         trials.append(
             {
@@ -98,6 +111,7 @@ def report_data(
                 "kind": entry.get("kind"),
                 "metric": _float(entry.get("metric")),
                 "attempt": trial.attempt,
+                "retry": _is_retry(before),
                 "early_stop": bool(trial.finished and trial.finished.get("early_stop")),
                 "repeat": trial.repeat,
             }
@@ -255,7 +269,7 @@ def _gantt(data: dict[str, Any]) -> str:
     entries = _outcome_entries(trial["outcome"] for trial in trials)
     if any(trial["early_stop"] for trial in trials):
         entries.append(svg.Entry("stopped early", "#bbbbbb", hatch=True))
-    if any(trial["attempt"] > 1 for trial in trials):
+    if any(trial["retry"] for trial in trials):
         entries.append(svg.Entry("a retry", "#bbbbbb", edge="#000000"))
     box, at, height = svg.layout(WIDTH, row_height * len(devices) + 8, y_labels=labels, ylabel=False, entries=entries)
     x = svg.Linear(*svg.padded(0.0, span or 1.0, 0.02))
@@ -272,7 +286,7 @@ def _gantt(data: dict[str, Any]) -> str:
         for trial in trials:
             left = x((trial["start"] - data["t0"]) / scale)
             width = max(x((trial["end"] - data["t0"]) / scale) - left, MIN_BAR)
-            key = (rows.get(trial["device"], 0), trial["outcome"], trial["attempt"] > 1, bool(trial["early_stop"]))
+            key = (rows.get(trial["device"], 0), trial["outcome"], trial["retry"], bool(trial["early_stop"]))
             groups.setdefault(key, []).append(
                 f"M{svg.num(left)} {svg.num(middle(trial['device']) - bar / 2)}h{svg.num(width)}v{svg.num(bar)}h{svg.num(-width)}z"
             )
@@ -290,7 +304,7 @@ def _gantt(data: dict[str, Any]) -> str:
             left = x((trial["start"] - data["t0"]) / scale)
             width = max(x((trial["end"] - data["t0"]) / scale) - left, MIN_BAR)
             top = middle(trial["device"]) - bar / 2
-            retry = trial["attempt"] > 1
+            retry = trial["retry"]
             edge = 'stroke="#000000" stroke-width="1.6"' if retry else 'stroke="#ffffff" stroke-width="0.5"'
             geometry = f'x="{svg.num(left)}" y="{svg.num(top)}" width="{svg.num(width)}" height="{svg.num(bar)}"'
             parts = [f'<g id="gantt-{svg.esc(trial["trial_id"])}">', _tooltip(trial),
@@ -676,7 +690,7 @@ def _trial_table(data: dict[str, Any]) -> str:
             f"<td class=num>{trial['size']}</td><td>{_e(trial['device'])}</td>"
             f"<td class=num>{trial['end'] - trial['start']:.1f}</td><td>{_e(trial['outcome'])}</td>"
             f"<td>{_e(trial['kind'] or '')}</td><td class=num>{_e(metric)}</td>"
-            f"<td>{'early stop' if trial['early_stop'] else ''}{' retry' if trial['attempt'] > 1 else ''}</td></tr>"
+            f"<td>{'early stop' if trial['early_stop'] else ''}{' retry' if trial['retry'] else ''}</td></tr>"
         )
     return (
         '<table id="trials"><tr><th>trial</th><th>role</th><th>rules on</th><th>device</th><th>seconds</th>'

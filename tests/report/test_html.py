@@ -184,3 +184,19 @@ def test_references_without_a_metric_are_said_in_words_not_none(tmp_path):
     assert "None" not in text
     assert "<th>baseline (all candidates off)</th><td>no usable metric (see the trainings below)</td>" in text
     assert "<th>all candidates on</th><td>no usable metric (see the trainings below)</td>" in text
+
+
+def test_only_a_rerun_after_a_crash_is_marked_a_retry_not_the_full_training_after_an_early_verdict(tmp_path):
+    from fusion_dd.store.state import replay
+
+    records = [
+        search_started(), session_started(),
+        started("0001", ["A"]), finished("0001", 0.2, early_stop={"kind": "early_fail", "step": 12}),
+        started("0002", ["A"], role="proof", attempt=2), finished("0002", 0.2),  # its full training
+        started("0003", ["B"]), finished("0003", None, kind="crash"),
+        started("0004", ["B"], attempt=2), finished("0004", 0.9),  # train.retries
+    ]  # fmt: skip
+    data = html_report.report_data({"trials": []}, records, tmp_path, replay(records))
+    assert {trial["trial_id"]: trial["retry"] for trial in data["trials"]} == {
+        "0001": False, "0002": False, "0003": False, "0004": True,
+    }  # fmt: skip
