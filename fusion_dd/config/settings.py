@@ -646,6 +646,7 @@ def _read_rules(
     warnings: list[str] = []
     unknown: list[tuple[str, str]] = []  # (config key, message) of names neither catalog nor artifacts know
     fired: set[str] | None = None
+    from_notes: list[str] = []
     known_sections: dict[str, set[Section]] = {}
     from_all_on = section.get("from") == "all_on"  # the all-on training gives them (fusion_dd.coordinator.closure)
     if section.get("from") is not None and not from_all_on:
@@ -654,6 +655,7 @@ def _read_rules(
         unknown_texts = {str(item) for item in candidates.name_warnings if item.kind == "unknown"}
         unknown.extend(("rules.from", text) for text in unknown_texts)
         warnings.extend(text for text in candidates.warnings if text not in unknown_texts)
+        from_notes = [text for text in candidates.warnings if text not in unknown_texts]
         fired = candidates.fired
         for rule in candidates.rules:
             known_sections.setdefault(rule.name, set()).add(rule.section)
@@ -691,6 +693,9 @@ def _read_rules(
     rules.extend(rule for rule in listed if rule.name not in seen)
     rules.extend(_autofuse_points(reader, section.get(Section.AUTOFUSE.value)))
     if not rules and not from_all_on:
+        if section.get("from") is not None and from_notes:
+            # Why the artifacts gave none (e.g. nothing fused in that network), as `fusion-dd rules` says it.
+            raise reader.error("rules.from", f"no candidate rules: {'; '.join(from_notes)}")
         raise reader.error(
             "rules",
             "no candidate rules: list pass names under rules.GraphFusion / "

@@ -146,3 +146,15 @@ def test_rules_from_all_on_names_an_unreadable_result_instead_of_saying_nothing_
     assert result.returncode == 2
     assert "could not read which rules fired: unreadable fusion_result.json" in result.stderr
     assert "'[0].graph_fusion.A.effect_times' is 'x'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_config_whose_artifacts_name_no_fired_rule_says_why_not_what_it_already_did(tmp_path):
+    """verl's real fusion_result.json: passes matched, none had an effect. The error says that, as `rules` does."""
+    shutil.copy(REAL / "fusion_result.keyed.verl.json", tmp_path)
+    document = {"rules": {"from": ["fusion_result.keyed.verl.json"]}, "train": {"command": ["python", "train.py"]}}
+    (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
+    dry = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 2 and len(dry.stderr.strip().splitlines()) == 1, dry.stderr
+    assert "rules.from: no candidate rules: " in dry.stderr
+    assert "but none has effect_times > 0: no fusion rule changed this network" in dry.stderr
+    assert "(or rules.from: [fusion_result.json])" not in dry.stderr
