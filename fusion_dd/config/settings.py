@@ -1028,6 +1028,13 @@ def _launcher_choice(train: TrainConfig, launcher: str | None, scheduler: str | 
     )
 
 
+#: An example per pattern key, for the message of a pattern without a group.
+_PATTERN_EXAMPLES = {
+    "metric.loss_pattern": "loss[=:]\\s*(\\S+)",
+    "metric.speed_pattern": "samples/s[=:]\\s*(\\S+)",
+}
+
+
 def _check_regex(reader: _Reader, raw: Any, key: str) -> str:
     pattern = reader.string(raw, key)
     try:
@@ -1035,9 +1042,8 @@ def _check_regex(reader: _Reader, raw: Any, key: str) -> str:
     except re.error as exc:
         raise reader.error(key, f"invalid regular expression ({exc})") from None
     if compiled.groups < 1:
-        raise reader.error(
-            key, "the pattern needs a group around the value, e.g. 'accuracy[=:]\\s*(\\S+)'"
-        )
+        example = _PATTERN_EXAMPLES.get(key, "accuracy[=:]\\s*(\\S+)")
+        raise reader.error(key, f"the pattern needs a group around the value, e.g. '{example}'")
     if compiled.groups > 1:
         # The value is read from the first group: with more, a label in the first one would be
         # read as the value, and every training would then be blamed for printing no number.
@@ -1174,7 +1180,9 @@ def _read_guide(
     for name in suspects_raw:
         if name not in known:
             close = difflib.get_close_matches(name, names, n=1)
-            hint = f"; did you mean {close[0]}?" if close else "; name a rule of rules.candidates"
+            hint = f"; did you mean {close[0]}?" if close else (
+                "; name a candidate rule (listed under rules.GraphFusion / rules.UBFusion, or found by rules.from)"
+            )
             raise reader.error("search.suspects", f"{name!r} is not a candidate rule{hint}")
     return replace(search, guide=guide, suspects=tuple(dict.fromkeys(suspects_raw)))
 
