@@ -101,6 +101,18 @@ def refuse_changed_definition(
         )
 
 
+def refuse_unwritable(state_dir: Path) -> None:
+    """The search could not create its state directory, or write into it (a read-only mount, no permission)."""
+    import os
+
+    existing = state_dir
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "write into the state directory" if existing == state_dir else "create the state directory"
+        raise UsageError(f"{state_dir}: cannot {what} ({existing} is not writable: read-only or no permission)")
+
+
 def foresee_opening(config: SearchConfig) -> tuple[str, str | None]:
     """What a search with this config would do with its state directory, read without changing anything.
 
@@ -116,6 +128,9 @@ def foresee_opening(config: SearchConfig) -> tuple[str, str | None]:
         state = replay(read_records(journal)) if journal.exists() else replay([])
         if state.definition is None:
             refuse_trials_without_journal(state_dir, state)
+            refuse_unwritable(state_dir)
+            if not state_dir.exists():
+                return "does not exist yet: a new search creates it and starts there", None
             return "empty: a new search starts there", None
         if state_dir_id(state_dir) is not None:  # (without an id, the check would record one: a change)
             check_journal_belongs(state_dir, journal, journaled_id(state.start_record))

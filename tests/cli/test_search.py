@@ -6,13 +6,14 @@ import fcntl
 import json
 import os
 
+import pytest
 import yaml
 
 from fusion_dd.backends.cann.switch import load_switch_file
 from fusion_dd.core.rules import Section
 from fusion_dd.store.journal import read_records
 from tests.support.cli import CULPRIT, GRAPH, UB, launches, write_config
-from tests.support.fake_training import run_fusion_dd
+from tests.support.fake_training import call_fusion_dd, run_fusion_dd
 
 
 def test_search_finds_planted_culprit_with_two_devices(tmp_path):
@@ -122,7 +123,7 @@ def test_dry_run_launches_nothing(tmp_path):
     assert "nothing was launched" in result.stdout
     assert not (tmp_path / ".fusion-dd").exists()
     assert not (tmp_path / "launch.log").exists()
-    assert "state directory: " in result.stdout and ": empty: a new search starts there" in result.stdout
+    assert "state directory: " in result.stdout and ": does not exist yet: a new search creates it" in result.stdout
 
 
 def test_a_dry_run_fails_where_the_search_would_refuse_and_changes_nothing(tmp_path):
@@ -176,7 +177,29 @@ def test_a_state_directory_given_on_the_command_line_replaces_the_configs_unchec
     assert refused.returncode == 2 and "is not empty (notes.txt)" in refused.stderr
     given = run_fusion_dd("search", "--dry-run", "--state-dir", "elsewhere", cwd=tmp_path)
     assert given.returncode == 0, given.stderr
-    assert "elsewhere: empty: a new search starts there" in given.stdout
+    assert "elsewhere: does not exist yet: a new search creates it and starts there" in given.stdout
+
+
+def test_a_dry_run_refuses_a_state_directory_the_search_could_not_create(tmp_path):
+    """Under a read-only mount (root alone: chmod is no bar for root) the search would stop at once."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    write_config(tmp_path, "--culprits", CULPRIT)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    mount = subprocess.run(["mount", "--bind", "-o", "ro", str(locked), str(locked)], capture_output=True, text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot bind-mount read-only here: {mount.stderr.strip()}")
+    try:
+        dry = call_fusion_dd("search", "--dry-run", "--state-dir", "locked/state", cwd=tmp_path)
+        assert dry.returncode == 2, dry.stdout + dry.stderr
+        assert "cannot create the state directory" in dry.stderr and "is not writable" in dry.stderr
+        real = call_fusion_dd("search", "--state-dir", "locked/state", cwd=tmp_path)
+        assert real.returncode == 2 and "cannot create the state directory" in real.stderr
+    finally:
+        subprocess.run(["umount", str(locked)], capture_output=True)
 
 
 def test_a_second_culprit_is_found_by_group_testing_and_only_the_fix_is_trained_twice(tmp_path):
