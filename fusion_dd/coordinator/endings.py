@@ -208,6 +208,8 @@ class Endings:
             finished_report(state, trials=not current), state, context.config.localize is not None,
             display_path(state_dir),
         )
+        # The journaled answer counts the rounds of the session that found it; this session ran its own.
+        report["rounds"] = self._rounds()
         if current:
             if self._snapshots is not None:
                 self._snapshots.close()

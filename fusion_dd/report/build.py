@@ -22,7 +22,7 @@ from ..core.scoring import Preconditions, Threshold, combine_runs
 from ..search.culprits import CulpritSearch
 from ..search.oracle import Outcome
 from ..store.state import EARLY_KINDS, EARLY_PASS, LOCALIZE_ROLE, SearchState, TrialState
-from .trials import json_number as _number, switch_counts, trial_entry
+from .trials import json_number as _number, search_cost, switch_counts, trial_entry, trial_steps as _trial_steps
 from ..store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
 from ..backends import fix_name_of
 from ..backends.cann.switch import SwitchFile, render_switch
@@ -349,21 +349,6 @@ def _add_speed(report: dict[str, Any], config: SearchConfig, state: SearchState,
     report["speed"] = compare_speeds(speeds(fix), speeds(everything), speeds(frozenset()), unit)
 
 
-def _trial_steps(trial: TrialState) -> int | None:
-    """How many steps a finished training ran: its early stop's step, else the last step it reported."""
-    finished = trial.finished or {}
-    stop = finished.get("early_stop") or {}
-    if isinstance(stop.get("step"), int):
-        return int(stop["step"])
-    facts = (finished.get("artifacts") or {}).get("loss_curve") or {}
-    if isinstance(facts.get("last_step"), int):
-        return int(facts["last_step"])
-    curve = facts.get("curve")
-    if isinstance(curve, list) and curve and isinstance(curve[-1], list) and isinstance(curve[-1][0], int):
-        return int(curve[-1][0])
-    return None
-
-
 def _add_cost(report: dict[str, Any], state: SearchState) -> None:
     """What the search cost in accelerator time, beside the count of trainings.
 
@@ -374,24 +359,8 @@ def _add_cost(report: dict[str, Any], state: SearchState) -> None:
     reports) are counted in ``steps_unknown``, never guessed.
     """
     finished = [trial for trial in state.trials.values() if trial.finished is not None]
-    steps = [_trial_steps(trial) for trial in finished]
-    baseline = state.cache().get((frozenset(), 0))
-    length = _trial_steps(baseline) if baseline is not None and baseline.finished is not None else None
-    known = [value for value in steps if value is not None]
-    device_seconds = sum(
-        float(trial.finished.get("duration") or 0.0) * max(len(trial.device), 1)
-        for trial in finished
-        if trial.finished is not None
-    )
     early_passes = [trial for trial in finished if (trial.finished or {}).get("kind") == "early_pass"]
-    report["cost"] = {
-        "trainings": len(finished),
-        "training_steps": sum(known) if known else None,
-        "steps_unknown": len(steps) - len(known),
-        "steps_per_full_training": length,
-        "full_training_equivalents": round(sum(known) / length, 2) if known and length else None,
-        "device_seconds": round(device_seconds, 1),
-    }
+    report["cost"] = search_cost(state)
     outcomes = {entry["trial_id"]: entry.get("outcome") for entry in report["trials"]}
     early_fails = [trial for trial in finished if (trial.finished or {}).get("kind") == "early_fail"]
     # A full training of a culprit set alone proves it (it should fail); any other proof is the fix's.
@@ -825,9 +794,10 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"(tolerance {_tolerance_text(threshold)})"
         )
     rounds = report.get("rounds")
-    # The trainings count every session of the search, the rounds only this one's: each says its scope.
+    # The trainings count every session of the search, the rounds only this one's: each says its scope
+    # (a finished search shown again ran no round in this session, and says none).
     lines.append(
-        f"  trainings launched{' in all' if rounds else ''}: {report['trainings']} of budget {report['budget']}"
+        f"  trainings launched in all: {report['trainings']} of budget {report['budget']}"
         + (f", {rounds} round{'s' if rounds != 1 else ''} this session" if rounds else "")
     )
     culprits = report.get("culprits") or []

@@ -39,7 +39,7 @@ from ..core.errors import UsageError
 from ..store.state import LOCALIZE_ROLE, ConfigKey, SearchState, TrialState
 from ..runner.trial import DUMP_PLACEHOLDERS, TrialSpec, substitute
 from ..store.records import RecordType
-from .trials import switch_counts, trial_entry
+from .trials import search_cost, switch_counts, trial_entry
 
 #: How many of the worst ops ``culprits[i].localization.top`` lists.
 TOP_OPS = 5
@@ -278,6 +278,8 @@ def attach(
     report["trainings"] = state.launched
     if "switch_check" in report:
         report["switch_check"] = switch_counts(state)
+    if "cost" in report:
+        report["cost"] = {**report["cost"], **search_cost(state)}
     listed = {entry.get("trial_id") for entry in report.get("trials") or []}
     if "trials" in report:
         report["trials"] = list(report["trials"]) + [

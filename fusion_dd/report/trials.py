@@ -79,3 +79,40 @@ def switch_counts(state: SearchState) -> dict[str, int]:
             status = trial.finished.get("switch_check", "unverified")
             counts[status] = counts.get(status, 0) + 1
     return counts
+
+
+def trial_steps(trial: TrialState) -> int | None:
+    """How many steps a finished training ran: its early stop's step, else the last step it reported."""
+    finished = trial.finished or {}
+    stop = finished.get("early_stop") or {}
+    if isinstance(stop.get("step"), int):
+        return int(stop["step"])
+    facts = (finished.get("artifacts") or {}).get("loss_curve") or {}
+    if isinstance(facts.get("last_step"), int):
+        return int(facts["last_step"])
+    curve = facts.get("curve")
+    if isinstance(curve, list) and curve and isinstance(curve[-1], list) and isinstance(curve[-1][0], int):
+        return int(curve[-1][0])
+    return None
+
+
+def search_cost(state: SearchState) -> dict[str, Any]:
+    """What the finished trainings cost: their count, training-steps, full-training equivalents, device-seconds."""
+    finished = [trial for trial in state.trials.values() if trial.finished is not None]
+    steps = [trial_steps(trial) for trial in finished]
+    baseline = state.cache().get((frozenset(), 0))
+    length = trial_steps(baseline) if baseline is not None and baseline.finished is not None else None
+    known = [value for value in steps if value is not None]
+    device_seconds = sum(
+        float(trial.finished.get("duration") or 0.0) * max(len(trial.device), 1)
+        for trial in finished
+        if trial.finished is not None
+    )
+    return {
+        "trainings": len(finished),
+        "training_steps": sum(known) if known else None,
+        "steps_unknown": len(steps) - len(known),
+        "steps_per_full_training": length,
+        "full_training_equivalents": round(sum(known) / length, 2) if known and length else None,
+        "device_seconds": round(device_seconds, 1),
+    }
