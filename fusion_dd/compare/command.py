@@ -49,6 +49,8 @@ def run_compare(
             raise UsageError(f"{flag}: {value} must be a number of at least 0")
     if converters is not None:
         _use_converters(converters)
+    if out is not None:
+        _check_out(out)  # before the comparison, which may take minutes: not only at its end
     graphs = [load_graph_dumps([path]) if path is not None else None for path in (graph_on, graph_off)]
     progress = _Progress(stderr)
     comparison = compare_dumps(
@@ -69,6 +71,21 @@ def run_compare(
         for path in write_reports(comparison, out):
             print(f"wrote {path}", file=stderr)
     return 0 if comparison.pairs else _nothing_compared(comparison)
+
+
+def _check_out(out: Path) -> None:
+    """``--out`` must be a folder that exists or can be created, and written into."""
+    import os
+
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: is a file; give a folder for compare.csv and compare.json")
+    existing = out
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"--out {out}: {existing} is a file, so no folder can be made there; give another folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: {existing} is not writable (read-only or no permission); give another folder")
 
 
 def _use_converters(folder: Path) -> None:

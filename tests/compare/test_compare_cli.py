@@ -115,6 +115,17 @@ def test_a_folder_that_is_no_dump_is_one_line_and_exit_2(tmp_path: Path) -> None
     assert done.returncode == 2 and "Traceback" not in done.stderr
 
 
+def test_an_out_that_cannot_hold_the_reports_is_refused_before_comparing(tmp_path: Path) -> None:
+    on_ops, off_ops = _network(bad=True)
+    write_run(tmp_path / "on", on_ops)
+    write_run(tmp_path / "off", off_ops)
+    (tmp_path / "taken").write_text("a file")
+    for out, says in (("taken", "--out taken: is a file"), ("taken/sub", "taken is a file, so no folder")):
+        done = _cli("--on", "on", "--off", "off", "--out", out, cwd=tmp_path)
+        assert done.returncode == 2 and done.stdout == "", done.stdout  # nothing printed before the refusal
+        assert says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
 def test_step_and_model_choose_within_a_dump(tmp_path: Path) -> None:
     on_ops, off_ops = _network(bad=True)
     good_on, _ = _network(bad=False)
