@@ -364,7 +364,8 @@ def _dry_run(config: SearchConfig, note: str | None = None, restart: bool = Fals
     )
     typical = references + 2 * max(1, math.ceil(math.log2(max(2, len(rules))))) + 1
     budget = config.search.budget
-    echo(f"trainings: about {min(typical, budget)} for one culprit (2 references, the search, the fix check); at most {budget} (budget)")
+    trained = f"{references} reference{'s' if references != 1 else ''}, " if references else "no reference (both given), "
+    echo(f"trainings: about {min(typical, budget)} for one culprit ({trained}the search, the fix check); at most {budget} (budget)")
     if config.train.timeout:
         hours = math.ceil(budget / parallel) * config.train.timeout / 3600
         echo(

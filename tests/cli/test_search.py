@@ -256,3 +256,12 @@ def test_the_dry_run_says_when_the_first_question_trains_beside_the_references(t
     write_config(tmp_path, "--culprits", CULPRIT)  # early passes possible (the default): after the references
     default = run_fusion_dd("search", "--dry-run", "--devices", "0,1,2,3", cwd=tmp_path)
     assert default.returncode == 0 and "first round:" not in default.stdout
+
+
+def test_a_dry_run_counts_only_the_references_it_will_train(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT, score={"baseline_metric": 0.9, "all_on_metric": 0.5})
+    dry = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "for one culprit (no reference (both given), the search, the fix check)" in dry.stdout
+    write_config(tmp_path, "--culprits", CULPRIT, score={"all_on_metric": 0.5})
+    assert "for one culprit (1 reference, the search" in call_fusion_dd("search", "--dry-run", cwd=tmp_path).stdout
