@@ -290,11 +290,11 @@ class Engine:
         ``session_started``: False right after this session found the answer (its
         session is journaled, its orphans adopted).
         """
-        assert self._orphans is not None
         report = finished_report(self.state) if self.state.finished is not None else {}
         culprits, switched_off = localization.culprits_of(report)
         try:
             if session_started:
+                assert self._orphans is not None, "a session of its own trains through a launcher"
                 self._session_started("localize")
                 self._orphans.adopt()
             self.localizing.localize(localization.plan(self.context.rule_by_name, culprits, switched_off))

@@ -178,3 +178,16 @@ def test_bad_localize_keys_are_one_line_errors_naming_the_key(tmp_path: Path) ->
     done = run_fusion_dd("search", "--dry-run", "-c", str(path), cwd=tmp_path)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "train.env.D: unknown placeholder {dump_dir}; it exists only in the localize:" in done.stderr
+
+
+def test_a_report_of_a_localizing_search_killed_before_its_answer_was_journaled_replays_to_it(tmp_path: Path) -> None:
+    """The replay reaches the answer itself; localization, which follows it, trains nothing in a replay."""
+    assert run_fusion_dd("search", "-c", str(write(tmp_path)), cwd=tmp_path).returncode == 0
+    journal = tmp_path / "state" / "journal.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    cut = next(index for index, line in enumerate(lines) if json.loads(line)["type"] == "search_finished")
+    journal.write_text("".join(lines[:cut]))
+    shown = call_fusion_dd("report", "--json", "--state-dir", "state", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    rebuilt = json.loads(shown.stdout)
+    assert rebuilt["status"] == "found" and set(by_culprit(rebuilt)) == {frozenset({SINGLE}), frozenset(PAIR)}
