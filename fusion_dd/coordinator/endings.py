@@ -12,6 +12,7 @@ stale one.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -208,13 +209,15 @@ class Endings:
             finished_report(state, trials=not current), state, context.config.localize is not None,
             display_path(state_dir),
         )
-        # The journaled answer counts the rounds of the session that found it; this session ran its own.
-        report["rounds"] = self._rounds()
         if current:
             if self._snapshots is not None:
                 self._snapshots.close()
-            return SearchResult(report["status"], ExitCode.OK, report, state_dir / REPORT_NAME, fix if found else None)
-        return self.write(report["status"], ExitCode.OK, report)
+            result = SearchResult(report["status"], ExitCode.OK, report, state_dir / REPORT_NAME, fix if found else None)
+        else:
+            result = self.write(report["status"], ExitCode.OK, report)
+        # report.json keeps the rounds of the session that found the answer; what this session
+        # shows counts its own (none for an answer shown again).
+        return replace(result, report={**result.report, "rounds": self._rounds()})
 
 
 def _newer_than(output: Path, source: Path) -> bool:

@@ -274,6 +274,8 @@ class Engine:
                     f"{self.config.source}: has no localize: section saying how a training dumps its tensors; "
                     "add one (docs/compare.md: Localization after a search) and pass the config with -c"
                 )
+            if not self.localizing.pending():  # every set localized already: no session, nothing trained
+                return self.endings.from_finished()
             return self._localize_finished()
         except SwitchIgnored as exc:
             raise UsageError(str(exc)) from None
@@ -295,6 +297,7 @@ class Engine:
         try:
             if session_started:
                 assert self._orphans is not None, "a session of its own trains through a launcher"
+                self.references.quiet_horizon()  # the search's early passes are over: not this session's news
                 self._session_started("localize")
                 self._orphans.adopt()
             self.localizing.localize(localization.plan(self.context.rule_by_name, culprits, switched_off))

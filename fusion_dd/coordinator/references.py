@@ -203,6 +203,10 @@ class References:
             self.baseline_curve = envelope(self._curve_of(cache[key], rule.step_pattern) for key in keys)
             self._load_horizon(rule)
 
+    def quiet_horizon(self) -> None:
+        """Say nothing of the horizon: a session that only localizes a finished search asks no question."""
+        self._horizon_said = True
+
     def _load_horizon(self, rule: Any) -> None:
         """The horizon of early passes, from the baseline's curve and the all-on trainings' departure from its band.
 
