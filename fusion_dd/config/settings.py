@@ -482,6 +482,7 @@ def parse_config(document: Any, source: Path, *, own_state_dir: bool = True) -> 
         base_cfg_path, base_cfg = _read_base_cfg(reader, rules_section, base_dir)
         rules, warnings = _read_rules(reader, rules_section, base_dir)
         graphs = _read_graphs(reader, rules_section, base_dir)
+        warnings = (*warnings, *_graphs_not_found(graphs))
     else:
         from ..backends.rules_section import read_compiler_rules
 
@@ -780,6 +781,18 @@ def _rules_from_artifacts(
         if not path.exists():
             raise reader.error("rules.from", f"not found: {path}")
     return collect_candidates(paths, keep_unfired=keep_unfired, declared_sections=listed)
+
+
+def _graphs_not_found(graphs: Sequence[str]) -> list[str]:
+    """A warning per rules.graphs entry that names nothing now: the report reads them only when the search ends."""
+    import glob
+
+    return [
+        f"rules.graphs[{index}]: {pattern}: no such file or match yet; the report names culprits' layers only "
+        "from graph dumps it finds when the search ends"
+        for index, pattern in enumerate(graphs)
+        if not (Path(pattern).exists() or (glob.has_magic(pattern) and glob.glob(pattern, recursive=True)))
+    ]
 
 
 def _read_graphs(reader: _Reader, section: Mapping[str, Any], base_dir: Path) -> tuple[str, ...]:

@@ -233,3 +233,16 @@ def test_an_unquoted_confirm_off_is_off_although_yaml_reads_it_as_false(tmp_path
     assert load_config(write(tmp_path, GOOD + "search:\n  confirm: off\n")).search.confirm == "off"
     with pytest.raises(UsageError, match="search.confirm: must be auto, strict or off"):
         load_config(write(tmp_path, GOOD + "search:\n  confirm: on\n"))
+
+
+def test_rules_graphs_that_name_nothing_yet_are_warned_about_when_the_config_is_read(tmp_path):
+    (tmp_path / "graphs").mkdir()
+    (tmp_path / "graphs" / "ge_proto_00001_Build.txt").write_text("graph {}\n")
+    text = GOOD.replace("rules:", "rules:\n  graphs: [graphs/ge_proto_*_Build.txt, nothere/*.txt, missing.txt]", 1)
+    config = load_config(write(tmp_path, text))
+    said = [warning for warning in config.warnings if warning.startswith("rules.graphs")]
+    assert said == [
+        f"rules.graphs[{index}]: {tmp_path / name}: no such file or match yet; the report names culprits' layers only "
+        "from graph dumps it finds when the search ends"
+        for index, name in ((1, "nothere/*.txt"), (2, "missing.txt"))
+    ]
