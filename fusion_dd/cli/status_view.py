@@ -12,7 +12,6 @@ from pathlib import Path
 
 from ..core.errors import UsageError
 from ..store.journal import JOURNAL_NAME, LOCK_NAME, TRIALS_DIR, read_records
-from ..coordinator.replay import finished_answer
 from ..report.build import display_path, larger_budget, summary_lines
 from ..store.state import SearchState, TrialState, replay
 from ..runner.trial import supervised_state
@@ -75,6 +74,8 @@ def status_lines(state_dir: Path) -> list[str]:
     if state.finished is not None:
         lines.append("  state: finished")
         lines.append("")
+        from ..coordinator.replay import finished_answer  # the engine's modules, only for a finished search
+
         lines.extend(summary_lines(finished_answer(state, state_dir), state_dir))
         return lines
     if pid is not None:

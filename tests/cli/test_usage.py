@@ -126,3 +126,14 @@ def test_a_command_on_a_folder_without_a_search_says_so_in_its_own_words(tmp_pat
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"fusion-dd: error: {(tmp_path / '.fusion-dd').resolve()}: {line}"]
     assert not (tmp_path / ".fusion-dd").exists(), "nothing may be written"
+
+
+def test_the_cli_module_imports_no_engine_until_a_command_needs_it() -> None:
+    """Every command, --help included, starts by importing fusion_dd.cli: the engine is not its start-up cost."""
+    code = (
+        "import sys, fusion_dd.cli\n"
+        "loaded = [m for m in ('fusion_dd.coordinator.engine', 'fusion_dd.coordinator.replay') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
