@@ -272,11 +272,14 @@ def _statistic_csv(folder: Path, ops: list[Op], inputs: bool = True) -> Path:
     return path
 
 
-def test_statistics_only_dumps_rank_and_localize(tmp_path: Path) -> None:
+def _compare_statistics_runs(tmp_path: Path, write_statistics) -> dict:
+    """Both runs of the planted network as statistics only, beside their graph dumps, compared by the CLI.
+
+    The first divergence must be the planted op, from statistics alone; the compare.json is returned.
+    """
     on_ops, off_ops = _network(bad=True)
     for side, ops in (("on", on_ops), ("off", off_ops)):
-        step = tmp_path / side / "20260101000000" / "0" / "net" / "1" / "0"
-        _statistic_csv(step, ops)
+        write_statistics(tmp_path / side / "20260101000000" / "0" / "net" / "1" / "0", ops)
         write_run(tmp_path / side, ops, with_graph=True, step=99)  # only for the graph file
         for dump in (tmp_path / side).rglob("99"):
             for file in dump.iterdir():
@@ -288,6 +291,11 @@ def test_statistics_only_dumps_rank_and_localize(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "report" / "compare.json").read_text())
     assert report["problems"] == []
     assert {p["metrics"]["basis"] for p in report["pairs"]} == {"statistics"}
+    return report
+
+
+def test_statistics_only_dumps_rank_and_localize(tmp_path: Path) -> None:
+    report = _compare_statistics_runs(tmp_path, _statistic_csv)
     assert [p["op"] for p in report["pairs"] if p["bad"]][:1] == ["bn1/fused"]
 
 
@@ -317,20 +325,7 @@ def _op_statistic_files(folder: Path, ops: list[Op]) -> list[Path]:
 
 
 def test_canns_own_per_op_statistics_files_rank_and_localize(tmp_path: Path) -> None:
-    on_ops, off_ops = _network(bad=True)
-    for side, ops in (("on", on_ops), ("off", off_ops)):
-        _op_statistic_files(tmp_path / side / "20260101000000" / "0" / "net" / "1" / "0", ops)
-        write_run(tmp_path / side, ops, with_graph=True, step=99)  # only for the graph file
-        for dump in (tmp_path / side).rglob("99"):
-            for file in dump.iterdir():
-                file.unlink()
-            dump.rmdir()
-    done = _cli("--on", "on", "--off", "off", "--out", "report", cwd=tmp_path)
-    first = _first_line(done)
-    assert first.startswith(f"first divergence: bn1/fused ({RULE}") and "statistics only" in first
-    report = json.loads((tmp_path / "report" / "compare.json").read_text())
-    assert report["problems"] == []
-    assert {p["metrics"]["basis"] for p in report["pairs"]} == {"statistics"}
+    report = _compare_statistics_runs(tmp_path, _op_statistic_files)
     assert {(p["op"], p["tensor"]) for p in report["pairs"]} >= {("conv1", "output"), ("fc", "input"), ("fc", "output")}
 
 
