@@ -75,16 +75,15 @@ def run_compare(
 
 def _check_out(out: Path) -> None:
     """``--out`` must be a folder that exists or can be created, and written into."""
-    import os
+    from ..store.atomic import unwritable_ancestor
 
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: is a file; give a folder for compare.csv and compare.json")
-    existing = out
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UsageError(f"--out {out}: {existing} is a file, so no folder can be made there; give another folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    blocker = next((folder for folder in out.parents if folder.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise UsageError(f"--out {out}: {blocker} is a file, so no folder can be made there; give another folder")
+    existing = unwritable_ancestor(out)
+    if existing is not None:
         raise UsageError(f"--out {out}: {existing} is not writable (read-only or no permission); give another folder")
 
 

@@ -103,13 +103,11 @@ def refuse_changed_definition(
 
 def refuse_unwritable(state_dir: Path) -> None:
     """The search could not create its state directory, or write into it (a read-only mount, no permission)."""
-    import os
+    from ..store.atomic import unwritable_ancestor
 
-    existing = state_dir
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    if not os.access(existing, os.W_OK | os.X_OK):
-        what = "write into the state directory" if existing == state_dir else "create the state directory"
+    existing = unwritable_ancestor(state_dir)
+    if existing is not None:
+        what = "write into the state directory" if Path(existing) == state_dir else "create the state directory"
         raise UsageError(f"{state_dir}: cannot {what} ({existing} is not writable: read-only or no permission)")
 
 

@@ -142,3 +142,18 @@ def _indented(value: Any, depth: int, out: list[str]) -> None:
         out.append("\n" + "  " * depth + "]")
     else:
         out.append(_scalar(value))
+
+
+def unwritable_ancestor(path: str | os.PathLike[str]) -> str | None:
+    """Where creating ``path`` (or writing into it, when it is a folder that exists) would fail, else None.
+
+    The nearest folder of ``path`` that exists (``path`` itself when it does)
+    and cannot be written into: a read-only mount, or no permission. Asked
+    before work that ends by writing there, so that it fails at once, not last.
+    """
+    existing = os.fspath(path)
+    while not os.path.exists(existing) and os.path.dirname(existing) not in ("", existing):
+        existing = os.path.dirname(existing)
+    if not os.path.exists(existing):
+        existing = "."
+    return None if os.access(existing, os.W_OK | os.X_OK) else existing
