@@ -24,7 +24,7 @@ from ..runner.metrics import DEFAULT_LOSS_PATTERN
 from ..core.rules import AUTOFUSE_POINTS, Rule, Section, name_problem
 from ..core.safe_read import SMALL_FILE_BYTES, read_text, too_deep
 from ..core.scoring import Tolerance
-from ..backends.cann.switch import SwitchFile, load_switch_file
+from ..backends.cann.switch import SwitchFile, exceptional_passes, load_switch_file
 from ..backends.rules_section import CANN_KEYS
 from .schema import INTERNAL, NESTED, section_keys
 
@@ -248,6 +248,10 @@ class SearchConfig:
         }
         if self.compiler != "cann":  # CANN's definitions (and so its journals) stay as they were
             definition["compiler"] = self.compiler
+        if self.base_cfg is not None and self.base_cfg.extra:
+            # Priority and ExceptionalPassOfO1Level go into every trial's file too; a base without
+            # them leaves definitions (and so journals) as they were.
+            definition["base_cfg_extra"] = dict(sorted(self.base_cfg.extra.items()))
         if self.fix.prefer != FixConfig.prefer:
             # Which fix is handed over, and which alternatives are trained for it; the default leaves
             # definitions (and so journals) as they were.
@@ -481,6 +485,7 @@ def parse_config(document: Any, source: Path, *, own_state_dir: bool = True) -> 
     if compiler == "cann":
         base_cfg_path, base_cfg = _read_base_cfg(reader, rules_section, base_dir)
         rules, warnings = _read_rules(reader, rules_section, base_dir)
+        _refuse_rules_kept_on(reader, base_cfg, rules)
         graphs = _read_graphs(reader, rules_section, base_dir)
         warnings = (*warnings, *_graphs_not_found(graphs))
     else:
@@ -628,6 +633,21 @@ def _read_base_cfg(
     if not path.is_file():
         raise reader.error("rules.base_cfg", f"file not found: {path}")
     return path, load_switch_file(path)
+
+
+def _refuse_rules_kept_on(reader: _Reader, base_cfg: SwitchFile | None, rules: tuple[Rule, ...]) -> None:
+    """A candidate that the base cfg's ``ExceptionalPassOfO1Level`` keeps on would be "off" in name only."""
+    if base_cfg is None:
+        return
+    kept_on = sorted(rule.name for rule in rules if rule.name in exceptional_passes(base_cfg))
+    if kept_on:
+        raise reader.error(
+            "rules.base_cfg",
+            f"its ExceptionalPassOfO1Level lists the candidate rule {kept_on[0]}"
+            + (f" (and {len(kept_on) - 1} more)" if len(kept_on) > 1 else "")
+            + ", and CANN keeps a pass listed there on whatever the switch file says; "
+            "take it out of that list, or out of the candidates",
+        )
 
 
 def _read_rules(

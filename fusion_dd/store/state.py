@@ -554,6 +554,7 @@ def definition_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     names = {
         "rules": "rules",
         "base_cfg": "rules.base_cfg",
+        "base_cfg_extra": "rules.base_cfg",
         "command": "train.command",
         "workdir": "train.workdir",
         "env": "train.env",
@@ -570,7 +571,7 @@ def definition_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                     changes.append(f"{key}.{sub}")
         else:
             changes.append(names.get(key, key))
-    return changes
+    return list(dict.fromkeys(changes))  # two parts of rules.base_cfg are one key to the user
 
 
 def config_names(config: Sequence[Any] | frozenset[Any]) -> list[str]:

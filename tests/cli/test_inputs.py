@@ -115,14 +115,18 @@ def test_rules_refuses_a_huge_file_without_reading_it(tmp_path, name, size):
     one_line_error(result, name, "at most")
 
 
-@pytest.mark.parametrize("problem", ["nested", "at most"])
+@pytest.mark.parametrize("problem", ["nested", "at most", "Main priority from 1000 to 1999", "CANN keeps a pass"])
 def test_search_refuses_a_hostile_base_cfg(tmp_path, problem):
     base = tmp_path / "base.cfg"
     if problem == "nested":
         base.write_text(DEEP_JSON["switch.cfg"])
-    else:
+    elif problem == "at most":
         with open(base, "wb") as handle:
             handle.truncate(4 << 30)
+    elif problem.startswith("Main"):  # FE would refuse every trial's file, which carries it
+        base.write_text(json.dumps({"Priority": {"GraphFusion": {"Main": {"OtherPass": "5"}}}}))
+    else:  # FE keeps the passes of this list on: the candidate could never be switched off
+        base.write_text(json.dumps({"ExceptionalPassOfO1Level": [GRAPH_RULES[0]]}))
     document = {
         "rules": {"GraphFusion": GRAPH_RULES, "base_cfg": "base.cfg"},
         "train": {"command": [sys.executable, "-c", "print('accuracy: 1')"]},
@@ -130,7 +134,8 @@ def test_search_refuses_a_hostile_base_cfg(tmp_path, problem):
     }
     (tmp_path / "fusion-dd.yaml").write_text(yaml.safe_dump(document))
     result = fusion_dd_runner(problem == "nested")("search", "--dry-run", cwd=tmp_path, timeout=PROMPTLY)
-    one_line_error(result, "base.cfg", problem)
+    one_line_error(result, "base.cfg" if problem != "CANN keeps a pass" else "rules.base_cfg", problem)
+    assert not (tmp_path / ".fusion-dd").exists()
 
 
 # A training that obeys its switch file but leaves a fusion_result.json nested

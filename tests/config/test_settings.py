@@ -195,6 +195,29 @@ def test_base_cfg_missing_and_malformed(tmp_path):
         load_config(write(tmp_path, GOOD.replace("rules:", "rules:\n  base_cfg: base.cfg")))
 
 
+def test_a_candidate_that_the_base_cfg_keeps_on_is_refused_naming_the_rule(tmp_path):
+    # FE looks ExceptionalPassOfO1Level up before the switches: such a rule is never off.
+    (tmp_path / "base.cfg").write_text('{"ExceptionalPassOfO1Level": ["SoftmaxFusionPass", "OtherPass"]}')
+    with pytest.raises(UsageError) as info:
+        load_config(write(tmp_path, GOOD.replace("rules:", "rules:\n  base_cfg: base.cfg")))
+    message = str(info.value)
+    assert "rules.base_cfg: its ExceptionalPassOfO1Level lists the candidate rule SoftmaxFusionPass" in message
+    assert "take it out of that list, or out of the candidates" in message
+
+
+def test_the_base_cfgs_priorities_are_part_of_the_search_definition(tmp_path):
+    from fusion_dd.store.state import definition_changes
+
+    plain = load_config(write(tmp_path, GOOD))
+    (tmp_path / "base.cfg").write_text('{"Switch": {}}')
+    empty_base = load_config(write(tmp_path, GOOD.replace("rules:", "rules:\n  base_cfg: base.cfg")))
+    (tmp_path / "base.cfg").write_text('{"Priority": {"GraphFusion": {"Top": {"OtherPass": "5"}}}}')
+    prioritized = load_config(write(tmp_path, GOOD.replace("rules:", "rules:\n  base_cfg: base.cfg")))
+    assert "base_cfg_extra" not in empty_base.definition()  # journals without them stay as they were
+    assert definition_changes(empty_base.definition(), prioritized.definition()) == ["rules.base_cfg"]
+    assert definition_changes(plain.definition(), prioritized.definition()) == ["rules.base_cfg"]
+
+
 @pytest.mark.parametrize(
     "raw, expected",
     [

@@ -191,8 +191,9 @@ class Switch:
     (``ALL`` included) as booleans, in file order.
     """
 
-    def __init__(self, entries: dict[str, dict[str, bool]]) -> None:
+    def __init__(self, entries: dict[str, dict[str, bool]], kept_on: frozenset[str] = frozenset()) -> None:
         self.entries = entries
+        self.kept_on = kept_on  # ExceptionalPassOfO1Level: FE keeps these on whatever the switches say
 
     def state(self, name: str, section: str) -> bool | None:
         """An exact entry beats ``ALL``; None when the file is silent (CANN's default: on)."""
@@ -225,12 +226,14 @@ def load_switch(path: str | None) -> Switch | None:
 def load_switch_text(text: str, path: str) -> Switch:
     """A switch file's ``text``; ``path`` names it in the refusal of a malformed one."""
     body = text[1:] if text.startswith("\ufeff") else text  # CANN's JSON parser skips a byte-order mark
+    if not text:
+        raise _bad_switch(path, "the file is empty")
     if not body.lstrip().startswith("{"):
         seen: dict[str, bool] = {}  # the line format keeps it, as part of the first name
-        for number, raw in enumerate(text.splitlines(), start=1):
+        for number, raw in enumerate(text.split("\n"), start=1):
             line = raw.strip()
-            if not line:
-                continue
+            if not raw:
+                continue  # only a truly empty line: one of spaces holds no ':' and is refused
             name, sep, value = (part.strip() for part in line.partition(":"))  # CANN: first colon, trimmed
             if not sep or not name or value not in _VALUES or name in seen:
                 raise _bad_switch(path, f"line {number}: {line!r}")
@@ -250,10 +253,15 @@ def load_switch_text(text: str, path: str) -> Switch:
         if section not in _SECTIONS or not isinstance(section_entries, dict):
             raise _bad_switch(path, f"'Switch.{section}' is not a GraphFusion or UBFusion object")
         for name, value in section_entries.items():
-            if value not in _VALUES:
+            if not isinstance(value, str) or value not in _VALUES:
                 raise _bad_switch(path, f"'Switch.{section}.{name}' is {value!r}, not \"on\" or \"off\"")
         entries[section] = {name: _VALUES[value] for name, value in section_entries.items()}
-    return Switch(entries)
+    kept_on = document.get("ExceptionalPassOfO1Level", [])
+    if not isinstance(kept_on, list) or not all(isinstance(name, str) for name in kept_on):
+        raise _bad_switch(path, "'ExceptionalPassOfO1Level' is not a list of pass names")
+    if not isinstance(document.get("Priority", {}), dict):
+        raise _bad_switch(path, "'Priority' is not an object")
+    return Switch(entries, frozenset(kept_on))
 
 
 def _catalog_section(name: str) -> str:
@@ -270,6 +278,8 @@ def _catalog_section(name: str) -> str:
 
 def _is_on(switch: Switch, name: str) -> bool:
     """CANN's view: on unless the file switches it off (silence means default on)."""
+    if name in switch.kept_on:
+        return True
     sections = [section for entry, section in switch.names() if entry == name] or [_catalog_section(name)]
     return any(switch.state(name, section) is not False for section in sections)
 

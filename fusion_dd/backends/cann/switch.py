@@ -6,6 +6,12 @@ follows FE's parser exactly (docs/architecture.md 2.1):
 * JSON ``{"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}``; other allowed
   top-level keys are ``Priority`` and ``ExceptionalPassOfO1Level``; values are
   exactly ``"on"`` or ``"off"``.
+* A base cfg's ``Priority`` and ``ExceptionalPassOfO1Level`` are copied into
+  every trial's file, and FE refuses the whole file (so every compile) when
+  either is malformed: they are checked here as FE checks them, so that the
+  mistake is one line before any training rather than a search of failed ones.
+* FE refuses an empty file, and in the line format any line that is not empty
+  but holds no ``:`` (a line of spaces included).
 * An exact pass name beats ``"ALL"``, and CANN's built-in config beats a user
   ``"ALL"``. So every candidate gets an explicit exact entry; ``ALL`` is never
   written unless the user's own base cfg has it.
@@ -17,6 +23,7 @@ The reader reports problems as ``UsageError`` naming the file and line.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +36,9 @@ from ...core.safe_read import SMALL_FILE_BYTES, loads_json, read_text
 ALL = "ALL"
 _TOP_LEVEL_KEYS = ("Switch", "Priority", "ExceptionalPassOfO1Level")
 _VALUES = {"on": True, "off": False}
+#: The priorities FE accepts in a user's cfg, per level: [lowest, past the highest).
+_PRIORITY_RANGES = {"Top": (0, 1000), "Main": (1000, 2000), "Down": (2000, 3000)}
+_WHOLE_NUMBER = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,11 @@ def parse_switch_text(text: str, source: str = "fusion_switch.cfg") -> SwitchFil
                 f"{source}:1: starts with a UTF-8 byte-order mark, which CANN reads as part of the first "
                 "pass name; save the file as UTF-8 without BOM"
             )
+    if not text.strip():
+        raise UsageError(
+            f"{source}: the file is empty, and CANN refuses an empty switch file; "
+            'write {"Switch": {}} into it, or leave it out'
+        )
     if text.lstrip().startswith("{"):
         return _parse_json(text, source)
     return _parse_lines(text, source)
@@ -124,22 +139,83 @@ def _parse_json(text: str, source: str) -> SwitchFile:
         section = Section(section_name)
         entries[section] = {}
         for name, value in section_entries.items():
-            if value not in _VALUES:
+            if not isinstance(value, str) or value not in _VALUES:
                 raise UsageError(
                     f"{source}: 'Switch.{section_name}.{name}' is {value!r}; "
                     'CANN accepts exactly "on" or "off"'
                 )
             entries[section][name] = _VALUES[value]
+    if "Priority" in document:
+        _check_priority(document["Priority"], source)
+    if "ExceptionalPassOfO1Level" in document:
+        _check_exceptional(document["ExceptionalPassOfO1Level"], source)
     extra = {key: document[key] for key in document if key != "Switch"}
     return SwitchFile(entries=entries, extra=extra)
 
 
+def _check_priority(priority: Any, source: str) -> None:
+    """``Priority.{GraphFusion|UBFusion}.{Top|Main|Down}.{pass}: "<integer>"``, in the level's range."""
+    if not isinstance(priority, dict):
+        raise UsageError(f"{source}: 'Priority' must be an object with GraphFusion or UBFusion in it")
+    for section_name, levels in priority.items():
+        where = f"Priority.{section_name}"
+        if section_name not in (Section.GRAPH.value, Section.UB.value):
+            raise UsageError(f"{source}: unknown section '{where}'; use GraphFusion or UBFusion")
+        if not isinstance(levels, dict):
+            raise UsageError(f"{source}: '{where}' must be an object with Top, Main or Down in it")
+        seen: set[str] = set()
+        for level, passes in levels.items():
+            if level not in _PRIORITY_RANGES:
+                raise UsageError(f"{source}: unknown level '{where}.{level}'; CANN accepts Top, Main or Down")
+            if not isinstance(passes, dict):
+                raise UsageError(f"{source}: '{where}.{level}' must be an object of pass names and priorities")
+            low, high = _PRIORITY_RANGES[level]
+            for name, value in passes.items():
+                key = f"{where}.{level}.{name}"
+                if name.strip() in seen:
+                    raise UsageError(f"{source}: '{name}' has two priorities in '{where}'; CANN refuses that")
+                seen.add(name.strip())
+                if not isinstance(value, str) or not _WHOLE_NUMBER.fullmatch(value.strip()):
+                    raise UsageError(
+                        f"{source}: '{key}' is {value!r}; CANN expects a whole number in quotes, e.g. \"{low}\""
+                    )
+                if not low <= int(value) < high:
+                    raise UsageError(
+                        f"{source}: '{key}' is {value.strip()}; CANN accepts a {level} priority "
+                        f"from {low} to {high - 1} in your own cfg"
+                    )
+
+
+def _check_exceptional(passes: Any, source: str) -> None:
+    """``ExceptionalPassOfO1Level``: a list of pass names (FE keeps each of them on)."""
+    if not isinstance(passes, list) or not all(isinstance(name, str) for name in passes):
+        raise UsageError(
+            f"{source}: 'ExceptionalPassOfO1Level' must be a list of pass names, "
+            f'e.g. ["SoftmaxFusionPass"]; got {json.dumps(passes)[:80]}'
+        )
+
+
+def exceptional_passes(switch: SwitchFile) -> frozenset[str]:
+    """The passes a cfg lists under ``ExceptionalPassOfO1Level``.
+
+    FE looks this list up before the file's switches, and keeps every pass in
+    it on whatever the switches say: a candidate rule listed there cannot be
+    switched off by any trial's file.
+    """
+    listed = switch.extra.get("ExceptionalPassOfO1Level", [])
+    return frozenset(name for name in listed if isinstance(name, str) and name)
+
+
 def _parse_lines(text: str, source: str) -> SwitchFile:
     seen: dict[str, bool] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip()
+        if not raw:
+            continue  # FE skips only lines that are truly empty
         if not line:
-            continue
+            raise UsageError(
+                f"{source}:{number}: a line of only spaces, which CANN refuses (it holds no ':'); delete it"
+            )
         # As CANN's parser does: split at the first colon, trim both sides.
         name, sep, value = (part.strip() for part in line.partition(":"))
         if not sep or not name or value not in _VALUES:

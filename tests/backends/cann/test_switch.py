@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusion_dd.backends.cann.switch import load_switch_file, parse_switch_text, render_switch
+from fusion_dd.backends.cann.switch import exceptional_passes, load_switch_file, parse_switch_text, render_switch
 from fusion_dd.core.errors import UsageError
 from fusion_dd.core.rules import Rule, Section
 
@@ -88,6 +88,26 @@ def test_exact_name_beats_all():
         ('{"Switch": {"GraphFusion": {"A": "on", "A": "off"}}}', "duplicate key"),
         ("A:on\nA:off\n", ":2: 'A' is listed twice"),
         ("A:on\nB=off\n", ":2: expected 'PassName:on'"),
+        ('{"Switch": {"GraphFusion": {"A": []}}}', "exactly \"on\" or \"off\""),
+        ('{"Switch": {"GraphFusion": {"A": {"B": "on"}}}}', "exactly \"on\" or \"off\""),
+        # FE's own checks of a user cfg: an empty file, a line of spaces (it holds no ':'),
+        # and Priority / ExceptionalPassOfO1Level, which fusion-dd copies into every trial's file.
+        ("", "the file is empty, and CANN refuses"),
+        ("\n  \n", "the file is empty"),
+        ("A:on\n   \nB:off\n", ":2: a line of only spaces"),
+        ("A:on\r\n\r\nB:off\r\n", ":2: a line of only spaces"),
+        ('{"Priority": 3}', "'Priority' must be an object"),
+        ('{"Priority": {"Graph": {}}}', "unknown section 'Priority.Graph'"),
+        ('{"Priority": {"GraphFusion": []}}', "'Priority.GraphFusion' must be an object"),
+        ('{"Priority": {"GraphFusion": {"Middle": {}}}}', "unknown level 'Priority.GraphFusion.Middle'"),
+        ('{"Priority": {"GraphFusion": {"Top": ["A"]}}}', "must be an object of pass names"),
+        ('{"Priority": {"GraphFusion": {"Top": {"A": 5}}}}', "'Priority.GraphFusion.Top.A' is 5; CANN expects"),
+        ('{"Priority": {"GraphFusion": {"Top": {"A": "high"}}}}', "expects a whole number in quotes"),
+        ('{"Priority": {"GraphFusion": {"Main": {"A": "999"}}}}', "Main priority from 1000 to 1999"),
+        ('{"Priority": {"UBFusion": {"Down": {"A": "3000"}}}}', "Down priority from 2000 to 2999"),
+        ('{"Priority": {"GraphFusion": {"Top": {"A": "1"}, "Main": {"A": "1001"}}}}', "'A' has two priorities"),
+        ('{"ExceptionalPassOfO1Level": "A"}', "must be a list of pass names"),
+        ('{"ExceptionalPassOfO1Level": ["A", 3]}', "must be a list of pass names"),
     ],
 )
 def test_malformed_files_name_the_problem(text, fragment):
@@ -95,6 +115,21 @@ def test_malformed_files_name_the_problem(text, fragment):
         parse_switch_text(text, "my.cfg")
     assert "my.cfg" in str(info.value)
     assert fragment in str(info.value)
+
+
+def test_priorities_in_their_levels_ranges_are_read_and_kept_for_every_trials_file():
+    text = json.dumps(
+        {
+            "Priority": {
+                "GraphFusion": {"Top": {"A": "0"}, "Main": {"B": " 1999 "}},
+                "UBFusion": {"Down": {"A": "2000"}},
+            },
+            "ExceptionalPassOfO1Level": ["C", ""],
+        }
+    )
+    base = parse_switch_text(text)
+    assert json.loads(render_switch([CONV], [], base))["Priority"] == json.loads(text)["Priority"]
+    assert exceptional_passes(base) == {"C"}
 
 
 def test_missing_file(tmp_path):
@@ -174,3 +209,16 @@ def test_the_fake_trainings_own_reader_sees_what_the_writer_meant(table, base_te
 def test_the_fake_training_refuses_a_malformed_switch_file_like_cann(text):
     with pytest.raises(SystemExit, match="fake_train: cfg: "):
         FAKE.load_switch_text(text, "cfg")
+
+
+@pytest.mark.parametrize(
+    "text", ["", "A:on\n  \nB:off\n", '{"ExceptionalPassOfO1Level": "A"}', '{"Switch": {"GraphFusion": {"A": []}}}']
+)
+def test_the_fake_training_refuses_what_cann_refuses(text):
+    with pytest.raises(SystemExit):
+        FAKE.load_switch_text(text, "cfg")
+
+
+def test_the_fake_training_keeps_the_exceptional_passes_on_as_cann_does():
+    switch = FAKE.load_switch_text('{"Switch": {"GraphFusion": {"A": "off"}}, "ExceptionalPassOfO1Level": ["A"]}', "cfg")
+    assert FAKE._is_on(switch, "A")
