@@ -211,9 +211,9 @@ def _print_warnings(warnings: Sequence[str], shown: int = 10) -> None:
 
 
 def _warn(config: SearchConfig) -> None:
-    from ..coordinator.preflight import goal_warnings
+    from ..coordinator.preflight import goal_warnings, launcher_warnings
 
-    _print_warnings([*config.warnings, *goal_warnings(config)], shown=20)
+    _print_warnings([*config.warnings, *goal_warnings(config), *launcher_warnings(config)], shown=20)
 
 
 def run_engine(config: SearchConfig, localize_only: bool = False, note: str | None = None) -> SearchResult:

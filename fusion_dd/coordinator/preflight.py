@@ -135,6 +135,29 @@ _HIGHER_IS_BETTER = re.compile(r"acc|top-?[15]|f1|bleu|rouge|auc|precision|recal
 _LOWER_IS_BETTER = re.compile(r"loss|error|\berr\b|perplexity|\bppl\b|\bwer\b|\bcer\b|mse|mae|rmse", re.I)
 
 
+#: Keys of train: that only one launcher reads.
+_LAUNCHER_KEYS = {"slurm": "slurm", "scheduler": "dask", "scheduler_file": "dask"}
+
+
+def launcher_warnings(config: SearchConfig) -> list[str]:
+    """``train.slurm`` or ``train.scheduler`` written, but another launcher runs the trainings.
+
+    The usual cause is a forgotten ``train.launcher``: the trainings would then
+    run on this machine instead of the cluster the section describes. A warning,
+    not an error: a config may keep both, chosen per run with ``--launcher``.
+    """
+    document = config.document if isinstance(config.document, dict) else {}
+    train = document.get("train") if isinstance(document.get("train"), dict) else {}
+    launcher = config.train.launcher
+    where = "on this machine (the local launcher)" if launcher == "local" else f"with the {launcher} launcher"
+    return [
+        f"{config.source}: train.{key} is set, but the trainings run {where}, which does not read it; "
+        f"set train.launcher: {needs} (or --launcher {needs}) if they should run there"
+        for key, needs in _LAUNCHER_KEYS.items()
+        if key in train and launcher != needs
+    ]
+
+
 def goal_warnings(config: SearchConfig) -> list[str]:
     """``metric.goal`` against the metric's name: an accuracy minimised, a loss maximised.
 

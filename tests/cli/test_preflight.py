@@ -289,6 +289,20 @@ def test_a_metric_named_like_an_accuracy_with_goal_min_is_a_warning_naming_metri
     assert fine.returncode == 0 and "metric.goal" not in fine.stderr
 
 
+def test_a_slurm_section_that_no_launcher_reads_is_a_warning_naming_the_launcher_to_set(tmp_path):
+    # Usually a forgotten train.launcher: the trainings would run here instead of on the cluster.
+    write_config(tmp_path, "--culprits", CULPRIT, train={"slurm": {"partition": "debug"}})
+    local = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert local.returncode == 0, local.stderr
+    assert "warning:" in local.stderr and "train.slurm is set, but the trainings run on this machine" in local.stderr
+    assert "set train.launcher: slurm (or --launcher slurm)" in local.stderr
+    chosen = call_fusion_dd("search", "--dry-run", "--launcher", "slurm", cwd=tmp_path)
+    assert "train.slurm" not in chosen.stderr
+    write_config(tmp_path, "--culprits", CULPRIT, train={"scheduler": "tcp://127.0.0.1:8786", "launcher": "slurm"})
+    dask = call_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert "train.scheduler is set, but the trainings run with the slurm launcher" in dask.stderr
+
+
 def test_unknown_rule_names_are_an_error_unless_rules_unknown_says_otherwise(tmp_path):
     write_config(tmp_path, rules={"GraphFusion": ["SoftmaxFusionPas"], "UBFusion": []})
     error = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
