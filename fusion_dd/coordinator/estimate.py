@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.status import SearchStatus
+from ..report import localize as localization
+from ..report.build import finished_report
 from ..runner.broken import TrainingBroken
 from .engine import Engine
 from .ports import MemorySink, SwitchIgnored, TrialPlan
@@ -194,6 +197,34 @@ def _fails(
     return any(culprit <= config for culprit in culprits)
 
 
+def _localization_estimate(state: SearchState, config: Any, budget_left: int, now: float) -> Estimate:
+    """A finished search: its answer is journaled before its culprits are localized, so what
+    may be left are the dumped trainings of the culprit sets not localized yet (0: done)."""
+    report = finished_report(state)
+    if config.localize is None or report.get("status") != SearchStatus.FOUND:
+        return Estimate(0, "done", budget_left)
+    culprits, switched_off = localization.culprits_of(report)
+    rules = [rule["name"] for rule in state.definition.get("rules") or []] if state.definition else []
+    cache = state.localize_cache()
+    needed: set[Any] = set()
+    for target in localization.plan(rules, culprits, switched_off):
+        if target.culprit not in state.localized:
+            needed.update(key for key in target.keys if key not in cache)
+    running = state.open_trials()
+    left = min(len(needed), budget_left + len(running))
+    if not left:
+        return Estimate(0, "done", budget_left)
+    durations = [float(t.finished["duration"]) for t in state.trials.values()
+                 if t.finished is not None and isinstance(t.finished.get("duration"), (int, float))]
+    seconds = None
+    if durations:
+        mean = sum(durations) / len(durations)
+        width = max(1, len(config.train.devices))
+        seconds = math.ceil(left / width) * mean  # the running ones are among them: a bound, not a sum
+    return Estimate(left, "localization", budget_left, seconds, now + seconds if seconds is not None else None,
+                    "the search has its answer; the dumped trainings of localization are left")
+
+
 def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | None = None) -> Estimate | None:
     """The estimate for the search these journal records describe; None when there is none to give."""
     records = list(records)
@@ -204,7 +235,7 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
     config = config_of(state, state_dir)
     budget_left = max(0, config.search.budget - state.launched)
     if state.finished is not None:
-        return Estimate(0, "done", budget_left)
+        return _localization_estimate(state, config, budget_left, now)
     probe = replay_engine(config, replay(records))
     try:
         result = probe.search()

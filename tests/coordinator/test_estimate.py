@@ -209,3 +209,27 @@ def test_with_the_budget_spent_and_nothing_running_the_estimate_says_the_search_
     assert found.text() == (
         "estimate: the budget is spent and nothing is running; the search needs more (resume with a larger --budget)"
     )
+
+
+def test_while_a_finished_search_localizes_the_estimate_counts_the_dumped_trainings_left(tmp_path):
+    # The answer is journaled before localization: "0 left (the search has its answer)" was
+    # said while the dumped trainings still ran.
+    from tests.support.dumping import write as write_localizing
+
+    done = run_fusion_dd("search", "-c", str(write_localizing(tmp_path)), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    state_dir = tmp_path / "state"
+    records = read_records(state_dir / "journal.jsonl")
+    answered = next(index for index, record in enumerate(records) if record["type"] == "search_finished")
+    localizing = [record["trial_id"] for record in records[answered:] if record.get("role") == "localize"]
+    assert localizing, "the search trained nothing for localization"
+    cuts = [index + 1 for index, record in enumerate(records) if index >= answered and record["type"] in ("trial_started", "trial_finished")]
+    for cut in [answered + 1, *cuts]:
+        prefix = records[:cut]
+        found = estimate(prefix, state_dir, now=0.0)
+        finished = {record["trial_id"] for record in prefix if record["type"] == "trial_finished"}
+        truth = sum(1 for trial_id in localizing if trial_id not in finished)
+        assert found is not None and found.trainings_left == truth, (cut, found)
+        assert found.basis == ("localization" if truth else "done")
+        assert ESTIMATE.search(found.text()), found.text()
+    assert "the answer stands; the dumped trainings of localization" in estimate(records[: answered + 1], state_dir).text()
