@@ -91,7 +91,7 @@ class LogProgress:
 
 
 #: What a finished training's line says in place of a verdict it has not got.
-_UNJUDGED = {"baseline": "reference", "all_on": "reference"}
+_UNJUDGED = {"baseline": "reference", "all_on": "reference", "localize": "dumped"}  # no verdict of their own
 
 
 class ConsoleEvents:

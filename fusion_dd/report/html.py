@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import svg
-from ..store.state import SearchState, TrialState, replay
+from ..store.state import LOCALIZE_ROLE, SearchState, TrialState, replay
 from .build import HTML_NAME as HTML_NAME  # the page's name, where the report's other files are named
 
 AXIS_GRAY = "#555555"
@@ -42,6 +42,7 @@ OUTCOME_STYLE: dict[str, tuple[str, str]] = {
     "cancelled": ("#999999", "cancelled"),
     "running": ("#0072B2", "running"),
     "unknown": ("#CC79A7", "finished before the threshold was known"),
+    "dumped": ("#56B4E9", "dumped tensors for localization (not a verdict)"),
 }
 
 
@@ -52,6 +53,12 @@ def _outcome(entry: dict[str, Any]) -> str:
     if outcome is None:
         return "unknown"
     return outcome if outcome in OUTCOME_STYLE else "unresolved"
+
+
+def _trial_outcome(trial: TrialState, entry: dict[str, Any]) -> str:
+    """A trial's class on the page: a localization training that ran has no verdict to show."""
+    outcome = _outcome(entry) if entry else ("running" if trial.open else "unknown")
+    return "dumped" if outcome == "unknown" and trial.role == LOCALIZE_ROLE else outcome
 
 
 def _metric_fact(value: Any) -> Any:
@@ -107,7 +114,7 @@ def report_data(
                 "device": ",".join(trial.device) or "?",
                 "start": trial.started_at,
                 "end": end,
-                "outcome": _outcome(entry) if entry else ("running" if trial.open else "unknown"),
+                "outcome": _trial_outcome(trial, entry),
                 "kind": entry.get("kind"),
                 "metric": _float(entry.get("metric")),
                 "attempt": trial.attempt,

@@ -191,9 +191,11 @@ def test_a_finished_training_without_a_verdict_says_why_it_has_none() -> None:
     events = ConsoleEvents(total_rules=3, budget=5, stream=stream, live=False)
     events.trial_finished(trial_state(trial("0001", [], 0.9, role="baseline"), "0001"), None)
     events.trial_finished(trial_state(trial("0004", ["A"], 0.6), "0004"), None)  # adopted before the threshold
+    events.trial_finished(trial_state(trial("0005", ["A"], 0.6, role="localize"), "0005"), None)  # tensors, no verdict
     assert stream.getvalue().splitlines() == [
         "       done   #0001 reference  metric 0.9 in 2.0s",
         "       done   #0004 unjudged   metric 0.6 in 2.0s",
+        "       done   #0005 dumped     metric 0.6 in 2.0s",
     ]
 
 

@@ -200,3 +200,16 @@ def test_only_a_rerun_after_a_crash_is_marked_a_retry_not_the_full_training_afte
     assert {trial["trial_id"]: trial["retry"] for trial in data["trials"]} == {
         "0001": False, "0002": False, "0003": False, "0004": True,
     }  # fmt: skip
+
+
+def test_a_localization_training_is_shown_as_dumped_not_as_finished_before_the_threshold(tmp_path):
+    from fusion_dd.store.state import replay
+
+    records = [
+        search_started(), session_started(),
+        started("0001", ["A"]), finished("0001", 0.2),  # adopted before the threshold: no verdict yet
+        started("0002", ["A"], role="localize"), finished("0002", 0.2),
+    ]  # fmt: skip
+    data = html_report.report_data({"trials": []}, records, tmp_path, replay(records))
+    assert {trial["trial_id"]: trial["outcome"] for trial in data["trials"]} == {"0001": "unknown", "0002": "dumped"}
+    assert html_report.OUTCOME_STYLE["dumped"][1] == "dumped tensors for localization (not a verdict)"
