@@ -56,6 +56,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+def _flag(name: str, **options: Any) -> Any:
+    """A boolean flag: ``metavar=""``, or typer 0.29 shows ``<bool>`` beside it, as if it took a value."""
+    return typer.Option(False, name, metavar="", **options)
+
+
 ConfigOption = typer.Option(None, "-c", "--config", help=f"Config file (default ./{DEFAULT_CONFIG_NAME}).")
 BudgetOption = typer.Option(None, "--budget", help="Maximum trainings over the whole search, resumes included.")
 DevicesOption = typer.Option(
@@ -472,9 +477,9 @@ def search(
     state_dir: Optional[Path] = StateDirOption,
     launcher: Optional[str] = LauncherOption,
     scheduler: Optional[str] = SchedulerOption,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; launch nothing."),
-    restart: bool = typer.Option(
-        False, "--restart", help="Move the state directory aside (to NAME.1, NAME.2, ...; nothing is deleted) and start afresh."
+    dry_run: bool = _flag("--dry-run", help="Validate and show what would run; launch nothing."),
+    restart: bool = _flag(
+        "--restart", help="Move the state directory aside (to NAME.1, NAME.2, ...; nothing is deleted) and start afresh."
     ),
 ) -> None:
     """Search for the fusion rules that break accuracy (resumes an unfinished search in the state directory)."""
@@ -583,7 +588,7 @@ def report(
     state_dir: Optional[Path] = StateDirOption,
     config: Optional[Path] = ConfigOption,
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the HTML report (with plots) to this file."),
-    as_json: bool = typer.Option(False, "--json", help="Print only the report's JSON document."),
+    as_json: bool = _flag("--json", help="Print only the report's JSON document."),
 ) -> None:
     """Rebuild report.json and the summary from the journal, at any time (read-only while a search runs)."""
     from .report import run_report
@@ -600,17 +605,15 @@ def rules(
         "(--compiler onnxruntime: logs; xla: --xla_dump_to directories).",
     ),
     compiler: str = typer.Option("cann", "--compiler", help="Whose artifacts these are: cann, onnxruntime or xla."),
-    closure: bool = typer.Option(
-        False, "--closure", help="Train the all-off baseline of the config (-c) until no new rule fires; print the closed candidates."
+    closure: bool = _flag(
+        "--closure", help="Train the all-off baseline of the config (-c) until no new rule fires; print the closed candidates."
     ),
     config: Optional[Path] = ConfigOption,
     output_format: Optional[str] = typer.Option(
         None, "--format", help="yaml (pastes into fusion-dd.yaml; the default), txt or json; not with --where."
     ),
     where: Optional[str] = typer.Option(None, "--where", help="Show where this rule acted in the given graph dumps."),
-    keep_unfired: bool = typer.Option(
-        False, "--keep-unfired", help="Keep listed rules that the artifacts show never fired."
-    ),
+    keep_unfired: bool = _flag("--keep-unfired", help="Keep listed rules that the artifacts show never fired."),
 ) -> None:
     """Print the candidate rules found in a compiler's artifacts, or where a rule acted in a graph; or close a config's candidates."""
     from ..backends.cann.artifacts import collect_candidates, format_locations, format_rules, graph_paths, load_graphs
@@ -763,7 +766,7 @@ def init(
         "generic", "--framework", help="tf1, tf2, torchair, mindspore, generic (CANN); onnxruntime, jax, tensorflow-xla."
     ),
     output: Path = typer.Option(Path(DEFAULT_CONFIG_NAME), "-o", "--output", help="Where to write the config."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+    force: bool = _flag("--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented fusion-dd.yaml for your training."""
     from .init import COMPILER_FRAMEWORKS, FRAMEWORKS, render_compiler_init_config, render_init_config, training_line
@@ -816,7 +819,7 @@ def init(
 @app.command()
 def demo(
     scenario: Optional[str] = typer.Option(None, "--scenario", help="Which planted fault (see --list-scenarios)."),
-    list_scenarios: bool = typer.Option(False, "--list-scenarios", help="Describe the scenarios and exit."),
+    list_scenarios: bool = _flag("--list-scenarios", help="Describe the scenarios and exit."),
     budget: Optional[int] = BudgetOption,
     devices: Optional[str] = DevicesOption,
     jobs: Optional[int] = JobsOption,
@@ -827,12 +830,11 @@ def demo(
     steps: Optional[int] = typer.Option(None, "--steps", help="Training steps per demo training."),
     noise: float = typer.Option(0.0, "--noise", help="Run-to-run jitter of the demo training (0 = deterministic)."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="Search strategy (default: the default one)."),
-    no_localize: bool = typer.Option(
-        False, "--no-localize", help="Skip the dumped trainings that name the op and layer each culprit broke."
+    no_localize: bool = _flag(
+        "--no-localize", help="Skip the dumped trainings that name the op and layer each culprit broke."
     ),
-    restart: bool = typer.Option(
-        False, "--restart",
-        help="Move the demo's state directory aside (to NAME.1, NAME.2, ...; nothing is deleted) and start afresh.",
+    restart: bool = _flag(
+        "--restart", help="Move the demo's state directory aside (to NAME.1, NAME.2, ...; nothing is deleted) and start afresh."
     ),
 ) -> None:
     """Run a whole search against the built-in simulated-NPU training and compare it with what was planted."""
@@ -1014,7 +1016,7 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Show the version."),
+    version: bool = _flag("--version", callback=_version_callback, is_eager=True, help="Show the version."),
 ) -> None:
     """fusion-dd: delta debugging of operator-fusion rules over real trainings."""
 
