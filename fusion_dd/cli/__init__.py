@@ -760,7 +760,9 @@ def compare(
 
 @app.command()
 def init(
-    sources: list[Path] = typer.Option([], "--from", help="Artifacts to take the candidate rules from (repeatable)."),
+    sources: list[Path] = typer.Option(
+        [], "--from", metavar="<path>", help="Artifacts to take the candidate rules from (repeatable)."
+    ),
     command: Optional[str] = typer.Option(None, "--command", help="The command that runs one training."),
     framework: str = typer.Option(
         "generic", "--framework", help="tf1, tf2, torchair, mindspore, generic (CANN); onnxruntime, jax, tensorflow-xla."

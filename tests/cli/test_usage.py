@@ -39,13 +39,16 @@ def test_usage_errors_are_short_and_exit_2(tmp_path: Path, args: list[str], need
     assert lines[0].startswith("fusion-dd: error:") and needle.lower() in lines[0].lower()
 
 
-@pytest.mark.parametrize("command, flag", [("search", "--dry-run"), ("demo", "--no-localize"), ("report", "--json")])
+@pytest.mark.parametrize(
+    "command, flag", [("search", "--dry-run"), ("demo", "--no-localize"), ("report", "--json"), ("init", "--from")]
+)
 def test_a_flag_is_shown_without_a_value_in_the_help(tmp_path: Path, command: str, flag: str) -> None:
-    # typer 0.29 shows <bool> beside a flag unless told otherwise, which reads as "--dry-run true".
+    # typer 0.29 shows <bool> beside a flag unless told otherwise, which reads as "--dry-run true",
+    # and a repeatable option as <list[Path]>, which reads as if it took a Python list.
     completed = _run([command, "--help"], tmp_path)
     assert completed.returncode == 0, completed.stderr
     line = next(line for line in completed.stdout.splitlines() if flag in line)
-    assert "<bool>" not in line and "BOOLEAN" not in line, line
+    assert "<bool>" not in line and "BOOLEAN" not in line and "list[" not in line, line
 
 
 def test_bare_command_prints_help_and_succeeds(tmp_path: Path) -> None:
