@@ -1165,7 +1165,7 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
     from ..search import DEFAULT_STRATEGY, STRATEGIES
 
     strategy = section.get("strategy", DEFAULT_STRATEGY)
-    if strategy not in STRATEGIES:
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise reader.error(
             "search.strategy",
             f"unknown strategy {strategy!r}; choose one of {', '.join(sorted(STRATEGIES))}",

@@ -128,6 +128,7 @@ def test_a_default_keeps_the_value_the_search_started_with_but_a_written_value_i
         ("metric:", "metric:\n  goal: up", "metric.goal: must be 'max' (accuracy) or 'min' (loss)"),
         ("metric:", "score:\n  tolerance: lots\nmetric:", "score.tolerance: must be 'auto'"),
         ("metric:", "search:\n  strategy: magic\nmetric:", "search.strategy: unknown strategy 'magic'"),
+        ("metric:", "search:\n  strategy: [bisect]\nmetric:", "search.strategy: unknown strategy ['bisect']"),
         ("metric:", "search:\n  budget: -1\nmetric:", "search.budget: must be at least 3"),
         ("metric:", "search:\n  budget: 2\nmetric:", "search.budget: must be at least 3, got 2"),
         ('"{switch_file}"', '"{swich_file}"', "train.command[3]: unknown placeholder {swich_file}; did you mean {switch_file}?"),
