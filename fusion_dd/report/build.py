@@ -490,6 +490,19 @@ def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state:
             report["early_stops"]["seconds_saved"] += savings["seconds_saved"] or 0.0
 
 
+def device_seconds_text(cost: Mapping[str, Any]) -> str:
+    """"N device-seconds", with the part that cancelled trainings held, which is spent all the same."""
+    text = f"{_seconds(cost.get('device_seconds') or 0.0)} device-seconds"
+    if cost.get("cancelled"):
+        held = _seconds(cost.get("cancelled_device_seconds") or 0.0)
+        text += f" ({held} of them in {cost['cancelled']} cancelled training(s))"
+    return text
+
+
+def _seconds(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.1f}"
+
+
 def cost_lines(report: Mapping[str, Any]) -> list[str]:
     """The summary's lines on what the search cost in accelerator time and what early passes did."""
     cost = report.get("cost") or {}
@@ -501,7 +514,7 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
             text += f", {steps:,} training-steps"
             if cost.get("full_training_equivalents") is not None:
                 text += f" (= {cost['full_training_equivalents']:g} full trainings of {cost['steps_per_full_training']:,} steps)"
-        text += f", {cost.get('device_seconds', 0.0):,.0f} device-seconds"
+        text += f", {device_seconds_text(cost)}"
         if cost.get("steps_unknown"):
             text += f"; {cost['steps_unknown']} training(s) reported no steps"
         lines.append(text)

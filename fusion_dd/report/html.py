@@ -29,6 +29,7 @@ from typing import Any
 
 from . import svg
 from ..store.state import LOCALIZE_ROLE, SearchState, TrialState, replay
+from .build import device_seconds_text
 from .build import HTML_NAME as HTML_NAME  # the page's name, where the report's other files are named
 
 AXIS_GRAY = "#555555"
@@ -554,7 +555,7 @@ def _cost_facts(report: dict[str, Any]) -> list[tuple[str, str]]:
         text = f"{cost['training_steps']:,} training-steps"
         if cost.get("full_training_equivalents") is not None:
             text += f" (= {cost['full_training_equivalents']:g} full trainings)"
-        facts.append(("cost", f"{text}, {cost.get('device_seconds', 0.0):,.0f} device-seconds"))
+        facts.append(("cost", f"{text}, {device_seconds_text(cost)}"))
     early = report.get("early_passes") or {}
     if early.get("trainings"):
         text = f"{early['trainings']} training(s) stopped inside the baseline's band and counted as passes"

@@ -108,11 +108,36 @@ def search_cost(state: SearchState) -> dict[str, Any]:
         for trial in finished
         if trial.finished is not None
     )
+    stopped = [(trial, cancelled_seconds(trial)) for trial in state.trials.values()]
+    stopped = [(trial, seconds) for trial, seconds in stopped if seconds is not None]
+    cancelled_seconds_total = sum(seconds * max(len(trial.device), 1) for trial, seconds in stopped)
     return {
         "trainings": len(finished),
         "training_steps": sum(known) if known else None,
         "steps_unknown": len(steps) - len(known),
         "steps_per_full_training": length,
         "full_training_equivalents": round(sum(known) / length, 2) if known and length else None,
-        "device_seconds": round(device_seconds, 1),
+        "device_seconds": round(device_seconds + cancelled_seconds_total, 1),
+        "cancelled": len(stopped),
+        "cancelled_device_seconds": round(cancelled_seconds_total, 1),
     }
+
+
+def cancelled_seconds(trial: TrialState) -> float | None:
+    """How long a cancelled training held its devices; None when it did not run or nobody saw it end.
+
+    A training the coordinator stopped (an interrupt, a speculative one no
+    question needed) ran from its launch to its cancellation, both journaled:
+    accelerator time spent, which the cost must show. One that was lost (the
+    coordinator died meanwhile) ended at a time nobody recorded, and one that
+    never launched cost nothing.
+    """
+    cancel = trial.cancelled
+    if trial.finished is not None or cancel is None or trial.launch is None or not trial.costs_budget:
+        return None
+    if str(cancel.get("reason") or "").startswith("lost"):
+        return None
+    began, ended = trial.launch.get("time", trial.started_at), cancel.get("time")
+    if not isinstance(began, (int, float)) or not isinstance(ended, (int, float)):
+        return None
+    return max(0.0, float(ended) - float(began))

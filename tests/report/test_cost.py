@@ -5,7 +5,7 @@ from __future__ import annotations
 from fusion_dd.report.html import _cost_facts
 from fusion_dd.report.build import _add_cost, cost_lines
 from fusion_dd.store.state import replay
-from tests.support.states import search_started, trial
+from tests.support.states import cancelled, launched, search_started, started, trial
 
 
 def curve_facts(last_step: int) -> dict:
@@ -27,7 +27,7 @@ def test_steps_device_seconds_and_full_training_equivalents() -> None:
     _add_cost(report, state)
     assert report["cost"] == {
         "trainings": 5, "training_steps": 3300, "steps_unknown": 1, "steps_per_full_training": 1000,
-        "full_training_equivalents": 3.3, "device_seconds": 335.0,
+        "full_training_equivalents": 3.3, "device_seconds": 335.0, "cancelled": 0, "cancelled_device_seconds": 0.0,
     }  # fmt: skip
     assert report["early_passes"]["trainings"] == 1 and report["early_passes"]["steps"] == [300]
     assert report["early_passes"]["fix_proven_by"] == ["0004"] and report["early_passes"]["contradicted_by"] == []
@@ -50,3 +50,22 @@ def test_a_contradicting_proof_is_no_proof() -> None:
     _add_cost(report, state)
     assert report["early_passes"]["fix_proven_by"] == [] and report["early_passes"]["contradicted_by"] == ["0002"]
     assert "early verdicts revised: it failed" in "\n".join(cost_lines(report))
+
+
+def test_a_cancelled_training_that_ran_costs_its_device_time_and_one_lost_or_never_launched_costs_none() -> None:
+    # An interrupt, or a speculative training no question needed: it held its device until cancelled.
+    records = [
+        search_started(),
+        *trial("0001", [], 0.9, role="baseline", duration=100.0, **curve_facts(1000)),
+        started("0002", ["A"], time=1000.0), {**launched("0002"), "time": 1000.0}, {**cancelled("0002"), "time": 1060.0},
+        started("0003", ["B"], time=1000.0), {**launched("0003"), "time": 1000.0},
+        {**cancelled("0003", reason="lost: the coordinator stopped and the training never finished"), "time": 9000.0},
+        started("0004", ["C"], time=1000.0), {**cancelled("0004", was_launched=False), "time": 1001.0},
+    ]  # fmt: skip
+    state = replay(records)
+    report: dict = {"trials": [{"trial_id": "0001", "outcome": "pass"}]}
+    _add_cost(report, state)
+    assert report["cost"]["device_seconds"] == 160.0
+    assert report["cost"]["cancelled"] == 1 and report["cost"]["cancelled_device_seconds"] == 60.0
+    assert "160 device-seconds (60 of them in 1 cancelled training(s))" in "\n".join(cost_lines(report))
+    assert "(60 of them in 1 cancelled training(s))" in dict(_cost_facts(report))["cost"]
