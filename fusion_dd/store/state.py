@@ -565,6 +565,8 @@ def definition_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for key in sorted(set(old) | set(new)):
         if old.get(key) == new.get(key):
             continue
+        if key == "base_cfg_extra" and key not in old and "base_cfg" in old:
+            continue  # journaled since this key exists: an older search's cannot say, so it is not held against it
         if isinstance(old.get(key), dict) and isinstance(new.get(key), dict) and key in ("metric", "score", "fix"):
             for sub in sorted(set(old[key]) | set(new[key])):
                 if old[key].get(sub) != new[key].get(sub):

@@ -217,6 +217,9 @@ def test_the_base_cfgs_priorities_are_part_of_the_search_definition(tmp_path):
     assert "base_cfg_extra" not in empty_base.definition()  # journals without them stay as they were
     assert definition_changes(empty_base.definition(), prioritized.definition()) == ["rules.base_cfg"]
     assert definition_changes(plain.definition(), prioritized.definition()) == ["rules.base_cfg"]
+    # A search journaled before the key was recorded resumes as before (it could not record it).
+    older = {key: value for key, value in prioritized.definition().items() if key != "base_cfg_extra"}
+    assert definition_changes(older, prioritized.definition()) == []
 
 
 @pytest.mark.parametrize(
