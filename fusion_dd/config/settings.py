@@ -248,9 +248,10 @@ class SearchConfig:
         }
         if self.compiler != "cann":  # CANN's definitions (and so its journals) stay as they were
             definition["compiler"] = self.compiler
-        if self.base_cfg is not None and self.base_cfg.extra:
-            # Priority and ExceptionalPassOfO1Level go into every trial's file too; a base without
-            # them leaves definitions (and so journals) as they were.
+        if self.base_cfg is not None:
+            # Priority and ExceptionalPassOfO1Level go into every trial's file too. Recorded (empty
+            # included) for every search with a base cfg, so that adding them later is a change;
+            # a search journaled before the key existed is not held to it (definition_changes).
             definition["base_cfg_extra"] = dict(sorted(self.base_cfg.extra.items()))
         if self.fix.prefer != FixConfig.prefer:
             # Which fix is handed over, and which alternatives are trained for it; the default leaves

@@ -214,7 +214,8 @@ def test_the_base_cfgs_priorities_are_part_of_the_search_definition(tmp_path):
     empty_base = load_config(write(tmp_path, GOOD.replace("rules:", "rules:\n  base_cfg: base.cfg")))
     (tmp_path / "base.cfg").write_text('{"Priority": {"GraphFusion": {"Top": {"OtherPass": "5"}}}}')
     prioritized = load_config(write(tmp_path, GOOD.replace("rules:", "rules:\n  base_cfg: base.cfg")))
-    assert "base_cfg_extra" not in empty_base.definition()  # journals without them stay as they were
+    assert "base_cfg_extra" not in plain.definition()  # without a base cfg, definitions stay as they were
+    assert empty_base.definition()["base_cfg_extra"] == {}
     assert definition_changes(empty_base.definition(), prioritized.definition()) == ["rules.base_cfg"]
     assert definition_changes(plain.definition(), prioritized.definition()) == ["rules.base_cfg"]
     # A search journaled before the key was recorded resumes as before (it could not record it).
