@@ -29,6 +29,7 @@ two runs pair. Other ``.npy`` files are named by op: the path below the director
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import os
@@ -278,6 +279,10 @@ def _scan_ascend(root: Path, files: list[tuple[Path, DumpName]]) -> ScannedDump:
     notes: list[FileProblem] = []
     overflows: list[FileProblem] = []
     sliced: dict[tuple[tuple[str | None, str | None, int | None], str, str], list[tuple[Path, DumpName, DumpFile]]] = {}
+    # The newer adump names carry FFTSPLUS only when the context and thread ids are both
+    # non-zero: thread 0 of a sliced op has the name of an unsliced one, and only its
+    # header's slicing attributes tell it apart. Held until every file is read.
+    first_threads: dict[tuple[tuple[str | None, str | None, int | None], str, str], list[tuple[Path, DumpName, DumpFile]]] = {}
     for path, parsed in files:
         location = _location(path, parsed.dump_number)
         group = groups.setdefault(location, DumpGroup(*location))
@@ -303,8 +308,18 @@ def _scan_ascend(root: Path, files: list[tuple[Path, DumpName]]) -> ScannedDump:
         if parsed.ffts:
             sliced.setdefault((location, parsed.op_type, parsed.base_name), []).append((path, parsed, header))
             continue
+        if _is_slice(header):
+            first_threads.setdefault((location, parsed.op_type, parsed.base_name), []).append((path, parsed, header))
+            continue
         op = header.op_name or parsed.op_name
         group.tensors.extend(_tensors_of(op, parsed.op_type, str(path), order, header))
+    for key, threads in first_threads.items():
+        if key in sliced:  # thread 0 of an op whose other threads carry FFTS+ names: one op, joined
+            sliced[key][:0] = [(path, dataclasses.replace(parsed, thread_id=0), header) for path, parsed, header in threads]
+            continue
+        for path, parsed, header in threads:  # a slice on its own: compared as the file says
+            op = header.op_name or parsed.op_name
+            groups[key[0]].tensors.extend(_tensors_of(op, parsed.op_type, str(path), (parsed.timestamp, path.name), header))
     for (location, op_type, base), members in sliced.items():
         if all(m[1].slice_index is None for m in members) and len({m[1].thread_id for m in members}) == 1:
             # one thread, no slices: separate executions of the op, each file on its own
@@ -492,6 +507,12 @@ def _join_slices(
 
 
 _LXSLICE = re.compile(r"_lxslice\d+")
+
+
+def _is_slice(header: DumpFile) -> bool:
+    """Whether a dump's header says it holds one of several FFTS+ slices of its op."""
+    count = _ffts_attrs(header).get("slice_instance_num") if header.attrs else None
+    return isinstance(count, int) and not isinstance(count, bool) and count > 1
 
 
 def _ffts_attrs(header: DumpFile) -> dict:

@@ -93,6 +93,25 @@ def test_ffts_auto_mode_thread_files_are_joined_in_thread_order(tmp_path: Path) 
     assert next(p for p in good.pairs if p.op == "bn1/fused").metrics.max_abs == 0.0
 
 
+def test_fftsplus_thread_files_are_joined_with_thread_0_which_keeps_the_classic_name(tmp_path: Path) -> None:
+    # The newer adump names carry FFTSPLUS only when the context and thread ids are both
+    # non-zero, so thread 0 of a sliced op is dumped under the 6-field name of an unsliced op.
+    on_ops, off_ops = _network(bad=True, slices=3, thread_mode=True)
+    write_run(tmp_path / "on", on_ops, variant="fftsplus")
+    write_run(tmp_path / "off", off_ops, variant="dumpnum")
+    names = sorted(p.name for p in (tmp_path / "on").rglob("BNInferenceRelu.*"))
+    assert [name.count(".") for name in names] == [5, 9, 9] and "FFTSPLUS" not in names[0]
+    comparison = compare_dumps(tmp_path / "on", tmp_path / "off")
+    assert comparison.problems == [] and comparison.notes == []
+    fused = next(p for p in comparison.pairs if p.op == "bn1/fused")
+    assert fused.metrics.elements == 80  # all three threads, joined
+    assert comparison.first_divergence is not None and comparison.first_divergence.op == "bn1/fused"
+    good_on, _ = _network(bad=False, slices=3, thread_mode=True)
+    write_run(tmp_path / "good", good_on, variant="fftsplus")
+    good = compare_dumps(tmp_path / "good", tmp_path / "off")
+    assert next(p for p in good.pairs if p.op == "bn1/fused").metrics.max_abs == 0.0  # joined in thread order
+
+
 def test_slices_without_a_cut_list_are_compared_one_by_one_and_flagged(tmp_path: Path) -> None:
     on_ops, off_ops = _network(bad=False, slices=2, cut_list=False)
     write_run(tmp_path / "on", on_ops, variant="ffts")

@@ -230,7 +230,10 @@ def op_file(
 
     stream ``type.name.task.stream.ts``, nostream ``type.name.task.ts``, dumpnum
     ``type.name.num.task.stream.ts``, ffts ``type.name.stream.task.ts.task_type.context.thread.device``
-    (9 fields, Atlas A2/A3), ffts8 the same without the stream id.
+    (9 fields, Atlas A2/A3), ffts8 the same without the stream id, fftsplus the newer adump
+    form ``type.name.num.task.stream.ts.FFTSPLUS.context.thread.device``, which the runtime
+    writes only when the context and thread ids are both non-zero: thread 0 keeps the
+    6-field name.
     """
     safe = lambda text: "".join("_" if ch in " ./\\" else ch for ch in text)  # noqa: E731
     base = f"{safe(op_type)}.{safe(op_name)}"
@@ -240,6 +243,8 @@ def op_file(
         return folder / f"{base}.0.{task}.0.{timestamp}"
     if variant == "ffts":
         return folder / f"{base}.2.{task}.{timestamp}.4.330.{thread}.0"
+    if variant == "fftsplus":
+        return folder / (f"{base}.0.{task}.0.{timestamp}" + (f".FFTSPLUS.330.{thread}.0" if thread else ""))
     if variant == "ffts8":
         return folder / f"{base}.{task}.{timestamp}.4.330.{thread}.0"
     return folder / f"{base}.{task}.0.{timestamp}"
