@@ -56,6 +56,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
 def _flag(name: str, **options: Any) -> Any:
     """A boolean flag: ``metavar=""``, or typer 0.29 shows ``<bool>`` beside it, as if it took a value."""
     return typer.Option(False, name, metavar="", **options)

@@ -640,7 +640,8 @@ def _refuse_rules_kept_on(reader: _Reader, base_cfg: SwitchFile | None, rules: t
     """A candidate that the base cfg's ``ExceptionalPassOfO1Level`` keeps on would be "off" in name only."""
     if base_cfg is None:
         return
-    kept_on = sorted(rule.name for rule in rules if rule.name in exceptional_passes(base_cfg))
+    listed = exceptional_passes(base_cfg)
+    kept_on = sorted(rule.name for rule in rules if rule.name in listed)
     if kept_on:
         raise reader.error(
             "rules.base_cfg",

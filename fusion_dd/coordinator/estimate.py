@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config.settings import SearchConfig
 from ..core.status import SearchStatus
 from ..report import localize as localization
 from ..report.build import finished_report
@@ -197,7 +198,7 @@ def _fails(
     return any(culprit <= config for culprit in culprits)
 
 
-def _localization_estimate(state: SearchState, config: Any, budget_left: int, now: float) -> Estimate:
+def _localization_estimate(state: SearchState, config: SearchConfig, budget_left: int, now: float) -> Estimate:
     """A finished search: its answer is journaled before its culprits are localized, so what
     may be left are the dumped trainings of the culprit sets not localized yet (0: done)."""
     report = finished_report(state)
