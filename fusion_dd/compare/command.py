@@ -51,6 +51,12 @@ def run_compare(
         _use_converters(converters)
     if out is not None:
         _check_out(out)  # before the comparison, which may take minutes: not only at its end
+    if _same_folder(on, off):
+        print(
+            f"fusion-dd: warning: --on and --off are the same folder ({on}): every tensor is compared with "
+            "itself; give the fusion-on run's dump and the fusion-off run's",
+            file=stderr,
+        )
     graphs = [load_graph_dumps([path]) if path is not None else None for path in (graph_on, graph_off)]
     progress = _Progress(stderr)
     comparison = compare_dumps(
@@ -71,6 +77,14 @@ def run_compare(
         for path in write_reports(comparison, out):
             print(f"wrote {path}", file=stderr)
     return 0 if comparison.pairs else _nothing_compared(comparison)
+
+
+def _same_folder(on: Path, off: Path) -> bool:
+    """Whether both sides name one folder (a typo, or a copied command line not edited)."""
+    try:
+        return on.resolve() == off.resolve()
+    except OSError:
+        return False
 
 
 def _check_out(out: Path) -> None:

@@ -115,6 +115,16 @@ def test_a_folder_that_is_no_dump_is_one_line_and_exit_2(tmp_path: Path) -> None
     assert done.returncode == 2 and "Traceback" not in done.stderr
 
 
+def test_the_same_folder_on_both_sides_is_compared_with_a_warning(tmp_path: Path) -> None:
+    on_ops, _ = _network(bad=True)
+    write_run(tmp_path / "on", on_ops)
+    done = _cli("--on", "on", "--off", "./on/", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "warning: --on and --off are the same folder (on): every tensor is compared with itself" in done.stderr
+    apart = _cli("--on", "on", "--off", "on/20260101000000", cwd=tmp_path)
+    assert "same folder" not in apart.stderr
+
+
 def test_an_out_that_cannot_hold_the_reports_is_refused_before_comparing(tmp_path: Path) -> None:
     on_ops, off_ops = _network(bad=True)
     write_run(tmp_path / "on", on_ops)
