@@ -198,28 +198,30 @@ def _fails(
     return any(culprit <= config for culprit in culprits)
 
 
+def _mean_duration(state: SearchState) -> float | None:
+    """The mean duration of the finished trainings (None before any)."""
+    durations = [float(t.finished["duration"]) for t in state.trials.values()
+                 if t.finished is not None and isinstance(t.finished.get("duration"), (int, float))]
+    return sum(durations) / len(durations) if durations else None
+
+
 def _localization_estimate(state: SearchState, config: SearchConfig, budget_left: int, now: float) -> Estimate:
     """A finished search: its answer is journaled before its culprits are localized, so what
     may be left are the dumped trainings of the culprit sets not localized yet (0: done)."""
-    report = finished_report(state)
-    if config.localize is None or report.get("status") != SearchStatus.FOUND:
+    if config.localize is None:
+        return Estimate(0, "done", budget_left)
+    report = finished_report(state, trials=False)  # its culprits only: no trial's configuration decoded
+    if report.get("status") != SearchStatus.FOUND:
         return Estimate(0, "done", budget_left)
     culprits, switched_off = localization.culprits_of(report)
-    rules = [rule["name"] for rule in state.definition.get("rules") or []] if state.definition else []
-    cache = state.localize_cache()
-    needed: set[Any] = set()
-    for target in localization.plan(rules, culprits, switched_off):
-        if target.culprit not in state.localized:
-            needed.update(key for key in target.keys if key not in cache)
-    running = state.open_trials()
-    left = min(len(needed), budget_left + len(running))
+    rules = [rule["name"] for rule in (state.definition or {}).get("rules") or []]
+    _, needed = localization.still_to_train(localization.plan(rules, culprits, switched_off), state)
+    left = min(len(needed), budget_left + len(state.open_trials()))
     if not left:
         return Estimate(0, "done", budget_left)
-    durations = [float(t.finished["duration"]) for t in state.trials.values()
-                 if t.finished is not None and isinstance(t.finished.get("duration"), (int, float))]
+    mean = _mean_duration(state)
     seconds = None
-    if durations:
-        mean = sum(durations) / len(durations)
+    if mean is not None:
         width = max(1, len(config.train.devices))
         seconds = math.ceil(left / width) * mean  # the running ones are among them: a bound, not a sum
     return Estimate(left, "localization", budget_left, seconds, now + seconds if seconds is not None else None,
@@ -242,9 +244,7 @@ def estimate(records: Iterable[dict[str, Any]], state_dir: Path, now: float | No
         result = probe.search()
     except (TrainingBroken, SwitchIgnored):
         return None
-    durations = [float(t.finished["duration"]) for t in state.trials.values()
-                 if t.finished is not None and isinstance(t.finished.get("duration"), (int, float))]
-    mean = sum(durations) / len(durations) if durations else None
+    mean = _mean_duration(state)
     running = [max(0.0, mean - (now - t.started_at)) if mean is not None else 0.0 for t in state.open_trials()]
     width = max(1, len(config.train.devices))
     pre = probe.references.preconditions

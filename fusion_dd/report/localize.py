@@ -70,6 +70,19 @@ def plan(all_rules: Iterable[str], culprits: Sequence[Iterable[str]], switched_o
     return targets
 
 
+def still_to_train(targets: Sequence[Target], state: SearchState) -> tuple[list[Target], list[ConfigKey]]:
+    """The targets not localized yet, and the dumped trainings they still need, the fix first
+    (every comparison needs it); each configuration once."""
+    pending = [target for target in targets if target.culprit not in state.localized]
+    cache = state.localize_cache()
+    needed: list[ConfigKey] = []
+    for target in pending:
+        for key in reversed(target.keys):
+            if key not in cache and key not in needed:
+                needed.append(key)
+    return pending, needed
+
+
 def dumping_spec(spec: TrialSpec, localize: LocalizeConfig) -> TrialSpec:
     """The trial spec of a localization training: the dumping command and environment."""
     command = tuple(localize.command or spec.command) + tuple(localize.args)
@@ -114,16 +127,9 @@ class Localizer:
 
     def run(self, targets: Sequence[Target]) -> bool:
         """Localize every target not yet journaled; True when all are done, False when the budget ran out."""
-        pending = [target for target in targets if target.culprit not in self._state().localized]
+        pending, needed = still_to_train(targets, self._state())
         if not pending:
             return True
-        cache = self._state().localize_cache()
-        needed: list[ConfigKey] = []
-        # The fix first: every comparison needs it.
-        for target in pending:
-            for key in reversed(target.keys):
-                if key not in cache and key not in needed:
-                    needed.append(key)
         affordable = needed[: max(0, self._remaining())]
         if needed:
             self._message(

@@ -108,8 +108,7 @@ def search_cost(state: SearchState) -> dict[str, Any]:
         for trial in finished
         if trial.finished is not None
     )
-    stopped = [(trial, cancelled_seconds(trial)) for trial in state.trials.values()]
-    stopped = [(trial, seconds) for trial, seconds in stopped if seconds is not None]
+    stopped = [(trial, seconds) for trial in state.trials.values() if (seconds := cancelled_seconds(trial)) is not None]
     cancelled_seconds_total = sum(seconds * max(len(trial.device), 1) for trial, seconds in stopped)
     return {
         "trainings": len(finished),
