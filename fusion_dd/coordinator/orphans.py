@@ -77,6 +77,7 @@ class Orphans:
                     "trial_id": trial.trial_id,
                     "reason": f"lost: {foreign.problem}",
                     "launched": trial.launch is not None,
+                    "end_seen": False,
                     "set_aside": foreign.moved_to.name if foreign.moved_to is not None else None,
                 }
             )
@@ -92,6 +93,7 @@ class Orphans:
                     else "never launched: the coordinator stopped before the training's supervisor "
                     "started (costs no budget)",
                     "launched": launched,
+                    "end_seen": False,
                 }
             )
         return handle

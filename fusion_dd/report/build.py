@@ -507,9 +507,11 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
     """The summary's lines on what the search cost in accelerator time and what early passes did."""
     cost = report.get("cost") or {}
     lines: list[str] = []
-    if cost.get("trainings"):
+    # An interrupt before any training finished still spent the device time of those it cancelled.
+    trainings = cost.get("trainings") or 0
+    if trainings or cost.get("cancelled"):
         steps = cost.get("training_steps")
-        text = f"  cost: {cost['trainings']} training(s)"
+        text = f"  cost: {trainings} training(s)" if trainings else "  cost: no finished training"
         if steps is not None:
             text += f", {steps:,} training-steps"
             if cost.get("full_training_equivalents") is not None:

@@ -122,6 +122,18 @@ def search_cost(state: SearchState) -> dict[str, Any]:
     }
 
 
+def _end_seen(cancel: dict[str, Any]) -> bool:
+    """Whether the coordinator saw a cancelled training end, so that its cancellation time is its end.
+
+    A training found orphaned by a later session says it was not (``end_seen``);
+    journals written before that key existed marked those records alone with
+    ``launched``.
+    """
+    if "end_seen" in cancel:
+        return bool(cancel["end_seen"])
+    return "launched" not in cancel
+
+
 def cancelled_seconds(trial: TrialState) -> float | None:
     """How long a cancelled training held its devices; None when it did not run or nobody saw it end.
 
@@ -134,7 +146,7 @@ def cancelled_seconds(trial: TrialState) -> float | None:
     cancel = trial.cancelled
     if trial.finished is not None or cancel is None or trial.launch is None or not trial.costs_budget:
         return None
-    if str(cancel.get("reason") or "").startswith("lost"):
+    if not _end_seen(cancel):
         return None
     began, ended = trial.launch.get("time", trial.started_at), cancel.get("time")
     if not isinstance(began, (int, float)) or not isinstance(ended, (int, float)):

@@ -32,6 +32,7 @@ class RecordType(Word):
     #: How it ended: its kind, metric, exit, duration, the artifacts' facts.
     TRIAL_FINISHED = "trial_finished"
     #: Given up before it finished (the search stopped, the device was lost); costs no budget.
+    #: ``end_seen: false``: found orphaned by a later session, so nobody saw when it ended.
     TRIAL_CANCELLED = "trial_cancelled"
     #: The parallelism a question of the search was asked with, so that a replay asks it alike.
     QUESTION = "question"

@@ -121,11 +121,17 @@ def test_sigterm_and_ctrl_c_stop_cleanly(tmp_path, sig, code):
     while not (state / "trials" / "0002" / "supervisor.json").exists():
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    time.sleep(0.5)
-    status = fusion_dd_runner(sig == signal.SIGTERM)("status", "--state-dir", str(state), cwd=tmp_path)
-    assert status.returncode == 0, status.stderr
-    assert f"running (coordinator pid {coordinator.pid})" in status.stdout
-    assert "running #0001" in status.stdout and "running #0002" in status.stdout
+    status_of = fusion_dd_runner(sig == signal.SIGTERM)
+    seen: list[subprocess.CompletedProcess[str]] = []
+
+    def both_running() -> bool:
+        seen.append(status_of("status", "--state-dir", str(state), cwd=tmp_path))
+        return "running #0001" in seen[-1].stdout and "running #0002" in seen[-1].stdout
+
+    assert eventually(both_running, within=60), seen[-1].stdout + seen[-1].stderr
+    assert seen[-1].returncode == 0, seen[-1].stderr
+    assert f"running (coordinator pid {coordinator.pid})" in seen[-1].stdout
+    launched_at = time.monotonic()
     coordinator.send_signal(sig)
     out, err = coordinator.communicate(timeout=60)
     assert coordinator.returncode == code, err
@@ -133,6 +139,12 @@ def test_sigterm_and_ctrl_c_stop_cleanly(tmp_path, sig, code):
     report = json.loads((state / "report.json").read_text())
     assert report["status"] == "interrupted"
     assert {trial["outcome"] for trial in report["trials"]} == {"cancelled"}
+    # Both held their devices from their launch to the interrupt: accelerator time the cost shows.
+    cost = report["cost"]
+    assert cost["cancelled"] == 2, cost
+    assert 0 < cost["cancelled_device_seconds"] == cost["device_seconds"], cost
+    assert cost["cancelled_device_seconds"] < 2 * (time.monotonic() - launched_at) + 60, cost
+    assert f"in {cost['cancelled']} cancelled training(s)" in out + err
     for trial_dir in (state / "trials").iterdir():
         status = json.loads((trial_dir / "status.json").read_text())
         assert status["cancelled"] is True

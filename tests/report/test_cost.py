@@ -54,18 +54,28 @@ def test_a_contradicting_proof_is_no_proof() -> None:
 
 def test_a_cancelled_training_that_ran_costs_its_device_time_and_one_lost_or_never_launched_costs_none() -> None:
     # An interrupt, or a speculative training no question needed: it held its device until cancelled.
+    # The coordinator's own cancellations carry no "launched" (trainer.record_end); the records of
+    # trainings found orphaned by a later session do, and say that nobody saw them end.
     records = [
         search_started(),
         *trial("0001", [], 0.9, role="baseline", duration=100.0, **curve_facts(1000)),
-        started("0002", ["A"], time=1000.0), {**launched("0002"), "time": 1000.0}, {**cancelled("0002"), "time": 1060.0},
+        started("0002", ["A"], time=1000.0), {**launched("0002"), "time": 1000.0},
+        {**cancelled("0002", was_launched=None), "time": 1060.0},
         started("0003", ["B"], time=1000.0), {**launched("0003"), "time": 1000.0},
-        {**cancelled("0003", reason="lost: the coordinator stopped and the training never finished"), "time": 9000.0},
-        started("0004", ["C"], time=1000.0), {**cancelled("0004", was_launched=False), "time": 1001.0},
+        {**cancelled("0003", reason="lost: the coordinator stopped and the training never finished"), "end_seen": False,
+         "time": 9000.0},
+        started("0004", ["C"], time=1000.0), {**cancelled("0004", was_launched=False), "end_seen": False, "time": 1001.0},
+        # An orphan's record as journals wrote it before "end_seen": "launched" alone marks it.
+        started("0005", ["D"], time=1000.0), {**launched("0005"), "time": 1000.0},
+        {**cancelled("0005", reason="lost: the coordinator stopped and the training never finished"), "time": 7000.0},
+        # Ended on a full disk, seen by the coordinator: its time counts although its reason says "lost".
+        started("0006", ["E"], time=2000.0), {**launched("0006"), "time": 2000.0},
+        {**cancelled("0006", was_launched=None, reason="lost: the disk was full when the training ended"), "time": 2030.0},
     ]  # fmt: skip
     state = replay(records)
     report: dict = {"trials": [{"trial_id": "0001", "outcome": "pass"}]}
     _add_cost(report, state)
-    assert report["cost"]["device_seconds"] == 160.0
-    assert report["cost"]["cancelled"] == 1 and report["cost"]["cancelled_device_seconds"] == 60.0
-    assert "160 device-seconds (60 of them in 1 cancelled training(s))" in "\n".join(cost_lines(report))
-    assert "(60 of them in 1 cancelled training(s))" in dict(_cost_facts(report))["cost"]
+    assert report["cost"]["device_seconds"] == 190.0
+    assert report["cost"]["cancelled"] == 2 and report["cost"]["cancelled_device_seconds"] == 90.0
+    assert "190 device-seconds (90 of them in 2 cancelled training(s))" in "\n".join(cost_lines(report))
+    assert "(90 of them in 2 cancelled training(s))" in dict(_cost_facts(report))["cost"]
