@@ -60,12 +60,40 @@ def _run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> subprocess.Co
         raise SlurmUnavailable(f"{argv[0]}: {exc}") from None
 
 
+#: How sbatch says that it could not talk to the controller (Slurm's slurm_errno.c): a
+#: restart or a failover under way, not a verdict on the job. After a timeout the job may
+#: have been taken all the same.
+UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out on send/recv operation",
+    "Zero Bytes were transmitted or received",
+    "Communication connection failure",
+    "Message send failure",
+    "Message receive failure",
+    "Connection timed out",
+    "Rate limit exceeded",
+    "backup controller in standby mode",
+    "Process is shutting down",
+)
+
+
+class SubmissionRefused(UsageError):
+    """sbatch answered and refused the job (a partition, account, QOS, gres or limit it will not grant)."""
+
+
 def submit(script: str, cwd: str) -> str:
-    """``sbatch --parsable SCRIPT``: the new job's id (raises with sbatch's own message)."""
+    """``sbatch --parsable SCRIPT``: the new job's id.
+
+    Raises ``SlurmUnavailable`` when sbatch could not reach the controller and
+    ``SubmissionRefused`` with sbatch's own last line when the controller refused the job.
+    """
     done = _run(["sbatch", "--parsable", script], timeout=60.0)
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
-        raise RuntimeError(f"sbatch refused the job: {message[-1] if message else f'exit code {done.returncode}'}")
+        said = message[-1].strip().removeprefix("sbatch: error: ") if message else f"exit code {done.returncode}"
+        if any(phrase in (done.stderr or "") + (done.stdout or "") for phrase in UNREACHABLE):
+            raise SlurmUnavailable(f"sbatch: {said}")
+        raise SubmissionRefused(f"sbatch refused the job: {said}")
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise RuntimeError(f"sbatch printed no job id: {done.stdout.strip()!r}")
@@ -161,6 +189,7 @@ __all__ = [
     "ACTIVE_STATES",
     "ENDED_HOW",
     "SlurmUnavailable",
+    "SubmissionRefused",
     "cancel",
     "job_facts",
     "jobs_named",

@@ -277,7 +277,9 @@ class SlurmLauncher:
         self._states: dict[str, str] = {}
         self._polled_at = -1e9
         self._token: tuple[str, str] | None = None
-        self._warned_at = 0.0
+        self._warned_at: dict[str, float] = {}  # when each kind of wait was last said
+        # The controller answered this session: from then on a silence is an outage to wait out.
+        self._answered = False
 
     # -- the cluster ----------------------------------------------------------------
 
@@ -309,6 +311,7 @@ class SlurmLauncher:
             if time.monotonic() - self._polled_at >= POLL_SECONDS:
                 self._states = slurm.queued(self._jobs)
                 self._polled_at = time.monotonic()
+                self._answered = True
             state = self._states.get(job_id)
         if state is not None:
             return state
@@ -320,18 +323,25 @@ class SlurmLauncher:
             self._jobs.discard(job_id)
             self._states.pop(job_id, None)
 
-    def note_unavailable(self, exc: Exception, seconds: float) -> None:
-        """The controller does not answer: say so every half minute while the jobs are waited for."""
+    def note_unavailable(self, exc: Exception, seconds: float, what: str = "for the jobs") -> None:
+        """The controller does not answer: say so every half minute while the jobs are waited for
+        (or a job waits ``what``: to be submitted)."""
         now = time.monotonic()
-        if now - self._warned_at >= 30.0:
-            self._warned_at = now
-            print(f"fusion-dd: Slurm does not answer for {seconds:.0f}s ({exc}); still waiting for the jobs",
+        if now - self._warned_at.get(what, -1e9) >= 30.0:
+            self._warned_at[what] = now
+            print(f"fusion-dd: Slurm does not answer for {seconds:.0f}s ({exc}); still waiting {what}",
                   file=sys.stderr, flush=True)
 
     # -- the seam ---------------------------------------------------------------------
 
-    def start(self, request: TrialRequest) -> SlurmHandle:
-        """Submit the trial's job; returns once Slurm accepted it (it may wait in the queue)."""
+    def start(self, request: TrialRequest, cancel: threading.Event | None = None) -> SlurmHandle | FinishedHandle:
+        """Submit the trial's job; returns once Slurm accepted it (it may wait in the queue).
+
+        A controller that stops answering after this session reached it (a restart,
+        a failover) is waited for, as ``wait`` does, and the submission is tried
+        again (``_submit``). ``cancel`` (Ctrl-C) ends that wait: the trial then
+        reports cancelled, never submitted.
+        """
         trial_dir = request.trial_dir
         trial_dir.mkdir(parents=True, exist_ok=True)
         path = trial_dir / REQUEST_FILE
@@ -341,14 +351,53 @@ class SlurmLauncher:
         os.replace(temporary, path)
         script = trial_dir / SCRIPT_FILE
         script.write_text(job_script(request, self.job_name(request), self.settings, self._proof()), encoding="utf-8")
-        try:
-            job_id = slurm.submit(str(script), str(trial_dir))
-        except slurm.SlurmUnavailable as exc:
-            raise RuntimeError(f"sbatch did not answer: {exc}") from None
+        job_id = self._submit(request, script, cancel)
+        if job_id is None:
+            return FinishedHandle(TrialResult(cancelled=True), SlurmPlacement("slurm", "", None, None, ()))
         with self._lock:
             self._jobs.add(job_id)
         write_json_atomic(trial_dir / JOB_FILE, {"job_id": job_id, "name": self.job_name(request), "time": time.time()})
         return SlurmHandle(self, request, job_id)
+
+    def _submit(self, request: TrialRequest, script: Path, cancel: threading.Event | None) -> str | None:
+        """sbatch the job script: its job id, or None when ``cancel`` was set while Slurm did not answer.
+
+        A controller that never answered this session is a setup to fix, not an
+        outage to sit out: one line, at once. One that answered before is waited for,
+        said every half minute; before each new try the queue is asked for a job of
+        the trial's name, since an sbatch that timed out may have been taken after all
+        (a second job would find the trial claimed, but would hold a device meanwhile).
+        A refusal names ``train.slurm`` and the script.
+        """
+        trial = request.spec.trial_id
+        waiting_since: float | None = None
+        while True:
+            try:
+                if waiting_since is not None:
+                    queued = slurm.jobs_named(self.job_name(request))
+                    if queued:
+                        return queued[0]
+                job_id = slurm.submit(str(script), str(request.trial_dir))
+                self._answered = True
+                return job_id
+            except slurm.SlurmUnavailable as exc:
+                if not self._answered:
+                    raise UsageError(
+                        f"train.launcher slurm: Slurm does not answer ({exc}); start the search once squeue "
+                        "and sbatch work on this host"
+                    ) from None
+                waiting_since = waiting_since or time.monotonic()
+                self.note_unavailable(exc, time.monotonic() - waiting_since, f"to submit trial {trial}")
+            except slurm.SubmissionRefused as refused:
+                raise slurm.SubmissionRefused(
+                    f"train.slurm: {refused} (trial {trial}); fix what the job asks for in train.slurm (partition, "
+                    f"account, qos, gres, mem, time, extra), see trials/{trial}/{SCRIPT_FILE}; then run the search again"
+                ) from None
+            if cancel is not None:
+                if cancel.wait(POLL_SECONDS):
+                    return None
+            else:
+                time.sleep(POLL_SECONDS)
 
     def _recorded_job(self, request: TrialRequest, placement: Mapping[str, Any] | None) -> str | None:
         """The trial's job id: journaled, else in its directory, else the queued job of its name."""

@@ -101,6 +101,15 @@ def dask_cluster(tmp_path_factory: pytest.TempPathFactory):
         started.close()
 
 
+@pytest.fixture
+def slurm_shared():
+    """The machine's Slurm, held shared for the test (``tests.support.clusters.slurm_in_use``)."""
+    from tests.support.clusters import slurm_in_use
+
+    with slurm_in_use():
+        yield
+
+
 def _launcher(kind: str, tmp_path: Path, function: Callable[[TrialContext], int | None], fixtures: pytest.FixtureRequest):
     if kind == "local":
         return LocalLauncher()
@@ -118,6 +127,7 @@ def _launcher(kind: str, tmp_path: Path, function: Callable[[TrialContext], int 
     refusal = slurm_refusal()
     if refusal is not None:
         pytest.skip(refusal)
+    fixtures.getfixturevalue("slurm_shared")  # no test stops the controller meanwhile
     return SlurmLauncher(SlurmConfig(max_jobs=1, mem="200M", cpus_per_task=1), tmp_path)
 
 

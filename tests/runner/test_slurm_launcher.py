@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,17 +24,19 @@ import yaml
 from fusion_dd.config.settings import load_config
 from fusion_dd.core.errors import UsageError
 from tests.support.cli import CULPRIT, write_config
-from tests.support.clusters import slurm_refusal
+from tests.support.clusters import slurm_in_use, slurm_refusal
 from tests.support.fake_training import FAKE_TRAIN, run_fusion_dd, start_fusion_dd, wrapper_script
 from tests.support.processes import wait_until
 from tests.support.searches import FEW_RULES, assert_found, journal, started_trials
 
 
 @pytest.fixture
-def slurm_cluster() -> None:
+def slurm_cluster() -> Iterator[None]:
     refusal = slurm_refusal()
     if refusal is not None:
         pytest.skip(refusal)
+    with slurm_in_use():
+        yield
 
 
 def slurm_config(tmp_path: Path, prelude: str | None = None, *train_args: str, **slurm: object) -> Path:
@@ -512,3 +516,160 @@ def _request(trial: Path):
                      env={}, device=("slurm/1",), device_env="CUDA_VISIBLE_DEVICES", timeout=60, repeat=0,
                      switch_text="")
     return TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+
+
+# --- a controller that does not answer ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "said, unreachable",
+    [
+        ("sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)", True),
+        ("sbatch: error: Batch job submission failed: Socket timed out on send/recv operation", True),
+        ("sbatch: error: Batch job submission failed: Slurm backup controller in standby mode", True),
+        ("sbatch: error: Batch job submission failed: Invalid partition name specified", False),
+        ("sbatch: error: Batch job submission failed: Requested node configuration is not available", False),
+    ],
+)
+def test_sbatch_that_cannot_reach_the_controller_is_an_outage_and_one_it_refuses_names_why(monkeypatch, said,
+                                                                                           unreachable):
+    # The messages are Slurm's own (slurm_errno.c), as sbatch printed them on this machine's Slurm.
+    from fusion_dd.runner import slurm_commands
+
+    monkeypatch.setattr(slurm_commands, "_run", lambda argv, timeout=0: subprocess.CompletedProcess(argv, 1, "", said + "\n"))
+    expected = slurm_commands.SlurmUnavailable if unreachable else slurm_commands.SubmissionRefused
+    with pytest.raises(expected) as raised:
+        slurm_commands.submit("job.sh", ".")
+    assert str(raised.value).endswith(said.removeprefix("sbatch: error: ")), raised.value
+    assert "sbatch: error:" not in str(raised.value)
+
+
+def _launcher_without_slurm(tmp_path: Path, monkeypatch, submit, queued=lambda name: []):
+    from fusion_dd.config.settings import SlurmConfig
+    from fusion_dd.runner import slurm_commands, slurm_launcher
+
+    monkeypatch.setattr(slurm_commands, "require_tools", lambda: None)
+    monkeypatch.setattr(slurm_commands, "submit", submit)
+    monkeypatch.setattr(slurm_commands, "jobs_named", queued)
+    monkeypatch.setattr(slurm_launcher, "POLL_SECONDS", 0.01)
+    return slurm_launcher.SlurmLauncher(SlurmConfig(max_jobs=1), tmp_path)
+
+
+def test_a_controller_that_never_answered_this_session_is_refused_in_one_line(tmp_path, monkeypatch):
+    from fusion_dd.runner import slurm_commands
+
+    def submit(script, cwd):
+        raise slurm_commands.SlurmUnavailable("sbatch: Unable to contact slurm controller (connect failure)")
+
+    launcher = _launcher_without_slurm(tmp_path, monkeypatch, submit)
+    with pytest.raises(UsageError, match=r"Slurm does not answer \(sbatch: Unable to contact slurm controller"):
+        launcher.start(_request(tmp_path / "0001"))
+
+
+def test_a_submission_waits_out_an_outage_and_takes_the_job_an_unanswered_sbatch_left_queued(tmp_path, monkeypatch,
+                                                                                             capsys):
+    # The controller answered (the first job went in), then went away; an sbatch that timed out
+    # may have been taken all the same: once the queue answers again, that job is the trial's.
+    from fusion_dd.runner import slurm_commands
+
+    submitted: list[str] = []
+    answers = iter(["101", slurm_commands.SlurmUnavailable("sbatch: Socket timed out on send/recv operation")])
+
+    def submit(script, cwd):
+        answer = next(answers, slurm_commands.SlurmUnavailable("sbatch: Unable to contact slurm controller"))
+        if isinstance(answer, Exception):
+            raise answer
+        submitted.append(script)
+        return answer
+
+    asked: list[str] = []
+
+    def queued(name):
+        asked.append(name)
+        if len(asked) < 3:
+            raise slurm_commands.SlurmUnavailable("squeue: Unable to contact slurm controller")
+        return ["102"]
+
+    launcher = _launcher_without_slurm(tmp_path, monkeypatch, submit, queued)
+    assert launcher.start(_request(tmp_path / "0001")).job_id == "101"
+    handle = launcher.start(_request(tmp_path / "0002"))
+    assert handle.job_id == "102" and len(submitted) == 1  # not submitted a second time
+    assert asked == [launcher.job_name(_request(tmp_path / "0002"))] * 3
+    err = capsys.readouterr().err
+    assert "Slurm does not answer" in err and "still waiting to submit trial 0001" in err
+
+
+def test_ctrl_c_ends_the_wait_for_a_controller_and_the_trial_reports_cancelled_never_submitted(tmp_path, monkeypatch):
+    import threading
+
+    from fusion_dd.runner import slurm_commands
+
+    calls = {"submit": 0}
+
+    def submit(script, cwd):
+        calls["submit"] += 1
+        if calls["submit"] == 1:
+            return "101"
+        raise slurm_commands.SlurmUnavailable("sbatch: Unable to contact slurm controller")
+
+    def queued(name):
+        raise slurm_commands.SlurmUnavailable("squeue: Unable to contact slurm controller")
+
+    launcher = _launcher_without_slurm(tmp_path, monkeypatch, submit, queued)
+    launcher.start(_request(tmp_path / "0001"))
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    handle = launcher.start(_request(tmp_path / "0002"), cancel=cancel)
+    assert handle.wait().cancelled and handle.placement.job_id is None
+
+
+def test_a_job_sbatch_refuses_stops_the_search_naming_train_slurm_and_the_script(tmp_path, monkeypatch):
+    from fusion_dd.runner import slurm_commands
+
+    def submit(script, cwd):
+        raise slurm_commands.SubmissionRefused("sbatch refused the job: Batch job submission failed: Invalid partition name specified")
+
+    launcher = _launcher_without_slurm(tmp_path, monkeypatch, submit)
+    with pytest.raises(UsageError) as refused:
+        launcher.start(_request(tmp_path / "0001"))
+    message = str(refused.value)
+    assert message.startswith("train.slurm: sbatch refused the job: Batch job submission failed: Invalid partition")
+    assert "(trial 0001)" in message and "trials/0001/slurm_job.sh" in message and "\n" not in message
+
+
+@pytest.mark.cluster
+def test_a_controller_that_dies_mid_search_is_waited_for_and_the_search_goes_on(tmp_path):
+    """slurmctld stopped while the references train, started again once a job waits to be
+    submitted: nothing is lost, nothing trains twice, the answer is found."""
+    refusal = slurm_refusal() or (None if os.geteuid() == 0 else "stopping and starting slurmctld needs root")
+    if refusal is not None:
+        pytest.skip(refusal)
+    from tests.support import REPO
+
+    slurm_config(tmp_path, "if os.environ['FUSION_DD_TRIAL_ID'] in ('0001', '0002'):\n    time.sleep(2)\n")
+    errors = tmp_path / "coordinator.err"
+    with slurm_in_use(alone=True):
+        with open(errors, "w") as stderr:
+            coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            wait_until(lambda: len(started_trials(tmp_path)) == 2, 90, "the references never ran")
+            subprocess.run(["pkill", "-x", "slurmctld"], check=True, timeout=30)
+            waited = "still waiting to submit trial"
+            wait_until(lambda: waited in errors.read_text() or coordinator.poll() is not None, 120, "nothing happened")
+            assert waited in errors.read_text(), errors.read_text()
+        finally:
+            restarted = subprocess.run([str(REPO / "scripts" / "start-slurm")], capture_output=True, text=True,
+                                       timeout=120)
+        assert restarted.returncode == 0, restarted.stderr
+        try:
+            coordinator.wait(timeout=240)
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+                coordinator.wait()
+    said = errors.read_text()
+    assert coordinator.returncode == 0, said
+    assert "Traceback" not in said and "internal error" not in said
+    assert_found(tmp_path)
+    assert sorted(started_trials(tmp_path)) == sorted(set(started_trials(tmp_path)))  # none trained twice
+    assert not queued_jobs_of(tmp_path)

@@ -10,6 +10,8 @@ when one can); the Slurm tests skip with it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -17,7 +19,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,6 +67,23 @@ def slurm_refusal() -> str | None:
     if "gpu:" not in done.stdout:
         return "the Slurm node offers no gres/gpu (scripts/start-slurm gives it fake ones)"
     return None
+
+
+#: Every test that uses this machine's Slurm holds it shared; one that stops the controller holds it
+#: alone. The xdist workers run Slurm tests of different files at once (the launcher's own and
+#: the launcher conformance tests).
+SLURM_LOCK = Path(tempfile.gettempdir()) / "fusion-dd-tests-slurm.lock"
+
+
+@contextlib.contextmanager
+def slurm_in_use(alone: bool = False) -> Iterator[None]:
+    """Hold the machine's Slurm for one test: shared, or ``alone`` to stop its controller meanwhile."""
+    with open(SLURM_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @functools.lru_cache(maxsize=None)
