@@ -48,11 +48,13 @@ def test_a_journal_deleted_mid_search_stops_it_before_the_next_launch_and_nothin
     journal = state / "journal.jsonl"
     coordinator = start_search(tmp_path, subprocess.PIPE)
     try:
-        # Both references launched and journaled as such: no append is under way while they train.
-        assert eventually(
-            lambda: journal.exists() and journal.read_text().count('"trial_launched"') == 2, within=60
-        ), "the references never started"
-        time.sleep(0.3)
+        # Both references launched and journaled as such, the second record's line whole (a record's
+        # type is its last key): no append is under way while they train.
+        def references_launched() -> bool:
+            text = journal.read_bytes() if journal.exists() else b""
+            return text.count(b'"type":"trial_launched"') == 2 and text.endswith(b"}\n")
+
+        assert eventually(references_launched, within=60), "the references never started"
         with open(journal, "rb") as held:
             before = held.read()
             journal.unlink()

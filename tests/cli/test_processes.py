@@ -21,7 +21,7 @@ import yaml
 
 from fusion_dd.core.rules import catalog
 from tests.support.fake_training import call_fusion_dd, fake_command, run_fusion_dd, start_fusion_dd
-from tests.support.processes import eventually, group_gone, pid_gone
+from tests.support.processes import eventually, group_gone, pid_gone, wait_until
 
 GRAPH = [name for name, section in catalog().items() if section.value == "GraphFusion"][:4]
 CULPRIT = GRAPH[2]
@@ -98,7 +98,9 @@ def interrupt_and_check(
     sent = time.monotonic()
     coordinator.send_signal(sig)
     if twice:
-        time.sleep(0.5)
+        # Once the training was asked to stop (it says it ignores SIGTERM), the clean-up is under way.
+        log = trial_dir / "output.log"
+        wait_until(lambda: "SIGTERM ignored" in log.read_text(errors="replace"), KILL_GRACE + 30, "never asked to stop")
         assert coordinator.poll() is None, "stopped before its training was killed"
         coordinator.send_signal(sig)
     try:

@@ -58,7 +58,8 @@ Whole-run behaviour, independent of the switch file:
                          (with --nan-at-step: a long run that early stopping cuts)
   --exit-code N          exit with N after the steps, before the metric (a crash)
   --hang                 after the steps, sleep until killed
-  --ignore-sigterm       ignore SIGTERM, so only the supervisor's SIGKILL ends it
+  --ignore-sigterm       ignore SIGTERM (printing ``SIGTERM ignored``), so only the
+                         supervisor's SIGKILL ends it
   --spawn-child          start a grandchild in the same process group that sleeps
                          (and ignores SIGTERM too with --ignore-sigterm); its pid is
                          printed as ``child pid N``
@@ -352,6 +353,11 @@ def _random(seed: str):
     return random.Random(seed)
 
 
+def _say_sigterm_ignored(signum: int, frame: object) -> None:
+    """Ignore SIGTERM, and say so: a test waits for this line to know that the stop has begun."""
+    print("SIGTERM ignored", flush=True)
+
+
 def _sleep_forever() -> None:
     while True:
         time.sleep(3600)
@@ -360,7 +366,7 @@ def _sleep_forever() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     if args.ignore_sigterm:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _say_sigterm_ignored)
     repeat = int(os.environ.get("FUSION_DD_REPEAT", "0") or 0)
 
     switch = load_switch(args.switch_file)
