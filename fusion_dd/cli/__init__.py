@@ -358,6 +358,7 @@ def _dry_run(config: SearchConfig, note: str | None = None, restart: bool = Fals
             f"  launcher: slurm: one sbatch job per trial, at most {config.train.slurm.max_jobs} at once "
             f"(train.slurm.max_jobs); each job asks for {' '.join([*options, *config.train.slurm.extra])}"
         )
+        slurm_refusal = _dry_run_slurm(config)
     if config.localize is not None:
         _dry_run_localize(config)
     _dry_run_guide(config)
@@ -400,6 +401,8 @@ def _dry_run(config: SearchConfig, note: str | None = None, restart: bool = Fals
     echo("nothing was launched (dry run)")
     if refusal is not None:
         _fail(f"{refusal} (a search would refuse to start)")
+    if on_slurm and slurm_refusal is not None:
+        _fail(slurm_refusal)
     if checked.errors:
         # The problems are the FAILS lines above: the error line names their keys, it does not repeat them.
         keys = ", ".join(dict.fromkeys(problem.split(": ")[1] for problem in checked.errors if ": " in problem))
@@ -407,6 +410,27 @@ def _dry_run(config: SearchConfig, note: str | None = None, restart: bool = Fals
             f"{config.source}: {keys}: the pre-flight check fails ({len(checked.errors)} problem(s), FAILS above); "
             f"a search would stop with status {TRAINING_BROKEN} before any training"
         )
+
+
+def _dry_run_slurm(config: SearchConfig) -> str | None:
+    """Ask Slurm whether it would take the search's jobs (``sbatch --test-only``, nothing submitted) and
+    say its answer; the error line when it would not, as the search's first submission would meet it."""
+    from ..runner import slurm_commands
+    from ..runner.slurm_launcher import would_take
+
+    try:
+        answer = would_take(config.train.slurm, config.train.timeout, config.train.kill_grace)
+    except slurm_commands.SlurmUnavailable as exc:
+        typer.echo(f"  sbatch --test-only: Slurm does not answer ({exc})")
+        return f"train.launcher slurm: Slurm does not answer ({exc}); a search would stop at its first submission"
+    except slurm_commands.SubmissionRefused as refused:
+        typer.echo(f"  sbatch --test-only: {refused}")
+        return f"train.slurm: {refused}; a search would stop at its first submission"
+    if answer is None:
+        typer.echo("  sbatch --test-only: not asked (sbatch is not on this host's PATH)")
+    else:
+        typer.echo(f"  sbatch --test-only: Slurm would take the job ({answer})")
+    return None
 
 
 def _say_first_round(config: SearchConfig, devices: int) -> None:

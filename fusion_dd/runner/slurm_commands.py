@@ -81,6 +81,25 @@ class SubmissionRefused(UsageError):
     """sbatch answered and refused the job (a partition, account, QOS, gres or limit it will not grant)."""
 
 
+def _failure(done: subprocess.CompletedProcess[str]) -> Exception:
+    """What a failed sbatch means: the controller out of reach, or its refusal, with sbatch's last line."""
+    message = (done.stderr or done.stdout).strip().splitlines()
+    said = message[-1].strip().removeprefix("sbatch: error: ") if message else f"exit code {done.returncode}"
+    if any(phrase in (done.stderr or "") + (done.stdout or "") for phrase in UNREACHABLE):
+        return SlurmUnavailable(f"sbatch: {said}")
+    return SubmissionRefused(f"sbatch refused the job: {said}")
+
+
+def test_only(script: str) -> str:
+    """``sbatch --test-only SCRIPT``: whether Slurm would take the job and when it would start, nothing
+    submitted; sbatch's answer (raises as ``submit`` does)."""
+    done = _run(["sbatch", "--test-only", script], timeout=60.0)
+    if done.returncode != 0:
+        raise _failure(done)
+    said = (done.stderr or done.stdout).strip().splitlines()
+    return said[-1].strip() if said else "accepted"
+
+
 def submit(script: str, cwd: str) -> str:
     """``sbatch --parsable SCRIPT``: the new job's id.
 
@@ -89,11 +108,7 @@ def submit(script: str, cwd: str) -> str:
     """
     done = _run(["sbatch", "--parsable", script], timeout=60.0)
     if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip().splitlines()
-        said = message[-1].strip().removeprefix("sbatch: error: ") if message else f"exit code {done.returncode}"
-        if any(phrase in (done.stderr or "") + (done.stdout or "") for phrase in UNREACHABLE):
-            raise SlurmUnavailable(f"sbatch: {said}")
-        raise SubmissionRefused(f"sbatch refused the job: {said}")
+        raise _failure(done)
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise RuntimeError(f"sbatch printed no job id: {done.stdout.strip()!r}")
@@ -199,4 +214,5 @@ __all__ = [
     "sbatch_options",
     "still_listed",
     "submit",
+    "test_only",
 ]

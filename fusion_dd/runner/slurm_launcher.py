@@ -36,7 +36,9 @@ import math
 import os
 import pickle
 import shlex
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -103,6 +105,23 @@ def resource_options(settings: Any, timeout: float | None, grace: float) -> dict
         "qos": settings.qos,
         "ntasks": 1,
     }
+
+
+def would_take(settings: Any, timeout: float | None, grace: float) -> str | None:
+    """Ask Slurm whether it would take a job asking for what ``train.slurm`` says (``sbatch --test-only``).
+
+    sbatch's answer ("Job N to start at ... in partition P"), None when sbatch is not
+    on this host's PATH (a config written elsewhere). Raises ``SlurmUnavailable`` or
+    ``SubmissionRefused`` as a submission would: what the search's first job would meet.
+    """
+    if shutil.which("sbatch") is None:
+        return None
+    options = {"job-name": "fusion-dd-test-only", "output": "/dev/null", **resource_options(settings, timeout, grace)}
+    lines = ["#!/bin/sh", *slurm.sbatch_options(options, settings.extra), "exit 0"]
+    with tempfile.TemporaryDirectory(prefix="fusion-dd-slurm-") as directory:
+        script = Path(directory) / SCRIPT_FILE
+        script.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return slurm.test_only(str(script))
 
 
 def job_script(request: TrialRequest, name: str, settings: Any, token: tuple[str, str]) -> str:
@@ -458,4 +477,7 @@ def slurm_launcher_for(config: Any) -> SlurmLauncher:
     return SlurmLauncher(config.train.slurm, config.state_dir)
 
 
-__all__ = ["JOB_FILE", "resource_options", "SlurmHandle", "SlurmLauncher", "job_script", "slurm_launcher_for", "time_limit"]
+__all__ = [
+    "JOB_FILE", "resource_options", "SlurmHandle", "SlurmLauncher", "job_script", "slurm_launcher_for", "time_limit",
+    "would_take",
+]

@@ -225,6 +225,7 @@ def test_dry_run_says_what_each_job_asks_for_and_that_the_device_is_slurms(tmp_p
     assert "launcher: slurm: one sbatch job per trial, at most 3 at once" in result.stdout
     assert "--partition=npu --gres=gpu:1 --time=8 --cpus-per-task=1 --mem=200M --ntasks=1 --exclusive" in result.stdout
     assert "on 3 device slot(s)" in result.stdout
+    assert "sbatch --test-only: not asked (sbatch is not on this host's PATH)" in result.stdout
     assert not (tmp_path / ".fusion-dd" / "trials").exists()
 
 
@@ -673,3 +674,17 @@ def test_a_controller_that_dies_mid_search_is_waited_for_and_the_search_goes_on(
     assert_found(tmp_path)
     assert sorted(started_trials(tmp_path)) == sorted(set(started_trials(tmp_path)))  # none trained twice
     assert not queued_jobs_of(tmp_path)
+
+
+@pytest.mark.cluster
+def test_dry_run_asks_slurm_whether_it_would_take_the_job_and_fails_where_it_would_not(tmp_path, slurm_cluster):
+    slurm_config(tmp_path)
+    taken = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert taken.returncode == 0, taken.stderr
+    assert "sbatch --test-only: Slurm would take the job (sbatch: Job " in taken.stdout, taken.stdout
+    slurm_config(tmp_path, partition="nosuch")
+    refused = run_fusion_dd("search", "--dry-run", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().count("\n") == 0, refused.stderr
+    assert "train.slurm: sbatch refused the job: allocation failure: Invalid partition name specified" in refused.stderr
+    assert not queued_jobs_of(tmp_path) and not (tmp_path / ".fusion-dd" / "trials").exists()
