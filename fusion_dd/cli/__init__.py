@@ -349,6 +349,7 @@ def _dry_run(config: SearchConfig, note: str | None = None, restart: bool = Fals
         )
         for entry in cluster:
             echo(f"    {entry['slot']} ({entry['address']})")
+    slurm_refusal = None  # what Slurm says to the search's jobs, where it would not take them
     if on_slurm:
         from ..runner.slurm_launcher import resource_options
 
@@ -401,7 +402,7 @@ def _dry_run(config: SearchConfig, note: str | None = None, restart: bool = Fals
     echo("nothing was launched (dry run)")
     if refusal is not None:
         _fail(f"{refusal} (a search would refuse to start)")
-    if on_slurm and slurm_refusal is not None:
+    if slurm_refusal is not None:
         _fail(slurm_refusal)
     if checked.errors:
         # The problems are the FAILS lines above: the error line names their keys, it does not repeat them.

@@ -23,6 +23,10 @@ coordinator talks to Slurm only through its command-line tools
   train), then ``scancel``: pending jobs leave the queue at once, running ones
   get SIGTERM and the supervisor's grace. ``close`` scancels whatever job of
   the search is still queued, so that Ctrl-C and SIGTERM leave nothing behind.
+* **Controller out of reach.** A silence of ``squeue``/``sbatch`` after the controller
+  answered this session is waited out (a restart, a failover), a submission tried
+  again unless a job of the trial's name is queued by then; one that never answered,
+  and a job ``sbatch`` refuses, stop the search in one line.
 * **Shared state.** Each job first reads back a token the coordinator wrote into
   the state directory and exits with a distinct code otherwise; the search
   then stops with one line, before any training of that node ran.
