@@ -111,6 +111,11 @@ def resource_options(settings: Any, timeout: float | None, grace: float) -> dict
     }
 
 
+def _script_head(options: dict[str, str | int | None], settings: Any) -> list[str]:
+    """A batch script's first lines: the interpreter, then its ``#SBATCH`` options and ``train.slurm.extra``."""
+    return ["#!/bin/sh", *slurm.sbatch_options(options, settings.extra)]
+
+
 def would_take(settings: Any, timeout: float | None, grace: float) -> str | None:
     """Ask Slurm whether it would take a job asking for what ``train.slurm`` says (``sbatch --test-only``).
 
@@ -121,7 +126,7 @@ def would_take(settings: Any, timeout: float | None, grace: float) -> str | None
     if shutil.which("sbatch") is None:
         return None
     options = {"job-name": "fusion-dd-test-only", "output": "/dev/null", **resource_options(settings, timeout, grace)}
-    lines = ["#!/bin/sh", *slurm.sbatch_options(options, settings.extra), "exit 0"]
+    lines = [*_script_head(options, settings), "exit 0"]
     with tempfile.TemporaryDirectory(prefix="fusion-dd-slurm-") as directory:
         script = Path(directory) / SCRIPT_FILE
         script.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -138,7 +143,7 @@ def job_script(request: TrialRequest, name: str, settings: Any, token: tuple[str
         "chdir": trial_dir,
         **resource_options(settings, spec.timeout, spec.grace),
     }
-    lines = ["#!/bin/sh", *slurm.sbatch_options(options, settings.extra)]
+    lines = _script_head(options, settings)
     argv = [sys.executable, "-m", "fusion_dd.runner.slurm_job", trial_dir, token[0], token[1]]
     lines.append("exec " + shlex.join(argv))
     return "\n".join(lines) + "\n"
