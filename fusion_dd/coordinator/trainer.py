@@ -18,7 +18,7 @@ from typing import Any
 from ..core.hooks import fired_although_off_of, known_to_compiler_of, switch_check_of, unknown_to_compiler_of
 from ..report import localize as localization
 from ..runner.executor import Device, Pools, run_batch
-from ..runner.launcher import Launcher, TrialRequest, TrialResult
+from ..runner.launcher import Launcher, NotStarted, TrialRequest, TrialResult
 from ..runner.metrics import MetricSpec
 from ..runner.trial import TrialSpec, trial_binding
 from ..search.oracle import Outcome
@@ -112,6 +112,12 @@ class LauncherTrainer:
         request = self.request(trial, device)
         try:
             handle = _start(self.launcher, request, cancel)
+        except NotStarted as stopped:  # the search was stopped while the training waited to start
+            context.append(
+                {"type": RecordType.TRIAL_CANCELLED, "trial_id": trial_id, "reason": str(stopped), "launched": False}
+            )
+            context.events.trial_finished(trial, None)
+            return None
         except Exception:
             # Nothing runs: say so, so that this trial costs no budget on resume either.
             context.append(

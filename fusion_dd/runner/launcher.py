@@ -81,6 +81,14 @@ class Placement:
         return placed
 
 
+class NotStarted(Exception):
+    """``start`` gave up before anything of the trial ran (Ctrl-C while a cluster would not take the job).
+
+    Not a failure to start: the search was stopped, and a trial that never ran
+    costs no budget, so the coordinator records it cancelled without a launch.
+    """
+
+
 @dataclass(frozen=True)
 class TrialResult:
     """How a trial ended, as the journal records it (``cancelled``: nothing to record but that)."""
@@ -132,7 +140,8 @@ class Launcher(Protocol):
     name: str
 
     def start(self, request: TrialRequest) -> TrialHandle:
-        """Start the trial; returns once it runs (raises when it could not be started)."""
+        """Start the trial; returns once it runs (raises when it could not be started, ``NotStarted``
+        when a cancel ended the wait for it to start)."""
         ...
 
     def adopt(self, request: TrialRequest, placement: Mapping[str, Any] | None) -> TrialHandle | None:

@@ -64,7 +64,7 @@ from .cluster import (
     request_cancel,
     write_token,
 )
-from .launcher import Placement, TrialRequest, TrialResult
+from .launcher import NotStarted, Placement, TrialRequest, TrialResult
 from .slurm_job import CLAIM_TAKEN, NOT_SHARED, REQUEST_FILE, STOPPED_FILE
 from .supervisor import STATUS_FILE, SUPERVISOR_FILE, write_json_atomic
 
@@ -367,8 +367,8 @@ class SlurmLauncher:
 
         A controller that stops answering after this session reached it (a restart,
         a failover) is waited for, as ``wait`` does, and the submission is tried
-        again (``_submit``). ``cancel`` (Ctrl-C) ends that wait: the trial then
-        reports cancelled, never submitted.
+        again (``_submit``). ``cancel`` (Ctrl-C) ends that wait: ``NotStarted``, the
+        job never submitted.
         """
         trial_dir = request.trial_dir
         trial_dir.mkdir(parents=True, exist_ok=True)
@@ -381,7 +381,7 @@ class SlurmLauncher:
         script.write_text(job_script(request, self.job_name(request), self.settings, self._proof()), encoding="utf-8")
         job_id = self._submit(request, script, cancel)
         if job_id is None:
-            return FinishedHandle(TrialResult(cancelled=True), SlurmPlacement("slurm", "", None, None, ()))
+            raise NotStarted(f"trial {request.spec.trial_id} was never submitted: cancelled while Slurm did not answer")
         with self._lock:
             self._jobs.add(job_id)
         write_json_atomic(trial_dir / JOB_FILE, {"job_id": job_id, "name": self.job_name(request), "time": time.time()})

@@ -600,17 +600,20 @@ def test_a_submission_waits_out_an_outage_and_takes_the_job_an_unanswered_sbatch
     assert "Slurm does not answer" in err and "still waiting to submit trial 0001" in err
 
 
-def test_ctrl_c_ends_the_wait_for_a_controller_and_the_trial_reports_cancelled_never_submitted(tmp_path, monkeypatch):
+def test_ctrl_c_ends_the_wait_for_a_controller_and_the_trial_was_never_started(tmp_path, monkeypatch):
     import threading
 
     from fusion_dd.runner import slurm_commands
+    from fusion_dd.runner.launcher import NotStarted
 
     calls = {"submit": 0}
+    cancel = threading.Event()
 
     def submit(script, cwd):
         calls["submit"] += 1
         if calls["submit"] == 1:
             return "101"
+        cancel.set()  # Ctrl-C while the controller does not answer
         raise slurm_commands.SlurmUnavailable("sbatch: Unable to contact slurm controller")
 
     def queued(name):
@@ -618,10 +621,53 @@ def test_ctrl_c_ends_the_wait_for_a_controller_and_the_trial_reports_cancelled_n
 
     launcher = _launcher_without_slurm(tmp_path, monkeypatch, submit, queued)
     launcher.start(_request(tmp_path / "0001"))
-    cancel = threading.Event()
-    threading.Timer(0.2, cancel.set).start()
-    handle = launcher.start(_request(tmp_path / "0002"), cancel=cancel)
-    assert handle.wait().cancelled and handle.placement.job_id is None
+    with pytest.raises(NotStarted, match="was never submitted: cancelled while Slurm did not answer"):
+        launcher.start(_request(tmp_path / "0002"), cancel=cancel)
+    assert calls["submit"] == 2 and not (tmp_path / "0002" / "slurm_job.json").exists()
+
+
+def test_ctrl_c_while_slurm_does_not_answer_charges_no_budget_for_the_job_never_submitted(tmp_path):
+    """slurmctld stopped while the references train, Ctrl-C while the next job waits to be
+    submitted: that trial is journaled cancelled and never launched, so the budget is not charged."""
+    refusal = slurm_refusal() or (None if os.geteuid() == 0 else "stopping and starting slurmctld needs root")
+    if refusal is not None:
+        pytest.skip(refusal)
+    from fusion_dd.store.journal import read_records
+    from fusion_dd.store.state import replay
+    from tests.support import REPO
+
+    slurm_config(tmp_path, "if os.environ['FUSION_DD_TRIAL_ID'] in ('0001', '0002'):\n    time.sleep(2)\n")
+    errors = tmp_path / "coordinator.err"
+    waited = "still waiting to submit trial"
+    with slurm_in_use(alone=True):
+        with open(errors, "w") as stderr:
+            coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            wait_until(lambda: len(started_trials(tmp_path)) == 2, 90, "the references never ran")
+            subprocess.run(["pkill", "-x", "slurmctld"], check=True, timeout=30)
+            wait_until(lambda: waited in errors.read_text() or coordinator.poll() is not None, 120, "nothing happened")
+            assert waited in errors.read_text(), errors.read_text()
+            coordinator.send_signal(signal.SIGINT)
+            coordinator.wait(timeout=120)
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+                coordinator.wait()
+            restarted = subprocess.run([str(REPO / "scripts" / "start-slurm")], capture_output=True, text=True,
+                                       timeout=120)
+        assert restarted.returncode == 0, restarted.stderr
+    said = errors.read_text()
+    assert coordinator.returncode == 130, said
+    assert "Traceback" not in said and "internal error" not in said
+    waiting = said.split(waited, 1)[1].split()[0]
+    records = journal(tmp_path)
+    assert not any(r["type"] == "trial_launched" and r["trial_id"] == waiting for r in records)
+    cancelled = [r for r in records if r["type"] == "trial_cancelled" and r["trial_id"] == waiting]
+    assert len(cancelled) == 1 and cancelled[0]["launched"] is False, cancelled
+    assert "never submitted" in cancelled[0]["reason"]
+    state = replay(read_records(tmp_path / ".fusion-dd" / "journal.jsonl"))
+    assert not state.trials[waiting].costs_budget
+    assert state.launched == sum(1 for r in records if r["type"] == "trial_launched")
 
 
 def test_a_job_sbatch_refuses_stops_the_search_naming_train_slurm_and_the_script(tmp_path, monkeypatch):
