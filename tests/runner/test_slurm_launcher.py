@@ -9,13 +9,14 @@ checks, the registry) runs everywhere.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -626,40 +627,62 @@ def test_ctrl_c_ends_the_wait_for_a_controller_and_the_trial_was_never_started(t
     assert calls["submit"] == 2 and not (tmp_path / "0002" / "slurm_job.json").exists()
 
 
-def test_ctrl_c_while_slurm_does_not_answer_charges_no_budget_for_the_job_never_submitted(tmp_path):
-    """slurmctld stopped while the references train, Ctrl-C while the next job waits to be
-    submitted: that trial is journaled cancelled and never launched, so the budget is not charged."""
+WAITING = "still waiting to submit trial"
+
+
+@contextlib.contextmanager
+def controller_down_while_a_job_waits(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, Callable[[], None]]]:
+    """A search whose references train, then slurmctld stopped until the coordinator says a job waits
+    to be submitted: yields the coordinator, its stderr file and a call that starts slurmctld again
+    (made on leaving when the body did not). The coordinator is killed when the body fails."""
     refusal = slurm_refusal() or (None if os.geteuid() == 0 else "stopping and starting slurmctld needs root")
     if refusal is not None:
         pytest.skip(refusal)
-    from fusion_dd.store.journal import read_records
-    from fusion_dd.store.state import replay
     from tests.support import REPO
 
     slurm_config(tmp_path, "if os.environ['FUSION_DD_TRIAL_ID'] in ('0001', '0002'):\n    time.sleep(2)\n")
     errors = tmp_path / "coordinator.err"
-    waited = "still waiting to submit trial"
+    restarted: list[subprocess.CompletedProcess[str]] = []
+
+    def restart() -> None:
+        if not restarted:
+            restarted.append(subprocess.run([str(REPO / "scripts" / "start-slurm")], capture_output=True, text=True,
+                                            timeout=120))
+            assert restarted[0].returncode == 0, restarted[0].stderr
+
     with slurm_in_use(alone=True):
         with open(errors, "w") as stderr:
             coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=stderr)
         try:
-            wait_until(lambda: len(started_trials(tmp_path)) == 2, 90, "the references never ran")
-            subprocess.run(["pkill", "-x", "slurmctld"], check=True, timeout=30)
-            wait_until(lambda: waited in errors.read_text() or coordinator.poll() is not None, 120, "nothing happened")
-            assert waited in errors.read_text(), errors.read_text()
-            coordinator.send_signal(signal.SIGINT)
-            coordinator.wait(timeout=120)
+            try:
+                wait_until(lambda: len(started_trials(tmp_path)) == 2, 90, "the references never ran")
+                subprocess.run(["pkill", "-x", "slurmctld"], check=True, timeout=30)
+                wait_until(lambda: WAITING in errors.read_text() or coordinator.poll() is not None, 120,
+                           "nothing happened")
+                assert WAITING in errors.read_text(), errors.read_text()
+                yield coordinator, errors, restart
+            finally:
+                restart()
         finally:
             if coordinator.poll() is None:
                 coordinator.kill()
                 coordinator.wait()
-            restarted = subprocess.run([str(REPO / "scripts" / "start-slurm")], capture_output=True, text=True,
-                                       timeout=120)
-        assert restarted.returncode == 0, restarted.stderr
+
+
+@pytest.mark.cluster
+def test_ctrl_c_while_slurm_does_not_answer_charges_no_budget_for_the_job_never_submitted(tmp_path):
+    """Ctrl-C while the next job waits for a controller that does not answer: that trial is
+    journaled cancelled and never launched, so the budget is not charged for it."""
+    from fusion_dd.store.journal import read_records
+    from fusion_dd.store.state import replay
+
+    with controller_down_while_a_job_waits(tmp_path) as (coordinator, errors, _):
+        coordinator.send_signal(signal.SIGINT)
+        coordinator.wait(timeout=120)
     said = errors.read_text()
     assert coordinator.returncode == 130, said
     assert "Traceback" not in said and "internal error" not in said
-    waiting = said.split(waited, 1)[1].split()[0]
+    waiting = said.split(WAITING, 1)[1].split()[0]
     records = journal(tmp_path)
     assert not any(r["type"] == "trial_launched" and r["trial_id"] == waiting for r in records)
     cancelled = [r for r in records if r["type"] == "trial_cancelled" and r["trial_id"] == waiting]
@@ -688,32 +711,9 @@ def test_a_job_sbatch_refuses_stops_the_search_naming_train_slurm_and_the_script
 def test_a_controller_that_dies_mid_search_is_waited_for_and_the_search_goes_on(tmp_path):
     """slurmctld stopped while the references train, started again once a job waits to be
     submitted: nothing is lost, nothing trains twice, the answer is found."""
-    refusal = slurm_refusal() or (None if os.geteuid() == 0 else "stopping and starting slurmctld needs root")
-    if refusal is not None:
-        pytest.skip(refusal)
-    from tests.support import REPO
-
-    slurm_config(tmp_path, "if os.environ['FUSION_DD_TRIAL_ID'] in ('0001', '0002'):\n    time.sleep(2)\n")
-    errors = tmp_path / "coordinator.err"
-    with slurm_in_use(alone=True):
-        with open(errors, "w") as stderr:
-            coordinator = start_fusion_dd(tmp_path, "search", stdout=subprocess.DEVNULL, stderr=stderr)
-        try:
-            wait_until(lambda: len(started_trials(tmp_path)) == 2, 90, "the references never ran")
-            subprocess.run(["pkill", "-x", "slurmctld"], check=True, timeout=30)
-            waited = "still waiting to submit trial"
-            wait_until(lambda: waited in errors.read_text() or coordinator.poll() is not None, 120, "nothing happened")
-            assert waited in errors.read_text(), errors.read_text()
-        finally:
-            restarted = subprocess.run([str(REPO / "scripts" / "start-slurm")], capture_output=True, text=True,
-                                       timeout=120)
-        assert restarted.returncode == 0, restarted.stderr
-        try:
-            coordinator.wait(timeout=240)
-        finally:
-            if coordinator.poll() is None:
-                coordinator.kill()
-                coordinator.wait()
+    with controller_down_while_a_job_waits(tmp_path) as (coordinator, errors, restart):
+        restart()
+        coordinator.wait(timeout=240)
     said = errors.read_text()
     assert coordinator.returncode == 0, said
     assert "Traceback" not in said and "internal error" not in said
