@@ -113,17 +113,11 @@ class LauncherTrainer:
         try:
             handle = _start(self.launcher, request, cancel)
         except NotStarted as stopped:  # the search was stopped while the training waited to start
-            context.append(
-                {"type": RecordType.TRIAL_CANCELLED, "trial_id": trial_id, "reason": str(stopped), "launched": False}
-            )
+            self._never_launched(trial_id, str(stopped))
             context.events.trial_finished(trial, None)
             return None
         except Exception:
-            # Nothing runs: say so, so that this trial costs no budget on resume either.
-            context.append(
-                {"type": RecordType.TRIAL_CANCELLED, "trial_id": trial_id, "reason": "the training could not be started",
-                 "launched": False}
-            )
+            self._never_launched(trial_id, "the training could not be started")
             raise
         try:
             launched = {"type": RecordType.TRIAL_LAUNCHED, "trial_id": trial_id, "placement": handle.placement.to_json()}
@@ -142,6 +136,10 @@ class LauncherTrainer:
             return self.record_end(trial, result)
         finally:
             self.devices.watch(tuple(device), trial)
+
+    def _never_launched(self, trial_id: str, reason: str) -> None:
+        """Journal a started trial as cancelled before anything ran, so it costs no budget, on resume either."""
+        self._context.append({"type": RecordType.TRIAL_CANCELLED, "trial_id": trial_id, "reason": reason, "launched": False})
 
     def _new_trial_id(self, state: SearchState) -> str:
         """The next trial number whose directory does not exist yet (called with the journal lock held).

@@ -362,7 +362,7 @@ class SlurmLauncher:
 
     # -- the seam ---------------------------------------------------------------------
 
-    def start(self, request: TrialRequest, cancel: threading.Event | None = None) -> SlurmHandle | FinishedHandle:
+    def start(self, request: TrialRequest, cancel: threading.Event | None = None) -> SlurmHandle:
         """Submit the trial's job; returns once Slurm accepted it (it may wait in the queue).
 
         A controller that stops answering after this session reached it (a restart,
