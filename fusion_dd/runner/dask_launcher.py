@@ -70,7 +70,7 @@ from typing import Any
 from .dask_reaper import DETACHED_FILE
 from .dask_worker import DEVICE_MARK_ENV, PLUGIN_NAME, WORKER_MARK_ENV, LeftoverCleaner, process_mark
 from ..core.errors import UsageError
-from .launcher import Placement, TrialRequest, TrialResult, this_host
+from .launcher import NotStarted, Placement, TrialRequest, TrialResult, this_host
 from .cluster import (
     CANCEL_FILE,
     CLAIM_FILE,
@@ -811,13 +811,13 @@ class DaskLauncher:
         withdrawn and submitted again (same trial, a new key) to another device worker. When
         ``cancel`` is set meanwhile (Ctrl-C), the cancel request is written first, so that a task
         that claims afterwards does not train, then the task is cancelled with dask's own
-        ``client.cancel``; the handle returned then reports the trial cancelled.
+        ``client.cancel``, and ``NotStarted`` says that nothing of the trial ran (no budget spent).
         """
         slot = ",".join(request.spec.device)
         for submission in range(1, 1000):
             address = self._pick_worker(slot, cancel)
             if address is None:
-                return FinishedHandle(TrialResult(cancelled=True), self._placement(self.key_of(request), {}))
+                raise NotStarted(f"trial {request.spec.trial_id} was never submitted: cancelled while every device worker was busy")
             key = self.key_of(request) + ("" if submission == 1 else f"-r{submission}")
             try:
                 future = self.client.submit(
@@ -838,7 +838,7 @@ class DaskLauncher:
                 raise
             if claim is _CANCELLED:
                 self.release(address)
-                return FinishedHandle(TrialResult(cancelled=True), self._placement(key, {}))
+                raise NotStarted(f"trial {request.spec.trial_id} never started: cancelled while its task waited for a device")
             if claim is not None:
                 return _ReleasingHandle(self, future, request, self._placement(key, claim), address)
             with contextlib.suppress(Exception):

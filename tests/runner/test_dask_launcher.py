@@ -473,8 +473,10 @@ def test_ctrl_c_while_the_tasks_wait_for_busy_workers_exits_at_once_and_nothing_
     assert all(isinstance(probe.result(timeout=60), int) for probe in probes)
     assert started_trials(tmp_path) == [], "a training started after fusion-dd exited"
     assert not list((tmp_path / ".fusion-dd" / "trials").glob("*/claim.json"))
-    cancelled = {r["trial_id"] for r in journal(tmp_path) if r["type"] == "trial_cancelled"}
-    assert cancelled == {"0001", "0002"}
+    records = journal(tmp_path)
+    cancelled = {r["trial_id"]: r.get("launched") for r in records if r["type"] == "trial_cancelled"}
+    assert cancelled == {"0001": False, "0002": False}, "a trial that never ran is journaled as never launched"
+    assert not [r for r in records if r["type"] == "trial_launched"]
 
 
 def test_without_dask_the_launcher_is_refused_in_one_line(tmp_path):
