@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fusion_dd.core.errors import UsageError
 from fusion_dd.store import journal as journal_module
@@ -562,3 +564,29 @@ def test_a_damaged_journal_s_way_out_names_its_own_state_directory(tmp_path):
     with pytest.raises(UsageError) as info:
         read_records(path)
     assert f"'fusion-dd search --restart --state-dir {state}', which moves that state directory aside" in str(info.value)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    record=st.dictionaries(st.text(max_size=6), _JSON_VALUES, min_size=1, max_size=4),
+    tail=st.sampled_from(["", " ", "\r", " \t", "x", ",{}", "}", "\x00", " 1"]),
+    cut=st.integers(min_value=0, max_value=40),
+    ascii_only=st.booleans(),
+)
+def test_a_line_is_read_exactly_as_json_loads_reads_it_with_the_same_errors(record, tail, cut, ascii_only):
+    text = json.dumps(record, ensure_ascii=ascii_only)
+    for line in ((text + tail).encode("utf-8", "surrogatepass"), text.encode("utf-8", "surrogatepass")[: max(1, len(text) - cut)]):
+        try:
+            expected = json.loads(line)
+        except ValueError:
+            with pytest.raises(ValueError):
+                journal_module._parse_line(line)
+        else:
+            assert journal_module._parse_line(line) == expected
