@@ -4,8 +4,9 @@
 
 The journals are written by the real engine in-process with instant trainings
 (``bench_coordinator._build_journal``: the records are the engine's own; only the
-processes are skipped). Every time is a ratio to ``fusion-dd --help`` measured in
-the same run, each command a fresh process as a user starts it:
+processes are skipped). Every time is a ratio to ``fusion-dd --help`` run right
+beside the command (the machine's speed drifts), each command a fresh process as
+a user starts it:
 
 * ``bytes``: journal bytes per trial of a search of about 1,300 trials over 1,024
   candidates (60 lone culprits and 20 interacting pairs), everything included (the rule list once, the
@@ -54,27 +55,46 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _timed(argv: list[str], cwd: Path, runs: int) -> tuple[float, subprocess.CompletedProcess[str]]:
-    """The median wall time of ``runs`` runs of one command, each its own process (CPU in CPU_SECONDS)."""
-    times, cpu = [], []
+def _run(argv: list[str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """One run of a command as its own process: wall seconds, CPU seconds (user + system), the result."""
+    start, used = time.perf_counter(), _cpu()
+    done = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, check=False)
+    return time.perf_counter() - start, _cpu() - used, done
+
+
+def _paired(argv: list[str], cwd: Path, runs: int) -> dict[str, Any]:
+    """``runs`` runs of a command, each right after a run of ``fusion-dd --help``: medians and ratios.
+
+    The machine is shared and its speed drifts over seconds; a ratio of two
+    medians taken a minute apart measures the drift as much as the command.
+    Each pair sees the same moment, so the ratio is the median of the pairs'.
+    """
+    walls, cpus, help_walls, help_cpus = [], [], [], []
     done = None
     for _ in range(runs):
-        start, used = time.perf_counter(), _cpu()
-        done = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, check=False)
-        times.append(time.perf_counter() - start)
-        cpu.append(_cpu() - used)
+        wall, cpu, _ = _run([*_cli(), "--help"], cwd)
+        help_walls.append(wall)
+        help_cpus.append(cpu)
+        wall, cpu, done = _run(argv, cwd)
+        walls.append(wall)
+        cpus.append(cpu)
     assert done is not None
-    CPU_SECONDS[" ".join(argv[3:])] = statistics.median(cpu)
-    return statistics.median(times), done
+    return {
+        "resume": statistics.median(walls), "help": statistics.median(help_walls),
+        "ratio": statistics.median(w / h for w, h in zip(walls, help_walls)),
+        "cpu_ratio": statistics.median(c / h for c, h in zip(cpus, help_cpus)),
+        "exit": done.returncode, "done": done,
+    }
 
 
-#: The median CPU seconds (user + system) of each timed command, by its arguments: on a shared
-#: machine the wall time of a process depends on everyone else's load, its CPU time much less.
-CPU_SECONDS: dict[str, float] = {}
+def _help_now(cwd: Path, runs: int = 3) -> tuple[float, float]:
+    """``fusion-dd --help`` just before a single measured run: median wall and CPU seconds."""
+    times = [_run([*_cli(), "--help"], cwd)[:2] for _ in range(runs)]
+    return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
 
 
-def _peak(argv: list[str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
-    """Wall time and peak memory of one run, read from /proc while it runs (VmHWM)."""
+def _peak(argv: list[str], cwd: Path) -> tuple[float, float, float, subprocess.CompletedProcess[str]]:
+    """Wall and CPU seconds and peak memory (MB) of one run, the memory read from /proc while it runs (VmHWM)."""
     # Its output goes to files, not pipes: nothing reads a pipe while the process runs, and the
     # summary of a search of hundreds of culprit sets fills one (the process would block on it).
     out_file, err_file = tempfile.TemporaryFile(), tempfile.TemporaryFile()
@@ -95,8 +115,7 @@ def _peak(argv: list[str], cwd: Path) -> tuple[float, float, subprocess.Complete
     out_file.seek(0)
     err_file.seek(0)
     out, err = out_file.read().decode("utf-8", "replace"), err_file.read().decode("utf-8", "replace")
-    CPU_SECONDS[" ".join(argv[3:]) + " (replay)"] = _cpu() - used
-    return elapsed, peak_kb / 1024, subprocess.CompletedProcess(argv, process.returncode, out, err)
+    return elapsed, _cpu() - used, peak_kb / 1024, subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
 def _cut_end(directory: Path) -> None:
@@ -123,38 +142,40 @@ def _search(work: Path, name: str, candidates: int, singles: int, pairs: int, se
     return directory, report
 
 
-def bench_large(work: Path, help_time: float, wanted: set[str]) -> dict[str, dict[str, Any]]:
+def _replay_row(directory: Path, trials: int, report: dict[str, Any]) -> dict[str, Any]:
+    """One replay of a journal with its end cut off, against ``--help`` run just before it."""
+    help_wall, help_cpu = _help_now(directory)
+    elapsed, cpu, peak, done = _peak([*_cli(), "resume"], directory)
+    again = json.loads((directory / ".fusion-dd" / "report.json").read_text(encoding="utf-8"))
+    return {
+        "trials": trials, "resume": elapsed, "help": help_wall, "ratio": elapsed / help_wall,
+        "cpu_ratio": cpu / help_cpu, "peak_mb": peak, "exit": done.returncode,
+        "same": again["trainings"] == report["trainings"] and again["switched_off"] == report["switched_off"],
+    }
+
+
+def bench_large(work: Path, wanted: set[str]) -> dict[str, dict[str, Any]]:
     directory, report = _search(work, "n1024", 1024, 60, 20, 1024)
     journal = directory / ".fusion-dd" / "journal.jsonl"
     rows: dict[str, dict[str, Any]] = {}
     trials = report["trainings"]
     rows["bytes"] = {"trials": trials, "bytes": journal.stat().st_size, "per_trial": journal.stat().st_size / trials}
     if "finished" in wanted:
-        elapsed, done = _timed([*_cli(), "resume"], directory, 5)
-        rows["finished"] = {"trials": trials, "resume": elapsed, "ratio": elapsed / help_time, "exit": done.returncode,
-                            "cpu_ratio": CPU_SECONDS["resume"] / CPU_SECONDS["--help"]}
+        row = _paired([*_cli(), "resume"], directory, 7)
+        del row["done"]
+        rows["finished"] = {"trials": trials, **row}
     if "replay" in wanted:
         _cut_end(directory)
-        elapsed, peak, done = _peak([*_cli(), "resume"], directory)
-        again = json.loads((directory / ".fusion-dd" / "report.json").read_text(encoding="utf-8"))
-        rows["replay"] = {"cpu_ratio": CPU_SECONDS["resume (replay)"] / CPU_SECONDS["--help"],
-            "trials": trials, "resume": elapsed, "ratio": elapsed / help_time, "peak_mb": peak, "exit": done.returncode,
-            "same": again["trainings"] == trials and again["switched_off"] == report["switched_off"],
-        }
+        rows["replay"] = _replay_row(directory, trials, report)
     return rows
 
 
-def bench_5000(work: Path, help_time: float) -> dict[str, Any]:
+def bench_5000(work: Path) -> dict[str, Any]:
     directory, report = _search(work, "n512", 512, 20, 180, 5000)
     _cut_end(directory)
-    elapsed, peak, done = _peak([*_cli(), "resume"], directory)
-    again = json.loads((directory / ".fusion-dd" / "report.json").read_text(encoding="utf-8"))
-    journal = directory / ".fusion-dd" / "journal.jsonl"
-    return {"cpu_ratio": CPU_SECONDS["resume (replay)"] / CPU_SECONDS["--help"],
-        "trials": report["trainings"], "resume": elapsed, "ratio": elapsed / help_time, "peak_mb": peak,
-        "exit": done.returncode, "bytes": journal.stat().st_size,
-        "same": again["trainings"] == report["trainings"] and again["switched_off"] == report["switched_off"],
-    }
+    row = _replay_row(directory, report["trainings"], report)
+    row["bytes"] = (directory / ".fusion-dd" / "journal.jsonl").stat().st_size
+    return row
 
 
 def _version(distribution: str) -> str:
@@ -171,17 +192,20 @@ def _mark(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
-def render(rows: dict[str, dict[str, Any]], help_time: float, load: tuple[float, float]) -> str:
+def render(rows: dict[str, dict[str, Any]], load: tuple[float, float]) -> str:
+    helps = sorted(row["help"] for row in rows.values() if "help" in row)
+    help_range = f"{helps[0] * 1000:.0f} to {helps[-1] * 1000:.0f} ms" if helps else "-"
     lines = [
         BEGIN,
         "## Resume at size (`benchmarks/bench_resume.py`)",
         "",
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, typer {_version('typer')}, "
         "load average "
-        f"{load[0]:.1f} before / {load[1]:.1f} after (the machine is shared); trivial trainings; "
-        f"`fusion-dd --help` took {help_time * 1000:.0f} ms wall, {CPU_SECONDS.get('--help', 0) * 1000:.0f} ms CPU "
-        "(median of 7), the unit of the ratios: wall against wall, CPU (user + system) against CPU, since on a "
-        "loaded machine a process's wall time is mostly the others' load. A target counts as met on either.",
+        f"{load[0]:.1f} before / {load[1]:.1f} after (the machine is shared); trivial trainings. The unit of the "
+        "ratios is `fusion-dd --help` run beside each command (the finished search: 7 pairs of `--help` then "
+        "`resume`, the median of the pairs' ratios; a replay: the median of 3 `--help` runs just before it), "
+        f"since the machine's speed drifts within a minute; `--help` took {help_range} wall. Wall against wall, "
+        "CPU (user + system) against CPU; a target counts as met on either.",
         "",
         "| case | target | before | now | |",
         "|---|---|---|---|---|",
@@ -195,7 +219,7 @@ def render(rows: dict[str, dict[str, Any]], help_time: float, load: tuple[float,
     if "finished" in rows:
         r = rows["finished"]
         lines.append(
-            f"| `resume` of the finished search (median of 5) | ≤ 1.5x | {BEFORE['finished']} "
+            f"| `resume` of the finished search (7 pairs) | ≤ 1.5x | {BEFORE['finished']} "
             f"| {r['ratio']:.2f}x wall ({r['resume']:.2f} s), {r['cpu_ratio']:.2f}x CPU "
             f"| {_mark(min(r['ratio'], r['cpu_ratio']) <= 1.5 and r['exit'] == 0)} |"
         )
@@ -236,12 +260,11 @@ def main() -> None:
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-resume-") as temp:
         work = Path(temp)
-        help_time, _ = _timed([*_cli(), "--help"], work, 7)
         if wanted & {"bytes", "finished", "replay"}:
-            rows.update(bench_large(work, help_time, wanted))
+            rows.update(bench_large(work, wanted))
         if "resume-5000" in wanted:
-            rows["resume-5000"] = bench_5000(work, help_time)
-    section = render(rows, help_time, (load_before, os.getloadavg()[0]))
+            rows["resume-5000"] = bench_5000(work)
+    section = render(rows, (load_before, os.getloadavg()[0]))
     print(section)
     print(json.dumps(rows, indent=2, default=str), file=sys.stderr)
     if not args.no_write:
