@@ -555,6 +555,44 @@ def test_the_local_launcher_never_gives_up_a_training_another_launcher_may_still
         LocalLauncher().adopt(request, {"launcher": "dask", "host": "elsewhere", "job_id": "k"})
 
 
+def test_a_trial_cancelled_while_every_device_worker_is_busy_is_never_submitted(tmp_path):
+    """Ctrl-C while ``start`` waits for a free worker: ``NotStarted``, and nothing reached the scheduler."""
+    import threading
+
+    from fusion_dd.runner.dask_launcher import DaskLauncher
+    from fusion_dd.runner.launcher import NotStarted, TrialRequest
+    from fusion_dd.runner.metrics import MetricSpec
+    from fusion_dd.runner.trial import TrialSpec
+
+    class NoScheduler:
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError(f"the scheduler was asked ({name}) for a trial cancelled before its submission")
+
+    class Busy(DaskLauncher):
+        def __init__(self) -> None:  # no cluster: its only device worker is busy with another trial
+            self.client = NoScheduler()
+            self._lock = threading.Lock()
+            self._slots = {"h:0": "tcp://w:1"}
+            self._busy = {"tcp://w:1"}
+
+        def worker_alive(self, address: str) -> bool:
+            return True
+
+        def slots(self) -> dict[str, str]:
+            return self._slots
+
+        def key_of(self, request: TrialRequest) -> str:
+            return "fusion-dd-k-0001"
+
+    spec = TrialSpec(trial_id="0001", trial_dir=tmp_path / "0001", command=("true",), workdir=".", base_dir=tmp_path,
+                     env={}, device=("h:0",), device_env="ASCEND_DEVICE_ID", timeout=None, repeat=0, switch_text="")
+    request = TrialRequest(spec=spec, metric=MetricSpec.from_text(r"a=(\S+)", "a", "max", None))
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(NotStarted, match="never submitted"):
+        Busy().start(request, cancel)
+
+
 def test_resume_asks_the_scheduler_first_then_the_recorded_worker(tmp_path):
     """The decision of ``DaskLauncher.adopt`` for each way a trial can have been left (no cluster needed)."""
     from fusion_dd.runner.dask_launcher import CLAIM_FILE, RESULT_FILE, DaskHandle, DaskLauncher
