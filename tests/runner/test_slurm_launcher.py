@@ -33,10 +33,10 @@ from tests.support.searches import FEW_RULES, assert_found, journal, started_tri
 
 @pytest.fixture
 def slurm_cluster() -> Iterator[None]:
-    refusal = slurm_refusal()
-    if refusal is not None:
-        pytest.skip(refusal)
-    with slurm_in_use():
+    with slurm_in_use():  # first: the probe must not see a controller another test stopped
+        refusal = slurm_refusal()
+        if refusal is not None:
+            pytest.skip(refusal)
         yield
 
 

@@ -51,7 +51,11 @@ def dask_refusal() -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def slurm_refusal() -> str | None:
-    """Why no search can run on Slurm here, None when one can (probed once)."""
+    """Why no search can run on Slurm here, None when one can (probed once per process).
+
+    Ask it holding ``slurm_in_use``: a test that stops the controller holds Slurm
+    alone, and a probe made meanwhile would take the stopped controller for none.
+    """
     for tool in ("sbatch", "squeue", "scontrol", "scancel", "sinfo"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install slurm-wlm munge; then scripts/start-slurm)"
