@@ -206,6 +206,8 @@ class ForkServer:
 
     def _started(self) -> subprocess.Popen[bytes]:
         if self._process is None or self._process.poll() is not None:
+            if self._process is not None:
+                _close_pipes(self._process)  # a server that died: its pipes would stay open with us
             self._process = subprocess.Popen(
                 [sys.executable, "-S", "-m", _MODULE],
                 stdin=subprocess.PIPE,
@@ -223,12 +225,17 @@ class ForkServer:
         process, self._process = self._process, None
         if process is None:
             return
-        for stream in (process.stdin, process.stdout):
-            with contextlib.suppress(OSError):
-                if stream is not None:
-                    stream.close()
+        _close_pipes(process)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=10)
+
+
+def _close_pipes(process: subprocess.Popen[bytes]) -> None:
+    """Close our ends of a server's pipes: it sees the end of its requests and exits."""
+    for stream in (process.stdin, process.stdout):
+        with contextlib.suppress(OSError):
+            if stream is not None:
+                stream.close()
 
 
 def usable() -> bool:

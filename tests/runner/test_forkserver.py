@@ -140,3 +140,16 @@ def test_a_forked_supervisor_ignores_the_coordinators_terminal(tmp_path: Path, s
     assert eventually(lambda: os.getsid(running.pid) == running.pid)
     assert os.getpgid(running.pid) != os.getpgid(0)
     assert running.wait(poll=0.05).exit_code == 0
+
+
+def test_a_server_that_died_is_replaced_and_our_ends_of_its_pipes_are_closed(tmp_path: Path, server: ForkServer) -> None:
+    first = start_trial(fake_trial_spec(tmp_path, "t10", "--steps", "1"), server)
+    assert first.wait(poll=0.05).exit_code == 0
+    dead = server._process
+    assert dead is not None
+    dead.kill()
+    dead.wait(timeout=30)
+    second = start_trial(fake_trial_spec(tmp_path, "t11", "--steps", "1"), server)
+    assert second.wait(poll=0.05).exit_code == 0
+    assert server._process is not None and server._process.pid != dead.pid
+    assert dead.stdin is not None and dead.stdin.closed and dead.stdout is not None and dead.stdout.closed
