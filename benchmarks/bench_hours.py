@@ -180,6 +180,20 @@ def run(seeds: int, devices: int = 1, settings: tuple[str, ...] = tuple(SETTINGS
     return rows
 
 
+def _table(rows: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """One markdown table of searches: a row per (case, early_stop setting)."""
+    lines = [
+        "| case | early_stop | training-steps (median) | max | trainings (median) | rounds (median) | correct |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (case, setting), row in rows.items():
+        lines.append(
+            f"| {case} | {setting} | {row['steps']:,.0f} | {row['max_steps']:,} | {row['trainings']:g} | "
+            f"{row['rounds']:g} | {row['correct']}/{row['seeds']} |"
+        )
+    return lines
+
+
 def render(
     rows: dict[tuple[str, str], dict[str, Any]],
     wide: dict[tuple[str, str], dict[str, Any]],
@@ -223,26 +237,12 @@ def render(
         f"| every handed-over fix passed a full-length training (all rows) | {'yes' if all_proven else 'no'} "
         f"| yes | {'yes' if all_proven else 'no'} |",
         "",
-        "| case | early_stop | training-steps (median) | max | trainings (median) | rounds (median) | correct |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for (case, setting), row in rows.items():
-        lines.append(
-            f"| {case} | {setting} | {row['steps']:,.0f} | {row['max_steps']:,} | {row['trainings']:g} | "
-            f"{row['rounds']:g} | {row['correct']}/{row['seeds']} |"
-        )
-    lines += [
+        *_table(rows),
         "",
         "The same searches on 2 devices (`train.devices: [0, 1]`):",
         "",
-        "| case | early_stop | training-steps (median) | max | trainings (median) | rounds (median) | correct |",
-        "|---|---|---|---|---|---|---|",
+        *_table(wide),
     ]
-    for (case, setting), row in wide.items():
-        lines.append(
-            f"| {case} | {setting} | {row['steps']:,.0f} | {row['max_steps']:,} | {row['trainings']:g} | "
-            f"{row['rounds']:g} | {row['correct']}/{row['seeds']} |"
-        )
     lines += [
         "",
         "With default settings a search training stops as an early pass at the horizon (twice the all-on run's "

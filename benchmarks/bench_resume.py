@@ -83,7 +83,7 @@ def _paired(argv: list[str], cwd: Path, runs: int) -> dict[str, Any]:
         "resume": statistics.median(walls), "help": statistics.median(help_walls),
         "ratio": statistics.median(w / h for w, h in zip(walls, help_walls)),
         "cpu_ratio": statistics.median(c / h for c, h in zip(cpus, help_cpus)),
-        "exit": done.returncode, "done": done,
+        "exit": done.returncode,
     }
 
 
@@ -161,9 +161,7 @@ def bench_large(work: Path, wanted: set[str]) -> dict[str, dict[str, Any]]:
     trials = report["trainings"]
     rows["bytes"] = {"trials": trials, "bytes": journal.stat().st_size, "per_trial": journal.stat().st_size / trials}
     if "finished" in wanted:
-        row = _paired([*_cli(), "resume"], directory, 7)
-        del row["done"]
-        rows["finished"] = {"trials": trials, **row}
+        rows["finished"] = {"trials": trials, **_paired([*_cli(), "resume"], directory, 7)}
     if "replay" in wanted:
         _cut_end(directory)
         rows["replay"] = _replay_row(directory, trials, report)

@@ -122,14 +122,7 @@ def _launcher(kind: str, tmp_path: Path, function: Callable[[TrialContext], int 
         return DaskLauncher(cluster.address, tmp_path, "ASCEND_DEVICE_ID")
     from fusion_dd.config.settings import SlurmConfig
     from fusion_dd.runner.slurm_launcher import SlurmLauncher
-    from tests.support.clusters import slurm_refusal
-
-    # Held first: a test that stops the controller holds Slurm alone, and a probe made meanwhile
-    # would find it down and skip every Slurm test of this worker (the probe is made once).
-    fixtures.getfixturevalue("slurm_shared")
-    refusal = slurm_refusal()
-    if refusal is not None:
-        pytest.skip(refusal)
+    fixtures.getfixturevalue("slurm_shared")  # skips where Slurm cannot run a search
     return SlurmLauncher(SlurmConfig(max_jobs=1, mem="200M", cpus_per_task=1), tmp_path)
 
 

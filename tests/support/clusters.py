@@ -53,8 +53,8 @@ def dask_refusal() -> str | None:
 def slurm_refusal() -> str | None:
     """Why no search can run on Slurm here, None when one can (probed once per process).
 
-    Ask it holding ``slurm_in_use``: a test that stops the controller holds Slurm
-    alone, and a probe made meanwhile would take the stopped controller for none.
+    ``slurm_in_use`` asks it once it holds Slurm: a test that stops the controller
+    holds Slurm alone, and a probe made meanwhile would take the stopped controller for none.
     """
     for tool in ("sbatch", "squeue", "scontrol", "scancel", "sinfo"):
         if shutil.which(tool) is None:
@@ -81,10 +81,17 @@ SLURM_LOCK = Path(tempfile.gettempdir()) / "fusion-dd-tests-slurm.lock"
 
 @contextlib.contextmanager
 def slurm_in_use(alone: bool = False) -> Iterator[None]:
-    """Hold the machine's Slurm for one test: shared, or ``alone`` to stop its controller meanwhile."""
+    """Hold the machine's Slurm for one test: shared, or ``alone`` to stop its controller meanwhile.
+
+    The test is skipped, saying why, where no search can run on Slurm; that is
+    asked once the lock is held (``slurm_refusal``).
+    """
     with open(SLURM_LOCK, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         try:
+            refusal = slurm_refusal()
+            if refusal is not None:
+                pytest.skip(refusal)
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
