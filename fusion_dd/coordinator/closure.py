@@ -216,9 +216,12 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
     try:
         result = launcher.start(request).wait()
     finally:
-        close = getattr(launcher, "close", None)
-        if close is not None:
-            close()
+        # This launcher lives for one training: what it keeps between trainings (the local
+        # fork server, a cluster client) ends with it, not when it is collected.
+        for name in ("run_ended", "close"):
+            end = getattr(launcher, name, None)
+            if end is not None:
+                end()
     if result.kind != "metric" and not fired_of(result.artifacts):
         raise UsageError(f"{what}: the training ended without a metric ({result.reason}); see {trial_dir / result.log}")
     return result

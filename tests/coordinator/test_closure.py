@@ -300,3 +300,25 @@ def test_closure_trainings_run_through_the_configured_launcher_on_its_first_slot
     result = train_once(config, [Rule("A", Section.ONNXRUNTIME)], [], tmp_path / "closure-0001", "closure round 1")
     assert result.kind == "metric", result
     assert seen == {"devices": [("7",)], "closed": 1}
+
+
+def test_a_closure_training_stops_the_local_fork_server_it_started(tmp_path: Path, monkeypatch) -> None:
+    # One launcher per closure round: its fork server must end with the round, not run on unwaited.
+    from fusion_dd.config.settings import load_config
+    from fusion_dd.coordinator.closure import train_once
+    from fusion_dd.runner import registry as launcher_module
+    from fusion_dd.runner.launcher import LocalLauncher
+
+    launchers: list[LocalLauncher] = []
+
+    def local(config):
+        launchers.append(LocalLauncher())
+        return launchers[-1]
+
+    monkeypatch.setattr(launcher_module, "launcher_for", local)
+    write(tmp_path, closure=True)
+    config = load_config(tmp_path / "fusion-dd.yaml")
+    result = train_once(config, [Rule("A", Section.ONNXRUNTIME)], [], tmp_path / "closure-0001", "closure round 1")
+    assert result.kind == "metric", result
+    server = launchers[0]._forkserver._process
+    assert server is None, f"the fork server (pid {server.pid}) is still held, running: {server.poll() is None}"

@@ -473,6 +473,8 @@ def test_a_training_survives_the_coordinators_sigkill_and_is_adopted(tmp_path: P
     finally:
         coordinator.kill()
         coordinator.wait(timeout=30)
+        if coordinator.stdout is not None:
+            coordinator.stdout.close()
     adopted = adopt_trial(spec.trial_dir)
     assert adopted is not None and adopted.pid == supervisor_pid
     run = adopted.wait(poll=0.05)
