@@ -180,7 +180,7 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
     """
     from ..backends import backend_for
     from ..core.hooks import fired_of
-    from ..runner.launcher import TrialRequest
+    from ..runner.launcher import TrialRequest, call_hook
     from ..runner.registry import launcher_for
     from ..runner.metrics import MetricSpec
     from ..runner.trial import TrialSpec
@@ -218,10 +218,8 @@ def train_once(config: Any, candidates: list[Rule], enabled: list[Rule], trial_d
     finally:
         # This launcher lives for one training: what it keeps between trainings (the local
         # fork server, a cluster client) ends with it, not when it is collected.
-        for name in ("run_ended", "close"):
-            end = getattr(launcher, name, None)
-            if end is not None:
-                end()
+        call_hook(launcher, "run_ended")
+        call_hook(launcher, "close")
     if result.kind != "metric" and not fired_of(result.artifacts):
         raise UsageError(f"{what}: the training ended without a metric ({result.reason}); see {trial_dir / result.log}")
     return result

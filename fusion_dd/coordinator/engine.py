@@ -40,7 +40,7 @@ from ..report import localize as localization
 from ..report.build import finished_report
 from ..runner.broken import TrainingBroken
 from ..runner.early_stop import LossCurveHook
-from ..runner.launcher import Launcher
+from ..runner.launcher import Launcher, call_hook
 from ..runner.metrics import MetricSpec
 from ..runner.registry import launcher_for
 from ..runner.speed import SpeedHook
@@ -249,9 +249,7 @@ class Engine:
     def _launcher_hook(self, name: str) -> None:
         """``run_started``/``run_ended`` of the launcher, where it has them (optional in the protocol)."""
         # Not DaskLauncher.release(address), which gives a worker back: these names are the seam's own.
-        hook = getattr(self.launcher, name, None)
-        if callable(hook):
-            hook()
+        call_hook(self.launcher, name)
 
     def localize(self) -> SearchResult:
         """``fusion-dd localize``: localize the culprits of a finished search (a session of that search)."""

@@ -21,6 +21,7 @@ from ..store.journal import JOURNAL_NAME, read_records
 from .closure import prepare
 from .engine import Engine, SearchEvents, SearchResult
 from ..report.build import html_wanted
+from ..runner.launcher import call_hook
 from .replay import running_report
 
 
@@ -60,9 +61,7 @@ def run_search(
         engine.context_note = note
         result = engine.localize() if localize_only else engine.run()
     finally:
-        close = getattr(getattr(engine, "launcher", None), "close", None)
-        if close is not None:
-            close()
+        call_hook(getattr(engine, "launcher", None), "close")
     state = getattr(engine, "state", None)
     html, html_error = write_html_report(config.state_dir, result.report, state)
     return FinishedRun(config, result, state, html, html_error)

@@ -158,6 +158,13 @@ class Launcher(Protocol):
     # afterwards.
 
 
+def call_hook(launcher: object, name: str) -> None:
+    """The launcher's optional ``name`` (``run_started``, ``run_ended``, ``close``), where it has one."""
+    hook = getattr(launcher, name, None)
+    if callable(hook):
+        hook()
+
+
 def this_host() -> tuple[str, str | None]:
     """Hostname and boot id: a pid means something only on the host, and boot, that gave it out."""
     try:
