@@ -119,7 +119,10 @@ class Engine:
         self.references = References(context, self.required, self.settling)
         self.containers = Containers(context)
         self.localizing = Localizing(context, self._launch)
-        self.proofs = Proofs(context, self.settling, self._launch, self._fix_candidates, lambda: self.references.horizon)
+        self.proofs = Proofs(
+            context, self.settling, self._launch, self._fix_candidates, lambda: self.references.horizon,
+            verdict=self._shown_verdict, required=lambda: frozenset(rule.name for rule in self.required.rules),
+        )  # fmt: skip
         self.guidance = Guidance(context, self.required, self.localizing, self._launch, journal_only=replaying)
         self._snapshots = None if replaying else ReportSnapshots(context, running_report)
         self.endings = Endings(context, self.required, self.proofs, self.containers, self._rounds, self._snapshots)
@@ -167,8 +170,10 @@ class Engine:
         dumps = repeat == 0 and references_dump(self.config) and (
             role in ("baseline", "all_on") or (role in ("search", PROOF_ROLE) and names in self._fix_candidates)
         )
-        to_end = not references_dump(self.config) and self.proofs.trains_to_end(role, names)
-        return TrialPlan(key, role, dumps, to_end)
+        speculative = not references_dump(self.config)
+        to_end = speculative and self.proofs.trains_to_end(role, names)
+        fails_to_end = speculative and self.proofs.fails_to_end(role, names)
+        return TrialPlan(key, role, dumps, to_end, fails_to_end)
 
     def _shown_verdict(self, trial: TrialState) -> Outcome | None:
         """A finished training's verdict for the display, once the threshold is known."""

@@ -190,12 +190,14 @@ class MemorySink:
 @dataclass(frozen=True)
 class TrialPlan:
     """One training the engine asks for: its key, what it is for, whether it also dumps tensors,
-    and whether it trains to its end unless it fails (a fix candidate under early passes)."""
+    whether it trains to its end unless it fails (a fix candidate under early passes), and
+    whether it trains to its end when it fails (one rule alone, once several culprit sets are sure)."""
 
     key: ConfigKey
     role: str
     dumps: bool = False
     to_end: bool = False
+    fails_to_end: bool = False
 
 
 class Trainer(Protocol):

@@ -48,15 +48,21 @@ class Proofs:
 
     def __init__(
         self, context: Context, settling: Settling, launch: Launch, fix_candidates: set[frozenset[str]],
-        horizon: Callable[[], int | None],
+        horizon: Callable[[], int | None], *, verdict: Callable[[TrialState], Outcome | None] = lambda trial: None,
+        required: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         """``fix_candidates``: those the search announced (it adds to the set); ``horizon``: the
-        references' horizon of early passes, None until known or when there is none."""
+        references' horizon of early passes, None until known or when there is none;
+        ``verdict``: a finished training's verdict, None before the threshold is known;
+        ``required``: the names of the passes every configuration keeps on."""
         self._context = context
         self._settling = settling
         self._launch = launch
         self._fix_candidates = fix_candidates
         self._horizon = horizon
+        self._verdict = verdict
+        self._required = required
+        self._several_sets = False  # a fix candidate failed: the answer will have more than one set
         self.alternatives: list[dict[str, Any]] = []  # fix.prefer: speed: the fixes compared, for the report
 
     def trains_to_end(self, role: str, names: frozenset[str]) -> bool:
@@ -68,10 +74,33 @@ class Proofs:
         shows only after the horizon is the evidence that early passes missed
         damage: ``check_horizon`` then ends the round.
         """
+        return role == "search" and names in self._fix_candidates and self._early_verdicts()
+
+    def fails_to_end(self, role: str, names: frozenset[str]) -> bool:
+        """Whether a training of one rule alone runs to its end when its loss leaves the band.
+
+        Once a fix candidate has failed, the answer will hold several culprit sets,
+        and each then needs a full failing training of its own (``prove_culprits``).
+        A rule that fails alone is such a set: stopped as an early failure, it
+        would be trained again in full at the end; trained on, its failure is the
+        proof, which saves one training and the early failure's steps. It still
+        passes early at the horizon, as every search training does.
+        """
+        if role not in ("search", "repeat") or not self._early_verdicts():
+            return False
+        if len(names - self._required()) != 1:
+            return False
+        if not self._several_sets:
+            self._several_sets = any(
+                (trial := self._settling.settled((candidate, 0))) is not None and self._verdict(trial) is Outcome.FAIL
+                for candidate in self._fix_candidates
+            )  # fmt: skip
+        return self._several_sets
+
+    def _early_verdicts(self) -> bool:
+        """Whether search trainings may stop early now: a horizon, and no revision of early verdicts yet."""
         return (
-            role == "search"
-            and names in self._fix_candidates
-            and self._context.config.early_stop is not None
+            self._context.config.early_stop is not None
             and self._horizon() is not None
             and self._context.state.early_revised_round is None
         )

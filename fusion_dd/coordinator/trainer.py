@@ -101,6 +101,8 @@ class LauncherTrainer:
                 record["dumps"] = True
             if plan.to_end:
                 record["to_end"] = True
+            if plan.fails_to_end:
+                record["fails_to_end"] = True
             return record
 
         # Written before the launch, so a killed coordinator finds it; without an fsync, since a
@@ -200,7 +202,9 @@ class LauncherTrainer:
 
         The references, a fix's proof and (when the references dump for the
         guide) the fix candidates always run to their end; the other fix
-        candidates too, unless their loss leaves the band; after a full training
+        candidates too, unless their loss leaves the band; one rule alone asked
+        once several culprit sets are sure may pass early but never fails early
+        (its failure is the proof its set needs); after a full training
         contradicted early verdicts, no training stops early as a pass or an
         early failure (a divergence the user set still stops it).
         """
@@ -217,13 +221,16 @@ class LauncherTrainer:
             or (trial.config in self._fix_candidates and references_dump(config))
         ):
             return rule
-        if self._context.state.to_end(trial.trial_id):
-            return replace(rule, fail_band=True)  # a fix candidate: its pass is the fix's proof
+        state = self._context.state
+        # One rule alone once several culprit sets are sure: a failure it shows is that set's proof.
+        fail_band = not state.fails_to_end(trial.trial_id)
+        if state.to_end(trial.trial_id):
+            return replace(rule, fail_band=fail_band)  # a fix candidate: its pass is the fix's proof
         step = horizon
         localize = config.localize
-        if self._context.state.dumped(trial.trial_id) and localize is not None and localize.step is not None:
+        if state.dumped(trial.trial_id) and localize is not None and localize.step is not None:
             step = max(step, localize.step + 1)  # its dump of the localized step serves localization
-        return replace(rule, pass_step=step, fail_band=True)
+        return replace(rule, pass_step=step, fail_band=fail_band)
 
     def record_end(self, trial: TrialState, result: TrialResult) -> TrialState | None:
         """Journal how a training ended; None when it was cancelled. Raises ``SwitchIgnored``."""

@@ -371,7 +371,14 @@ def _add_cost(report: dict[str, Any], state: SearchState) -> None:
         trial for trial in finished
         if (trial.role == "proof" and trial.config not in sets) or state.to_end(trial.trial_id)
     ]  # fmt: skip
-    set_proofs = [trial for trial in finished if trial.role == "proof" and trial.config in sets]
+    # A set's proof: trained alone for it, or its rule asked alone where no early failure could stop it.
+    set_proofs = [
+        trial for trial in finished
+        if trial.config in sets and (
+            trial.role == "proof"
+            or (state.fails_to_end(trial.trial_id) and (trial.finished or {}).get("kind") not in EARLY_KINDS)
+        )
+    ]  # fmt: skip
     # A fix candidate that fails is the search going on, unless a revision names it (it failed past the horizon).
     named = {record.get("trial_id") for record in state.early_revisions}
     report["early_passes"] = {

@@ -280,6 +280,9 @@ class SearchState:
     # Fix candidates trained with no early pass (``"to_end": true`` in trial_started): their
     # pass is the fix's proof, and a failure they show late is one early passes missed.
     _to_end: set[str] = field(default_factory=set, repr=False)
+    # One rule alone asked once several culprit sets were sure (``"fails_to_end": true``): it
+    # never stopped as an early failure, so a failure it shows is a full one, its set's proof.
+    _fails_to_end: set[str] = field(default_factory=set, repr=False)
     # Full-length trainings by key (every finished training that did not pass early, proofs
     # included): what a key's early pass is replaced by once early passes were revised.
     _full_by_key: dict[ConfigKey, TrialState] = field(default_factory=dict, repr=False)
@@ -333,6 +336,10 @@ class SearchState:
     def to_end(self, trial_id: str) -> bool:
         """Whether this trial was started to train to its end unless it fails (no early pass)."""
         return trial_id in self._to_end
+
+    def fails_to_end(self, trial_id: str) -> bool:
+        """Whether this trial was started to train to its end if it fails (no early failure)."""
+        return trial_id in self._fails_to_end
 
     def attempts(self, key: ConfigKey) -> int:
         """How many trainings of this (configuration, repeat) finished."""
@@ -391,10 +398,11 @@ class SearchState:
             self._dumping.add(trial_id)
         else:
             self._dumping.discard(trial_id)
-        if record.get("to_end"):
-            self._to_end.add(trial_id)
-        else:
-            self._to_end.discard(trial_id)
+        for flag, trials in (("to_end", self._to_end), ("fails_to_end", self._fails_to_end)):
+            if record.get(flag):
+                trials.add(trial_id)
+            else:
+                trials.discard(trial_id)
 
     def _apply_trial_launched(self, record: dict[str, Any]) -> None:
         trial = self.trials.get(record["trial_id"])

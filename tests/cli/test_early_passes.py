@@ -149,7 +149,18 @@ def test_early_failures_stop_failing_trainings_and_each_culprit_set_is_proven_al
     by_id = {trial["trial_id"]: trial for trial in found["trials"]}
     proofs = [by_id[trial_id] for trial_id in found["early_passes"]["culprits_proven_by"]]
     assert sorted(trial["configuration"] for trial in proofs) == sorted([[CULPRIT], [other]])
-    assert all(trial["role"] == "proof" and trial["kind"] == "metric" and trial["outcome"] == "fail" for trial in proofs)
+    assert all(trial["kind"] == "metric" and trial["outcome"] == "fail" for trial in proofs)
+    # The set found first was asked alone before a fix candidate failed: it failed early, and is
+    # trained again for its proof. The second was asked alone after that: its own training ran
+    # on past the band and is the proof, with no second training of it.
+    assert sorted(trial["role"] for trial in proofs) == ["proof", "search"]
+    first, second = sorted(proofs, key=lambda trial: trial["role"])  # "proof" < "search"
+    assert int(second["trial_id"]) < int(first["trial_id"])  # proven while searching, the other at the end
+    asked_alone = Counter(tuple(trial["configuration"]) for trial in found["trials"])
+    assert asked_alone[tuple(first["configuration"])] == 2 and asked_alone[tuple(second["configuration"])] == 1
+    journal = [json.loads(line) for line in (tmp_path / ".fusion-dd" / "journal.jsonl").read_text().splitlines()]
+    flagged = [record["trial_id"] for record in journal if record.get("fails_to_end")]
+    assert second["trial_id"] in flagged and first["trial_id"] not in flagged
     assert found["early_passes"]["early_fails"] == len(early) and not found["early_passes"]["revised"]
     assert "early failures:" in done.stdout
 

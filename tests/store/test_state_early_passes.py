@@ -76,3 +76,13 @@ def test_a_fix_candidate_started_to_train_to_its_end_is_known_as_such_and_a_rest
     assert not replay([search_started(), *trial("0001", ["A"], 0.9)]).to_end("0001")  # older journals: none
     again = trial("0001", ["A"], 0.9)  # the same id started again (a resumed session) without the key
     assert not replay([search_started(), *first, *again]).to_end("0001")
+
+
+def test_a_rule_alone_started_to_fail_only_in_full_is_known_as_such_and_a_restart_without_it_is_not() -> None:
+    first = trial("0001", ["A"], 0.1)
+    first[0] = {**first[0], "fails_to_end": True}
+    state = replay([search_started(), *first])
+    assert state.fails_to_end("0001") and not state.to_end("0001")
+    assert not replay([search_started(), *trial("0001", ["A"], 0.1)]).fails_to_end("0001")  # older journals: none
+    again = trial("0001", ["A"], 0.1)
+    assert not replay([search_started(), *first, *again]).fails_to_end("0001")
