@@ -137,7 +137,9 @@ def settle_references(oracle: SimulatedOracle, refs: list[frozenset], policy: st
         oracle.retest([refs[0] if role == "baseline" else refs[1] for role in pre.retrain])
 
 
-def run_one(name: str, policy: str, case: Case, n: int, p: int, noise: Noise, seed: int) -> Run:
+def run_one(
+    name: str, policy: str, case: Case, n: int, p: int, noise: Noise, seed: int, fix_trainings: int = 2
+) -> Run:
     universe = list(range(n))
     refs = [frozenset(), frozenset(universe)]
     oracle = SimulatedOracle(case.model, parallelism=p, noise=noise.make(seed), repeats=True)
@@ -145,7 +147,7 @@ def run_one(name: str, policy: str, case: Case, n: int, p: int, noise: Noise, se
     if status != "ok":  # a refusal: exit 0 without an answer, always wrong here
         return Run(oracle.trainings, oracle.rounds, False, False, False, status)
     result = find_culprits(
-        universe, oracle, STRATEGIES[name], parallelism=p, noise=NoisePolicy(confirm=policy)
+        universe, oracle, STRATEGIES[name], parallelism=p, noise=NoisePolicy(confirm=policy, fix_trainings=fix_trainings)
     )
     found = [c.rules for c in result.culprit_sets]
     right = (
@@ -441,17 +443,18 @@ CLAIM_TARGET = {"right": 0.97, "false_fix": 0.002, "wrong_confirmed": 0.005, "co
 
 
 def _claim_job(args) -> tuple[Run, Run]:
-    kind, n, d, rate, seed = args
+    kind, n, d, rate, seed, fix_trainings = args
     case = plant(kind, n, d, seed)
     return (
-        run_one("bisect", "auto", case, n, 1, flips(rate), seed),
-        run_one("bisect", "auto", case, n, 1, CLEAN, seed),
+        run_one("bisect", "auto", case, n, 1, flips(rate), seed, fix_trainings),
+        run_one("bisect", "auto", case, n, 1, CLEAN, seed, fix_trainings),
     )
 
 
-def measure_claims(seeds: dict[float, int], processes: int = 2) -> list[dict]:
-    """The final claim under flips, default settings, references flippable: one row per case and rate.
+def measure_claims(seeds: dict[float, int], processes: int = 2, fix_trainings: int = 2) -> list[dict]:
+    """The final claim under flips, references flippable: one row per case and rate.
 
+    Default settings, but for ``search.fix_trainings`` (``fix_trainings``).
     ``seeds``: per flip rate, how many. Each row is printed to stderr as it is done.
     """
     import multiprocessing
@@ -460,11 +463,12 @@ def measure_claims(seeds: dict[float, int], processes: int = 2) -> list[dict]:
     with multiprocessing.Pool(processes) as pool:
         for rate, count in seeds.items():
             for kind, n, d in CLAIM_CASES:
-                pairs = pool.map(_claim_job, [(kind, n, d, rate, s) for s in range(count)], chunksize=25)
+                jobs = [(kind, n, d, rate, s, fix_trainings) for s in range(count)]
+                pairs = pool.map(_claim_job, jobs, chunksize=25)
                 runs = [noisy for noisy, _ in pairs]
                 clean = [quiet for _, quiet in pairs]
                 rows.append({
-                    "case": (kind, n, d), "rate": rate, "seeds": count,
+                    "case": (kind, n, d), "rate": rate, "seeds": count, "fix_trainings": fix_trainings,
                     "right": sum(r.right for r in runs) / count,
                     "false_fix": sum(r.verified and r.fix_fails for r in runs) / count,
                     "wrong_confirmed": sum(wrong_claimed_confirmed(r) for r in runs) / count,
@@ -480,7 +484,15 @@ def wrong_claimed_confirmed(run: Run) -> bool:
     return not run.right and run.confirmed
 
 
-def render_claims(rows: list[dict], elapsed: float) -> str:
+def _claim_met(row: dict) -> bool:
+    t = CLAIM_TARGET
+    return (
+        row["right"] >= t["right"] and row["false_fix"] <= t["false_fix"]
+        and row["wrong_confirmed"] <= t["wrong_confirmed"] and row["cost"] <= t["cost"]
+    )
+
+
+def render_claims(rows: list[dict], elapsed: float, stricter: list[dict] | None = None) -> str:
     t = CLAIM_TARGET
     lines = [
         CLAIM_BEGIN,
@@ -502,18 +514,40 @@ def render_claims(rows: list[dict], elapsed: float) -> str:
     ]
     for row in rows:
         kind, n, d = row["case"]
-        if row["rate"] == 0.05:
-            met = (
-                row["right"] >= t["right"] and row["false_fix"] <= t["false_fix"]
-                and row["wrong_confirmed"] <= t["wrong_confirmed"] and row["cost"] <= t["cost"]
-            )
-            verdict = "yes" if met else "**no**"
-        else:
-            verdict = "-"
+        verdict = ("yes" if _claim_met(row) else "**no**") if row["rate"] == 0.05 else "-"
         lines.append(
             f"| {row['rate']:.0%} | {kind} d={d} | {n} | {row['seeds']} | {row['right']:.1%} | {row['false_fix']:.2%} | "
             f"{row['wrong_confirmed']:.2%} | {row['cost']:.2f}x | {row['clean']:.1f} | {verdict} |"
         )
+    if stricter:
+        default = {(row["case"], row["rate"]): row for row in rows}
+        lines += [
+            "",
+            "The same at 5 % with `search.fix_trainings: 3` (the fix needs three agreeing trainings on a run that "
+            "has shown no noise), same seeds; clean trainings against the default's:",
+            "",
+            "| case | n | seeds | right | failing fix called verified | wrong, claimed confirmed | cost | clean trainings (mean) | default's clean | targets met |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in stricter:
+            kind, n, d = row["case"]
+            base = default[(row["case"], row["rate"])]
+            lines.append(
+                f"| {kind} d={d} | {n} | {row['seeds']} | {row['right']:.1%} | {row['false_fix']:.2%} | "
+                f"{row['wrong_confirmed']:.2%} | {row['cost']:.2f}x | {row['clean']:.1f} | "
+                f"{base['clean']:.1f} | {'yes' if _claim_met(row) else '**no**'} |"
+            )
+        lines += [
+            "",
+            "Why two is the default: with two independent culprits, a search that found the first asks the fix "
+            "candidate, which truly fails; only trainings of a configuration without the first culprit can show the "
+            "second, and bisection asks none but the fix. So every training of the fix must flip for the false "
+            "claim: at 5 % flips 1 in 20 with one training, 1 in 400 with two (0.25 %, above the 0.2 % limit "
+            "whatever else the search does), 1 in 8,000 with three. The third costs one training on every search, "
+            "noise or none (one culprit among 256: 14 instead of 13 against the limit of 12; a clean run may pay at "
+            "most one training over the guard-off figure, and the second already is that one). Users whose "
+            "trainings flip that often can set it.",
+        ]
     lines.append(CLAIM_END)
     return "\n".join(lines) + "\n"
 
@@ -534,7 +568,9 @@ def main(argv: list[str] | None = None) -> int:
         started_claims = time.time()
         # 1,000 seeds where the targets are (5 %); 10 % is reported on fewer (it costs about twice as much).
         rows = measure_claims({0.05: args.seeds or 1000, 0.10: max(100, (args.seeds or 1000) // 5)})
-        text = render_claims(rows, time.time() - started_claims)
+        # The trade-off of the fix's trainings, measured beside the default on the same seeds.
+        stricter = measure_claims({0.05: args.seeds or 1000}, fix_trainings=3)
+        text = render_claims(rows, time.time() - started_claims, stricter)
         print(text)
         if not args.no_write:
             replace_section(text, CLAIM_BEGIN, CLAIM_END, RESULTS)

@@ -176,6 +176,7 @@ class SearchSettings:
     budget: int = 200
     confirm: str = "auto"  # how hard the noise layer checks verdicts: auto | strict | off
     max_trainings: int = 7  # trainings of one configuration, the first included
+    fix_trainings: int = 2  # agreeing trainings "verified" needs on a run that showed no noise
     # The prior of the guided search (fusion_dd.search.guided): "dumps" ranks the rules by the
     # references' tensor dumps (needs localize:), "none" does not; None until resolved.
     guide: str = "none"
@@ -246,6 +247,9 @@ class SearchConfig:
             "strategy": self.search.strategy,
             "noise": {"confirm": self.search.confirm, "max_trainings": self.search.max_trainings},
         }
+        if self.search.fix_trainings != SearchSettings.fix_trainings:
+            # How many trainings of the fix are asked; the default leaves definitions (and journals) as they were.
+            definition["noise"]["fix_trainings"] = self.search.fix_trainings
         if self.compiler != "cann":  # CANN's definitions (and so its journals) stay as they were
             definition["compiler"] = self.compiler
         if self.base_cfg is not None:
@@ -1179,7 +1183,16 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
     if confirm not in ("auto", "strict", "off"):
         raise reader.error("search.confirm", f"must be auto, strict or off, got {confirm!r}")
     max_trainings = reader.integer(section.get("max_trainings", 7), "search.max_trainings", minimum=1)
-    return SearchSettings(strategy=strategy, budget=budget, confirm=confirm, max_trainings=max_trainings)
+    fix_trainings = reader.integer(section.get("fix_trainings", 2), "search.fix_trainings", minimum=2)
+    if fix_trainings > max_trainings:
+        raise reader.error(
+            "search.fix_trainings",
+            f"{fix_trainings} is more than search.max_trainings ({max_trainings}), which caps the trainings of one "
+            "configuration: lower it or raise search.max_trainings",
+        )
+    return SearchSettings(
+        strategy=strategy, budget=budget, confirm=confirm, max_trainings=max_trainings, fix_trainings=fix_trainings
+    )
 
 
 def _read_guide(

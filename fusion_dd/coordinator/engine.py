@@ -430,7 +430,7 @@ class Engine:
             oracle,
             strategy,
             parallelism=lanes,
-            noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings),
+            noise=NoisePolicy(self.config.search.confirm, self.config.search.max_trainings, self.config.search.fix_trainings),
             choose_off=self._switch_off_chooser(),
             on_fix=on_fix,
         )

@@ -72,15 +72,27 @@ def _submasks(mask: int) -> list[int]:
 class Claims(Generic[T]):
     """How well the verdicts back an answer; ``order`` is the universe, in the order rules are named."""
 
-    def __init__(self, votes: Votes[T], monotone: Monotonicity[T], order: Sequence[T]) -> None:
+    def __init__(self, votes: Votes[T], monotone: Monotonicity[T], order: Sequence[T], fix_trainings: int = 2) -> None:
+        """``fix_trainings``: agreeing trainings "verified" needs at least (``NoisePolicy``)."""
         self._votes = votes
         self._monotone = monotone
         self._rank = {rule: i for i, rule in enumerate(order)}
+        self._fix_trainings = fix_trainings
 
     def witnesses(self) -> int:
         """Agreeing trainings a final claim needs: two; three once the run has shown noise,
         where two flips of one configuration are the likeliest way left to a wrong claim."""
         return 3 if self._votes.flaky else 2
+
+    def fix_witnesses(self) -> int:
+        """Agreeing trainings of its own the handed-over fix needs: ``witnesses``, or more if asked.
+
+        On a run that has shown no noise, a second culprit the search has not
+        found hides behind the fix only if every training of the fix flipped to
+        a pass: at a flip rate p, p to the power of this count of the searches
+        that missed one. A third training costs one on every search.
+        """
+        return max(self.witnesses(), self._fix_trainings)
 
     def support(self, config: frozenset[T], fails: bool, direct: bool = False, enough: int | None = None) -> int:
         """Trainings that back "``config`` fails" (a failing subset) or "passes" (a passing superset).
@@ -168,7 +180,7 @@ class Claims(Generic[T]):
 
     def verified(self, fix: frozenset[T]) -> bool:
         """Whether "``fix`` passes" may be claimed: its verdict is PASS on two agreeing
-        trainings of its own (three once the run has shown noise).
+        trainings of its own (three once the run has shown noise; ``fix_witnesses``).
 
         One training is one flip away from a false claim, and nothing else can
         back it: no larger configuration than a fix can pass. At 5 % flips, with
@@ -181,7 +193,7 @@ class Claims(Generic[T]):
             return False
         if fix in votes.given and not votes.flaky:
             return True  # every rule off: the baseline reference, settled by the engine before the search
-        return self.support(fix, False, direct=True) >= self.witnesses()
+        return self.support(fix, False, direct=True) >= self.fix_witnesses()
 
     # -- what is worth another training -------------------------------------------------
 
@@ -209,7 +221,7 @@ class Claims(Generic[T]):
         return (
             votes.verdict(fix) is Outcome.PASS
             and fix not in votes.given
-            and self.support(fix, False, direct=True) < self.witnesses()
+            and self.support(fix, False, direct=True) < self.fix_witnesses()
             and votes.can_retrain(fix)
         )
 

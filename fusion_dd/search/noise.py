@@ -69,16 +69,21 @@ class NoisePolicy:
     "strict" (also always confirm every final claim by two agreeing trainings),
     "off" (single trainings, the behaviour without repeats).
     ``max_trainings``: trainings of one configuration, the first included.
+    ``fix_trainings``: agreeing trainings the handed-over fix needs to be called
+    verified on a run that has shown no noise (three at least once it has).
     """
 
     confirm: str = "auto"
     max_trainings: int = 7
+    fix_trainings: int = 2
 
     def __post_init__(self) -> None:
         if self.confirm not in CONFIRM_MODES:
             raise ValueError(f"confirm must be one of {', '.join(CONFIRM_MODES)}, got {self.confirm!r}")
         if self.max_trainings < 1:
             raise ValueError(f"max_trainings must be at least 1, got {self.max_trainings}")
+        if not 2 <= self.fix_trainings <= max(2, self.max_trainings):
+            raise ValueError(f"fix_trainings must be 2 to max_trainings ({self.max_trainings}), got {self.fix_trainings}")
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,7 @@ class NoiseGuard(Generic[T]):
         self._votes: Votes[T] = Votes(oracle, given, self.policy.max_trainings, _weakly(self._taken))
         self._monotone: Monotonicity[T] = Monotonicity(self._votes, masks if masks is not None else Masks(order))
         self._interactions: InteractionClaims[T] = InteractionClaims(self._votes, self._monotone)
-        self._claims: Claims[T] = Claims(self._votes, self._monotone, order)
+        self._claims: Claims[T] = Claims(self._votes, self._monotone, order, self.policy.fix_trainings)
 
     def _taken(self, config: frozenset[T], old: Outcome | None, verdict: Outcome) -> None:
         """Every verdict taken: remembered for the review, and for the check of what was told."""

@@ -579,6 +579,9 @@ def definition_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             for sub in sorted(set(old[key]) | set(new[key])):
                 if old[key].get(sub) != new[key].get(sub):
                     changes.append(f"{key}.{sub}")
+        elif isinstance(old.get(key), dict) and isinstance(new.get(key), dict) and key == "noise":
+            # search.confirm, search.max_trainings, search.fix_trainings: journaled together
+            changes += [f"search.{sub}" for sub in sorted(set(old[key]) | set(new[key])) if old[key].get(sub) != new[key].get(sub)]
         else:
             changes.append(names.get(key, key))
     return list(dict.fromkeys(changes))  # two parts of rules.base_cfg are one key to the user

@@ -48,6 +48,23 @@ def test_a_clean_search_reports_two_trainings_behind_its_fix(tmp_path):
     assert sorted(repeat for on, repeat in launches(tmp_path) if not on) == [0]
 
 
+def test_fix_trainings_three_trains_the_fix_three_times_and_a_search_without_it_is_refused(tmp_path):
+    config = write_config(
+        tmp_path, "--culprits", CULPRIT, rules={"GraphFusion": RULES, "UBFusion": []}, search={"fix_trainings": 3}
+    )
+    result = run_fusion_dd("search", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found" and report["flaky"] is False
+    assert report["fix_verified"] is True and report["fix_verified_by"] == 3 == report["fix_trainings"]
+    assert "3 of 3 training(s) passed" in result.stdout
+    # The count of the fix's trainings decides what the search asks: another count is another search.
+    config.write_text(config.read_text().replace("fix_trainings: 3", "fix_trainings: 2"))
+    again = run_fusion_dd("search", cwd=tmp_path)
+    assert again.returncode == 2
+    assert "(changed: search.fix_trainings)" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+
+
 def test_a_baseline_that_fails_every_time_is_still_refused(tmp_path):
     # Every training with nothing on lands at the failing level: a real refusal, after
     # the reference was re-trained and the all-on along with it (3 trainings each).

@@ -92,6 +92,16 @@ def test_fix_prefer_speed_is_part_of_the_definition_and_the_default_leaves_it_as
     assert definition_changes(default.definition(), speed.definition()) == ["fix.prefer"]
 
 
+def test_fix_trainings_is_part_of_the_definition_only_when_it_is_not_the_default(tmp_path):
+    from fusion_dd.store.state import definition_changes
+
+    default = load_config(write(tmp_path, GOOD))
+    assert default.search.fix_trainings == 2 and "fix_trainings" not in default.definition()["noise"]
+    three = load_config(write(tmp_path, GOOD + "search:\n  fix_trainings: 3\n"))
+    assert three.search.fix_trainings == 3 and three.definition()["noise"]["fix_trainings"] == 3
+    assert definition_changes(default.definition(), three.definition()) == ["search.fix_trainings"]
+
+
 def test_a_default_keeps_the_value_the_search_started_with_but_a_written_value_is_the_users(tmp_path):
     default = load_config(write(tmp_path, GOOD))
     assert default.search.max_trainings == 7
@@ -131,6 +141,11 @@ def test_a_default_keeps_the_value_the_search_started_with_but_a_written_value_i
         ("metric:", "search:\n  strategy: [bisect]\nmetric:", "search.strategy: unknown strategy ['bisect']"),
         ("metric:", "search:\n  budget: -1\nmetric:", "search.budget: must be at least 3"),
         ("metric:", "search:\n  budget: 2\nmetric:", "search.budget: must be at least 3, got 2"),
+        ("metric:", "search:\n  fix_trainings: 1\nmetric:", "search.fix_trainings: must be at least 2"),
+        (
+            "metric:", "search:\n  fix_trainings: 4\n  max_trainings: 3\nmetric:",
+            "search.fix_trainings: 4 is more than search.max_trainings (3), which caps the trainings of one configuration",
+        ),
         ('"{switch_file}"', '"{swich_file}"', "train.command[3]: unknown placeholder {swich_file}; did you mean {switch_file}?"),
         ("  devices: [0, 1]", '  workdir: "{trail_dir}"', "train.workdir: unknown placeholder {trail_dir}"),
         ("  devices: [0, 1]", "  env: {CACHE: '{trial_dir}/{cache}'}", "train.env.CACHE: unknown placeholder {cache}"),

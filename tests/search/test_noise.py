@@ -475,3 +475,34 @@ def test_a_guard_is_freed_as_soon_as_nothing_refers_to_it_without_a_garbage_coll
     finally:
         if collecting:
             gc.enable()
+
+
+def test_a_third_training_of_the_fix_catches_the_two_flips_that_hide_a_second_culprit() -> None:
+    # Two independent culprits: the search finds 10, then asks the fix candidate without it, which
+    # truly fails (50). Both of its first trainings flip to a pass and nothing else contradicts them.
+    candidate = F(range(64)) - {10}
+    model = or_model([10, 50])
+    hidden = scheduled_flips([(candidate, 0), (candidate, 1)])
+    default = find_culprits(range(64), SimulatedOracle(model, noise=hidden), STRATEGIES["bisect"])
+    assert sets_of(default) == [[10]] and default.fix_verified and model(default.fix)  # the limit of two
+
+    oracle = SimulatedOracle(model, noise=hidden)
+    result = find_culprits(range(64), oracle, STRATEGIES["bisect"], noise=NoisePolicy(fix_trainings=3))
+    assert sets_of(result) == [[10], [50]] and result.fix_verified and not model(result.fix)
+    assert result.flaky  # the third training disagreed with the first two
+
+
+def test_the_fix_s_trainings_on_a_clean_run_are_as_many_as_asked() -> None:
+    model = or_model([40])
+    for wanted in (2, 3):
+        oracle = SimulatedOracle(model, repeats=True)
+        result = find_culprits(range(64), oracle, STRATEGIES["bisect"], noise=NoisePolicy(fix_trainings=wanted))
+        assert sets_of(result) == [[40]] and result.fix_verified and not result.flaky
+        assert len(oracle.trials(result.fix)) == wanted
+
+
+def test_fix_trainings_is_checked() -> None:
+    with pytest.raises(ValueError, match="fix_trainings"):
+        NoisePolicy(fix_trainings=1)
+    with pytest.raises(ValueError, match="fix_trainings"):
+        NoisePolicy(max_trainings=3, fix_trainings=4)
