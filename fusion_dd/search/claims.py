@@ -72,12 +72,18 @@ def _submasks(mask: int) -> list[int]:
 class Claims(Generic[T]):
     """How well the verdicts back an answer; ``order`` is the universe, in the order rules are named."""
 
-    def __init__(self, votes: Votes[T], monotone: Monotonicity[T], order: Sequence[T], fix_trainings: int = 2) -> None:
-        """``fix_trainings``: agreeing trainings "verified" needs at least (``NoisePolicy``)."""
+    def __init__(
+        self, votes: Votes[T], monotone: Monotonicity[T], order: Sequence[T], fix_trainings: int = 2,
+        own_trainings: bool = False,
+    ) -> None:
+        """``fix_trainings``: agreeing trainings "verified" needs at least (``NoisePolicy``);
+        ``own_trainings``: every claim counts only trainings of its own configuration, even
+        on a run that has shown no noise (``confirm: strict``)."""
         self._votes = votes
         self._monotone = monotone
         self._rank = {rule: i for i, rule in enumerate(order)}
         self._fix_trainings = fix_trainings
+        self._own_trainings = own_trainings
 
     def witnesses(self) -> int:
         """Agreeing trainings a final claim needs: two; three once the run has shown noise,
@@ -168,11 +174,12 @@ class Claims(Generic[T]):
     def confirmed(self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T]) -> bool:
         """Whether every claim of the answer rests on enough agreeing trainings (``witnesses``) and holds.
 
-        Once the run has shown noise the trainings must be of the claim's own
-        configuration: support implied by monotonicity is two chances for a flip.
+        Once the run has shown noise (and always with ``own_trainings``) the
+        trainings must be of the claim's own configuration: support implied by
+        monotonicity is two chances for a flip.
         """
         votes = self._votes
-        direct = votes.flaky
+        direct = votes.flaky or self._own_trainings
         return all(
             self.support(c, fails, direct, self.witnesses()) >= self.witnesses() and (votes.verdict(c) is None or votes.fails(c) == fails)
             for c, fails in self.claims(culprit_sets, fix)
@@ -206,7 +213,7 @@ class Claims(Generic[T]):
         that, support implied by monotonicity does.
         """
         votes = self._votes
-        direct = votes.flaky
+        direct = votes.flaky or self._own_trainings
         return [
             c
             for c, fails in self.claims(culprit_sets, fix, everything)

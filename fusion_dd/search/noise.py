@@ -66,7 +66,8 @@ class NoisePolicy:
 
     ``confirm``: "auto" (re-train on contradictions, interaction claims and
     near-threshold readings; confirm the final answer once noise was seen),
-    "strict" (also always confirm every final claim by two agreeing trainings),
+    "strict" (also always confirm every final claim by two agreeing trainings of
+    its own configuration, never by support implied from others),
     "off" (single trainings, the behaviour without repeats).
     ``max_trainings``: trainings of one configuration, the first included.
     ``fix_trainings``: agreeing trainings the handed-over fix needs to be called
@@ -153,7 +154,9 @@ class NoiseGuard(Generic[T]):
         self._votes: Votes[T] = Votes(oracle, given, self.policy.max_trainings, _weakly(self._taken))
         self._monotone: Monotonicity[T] = Monotonicity(self._votes, masks if masks is not None else Masks(order))
         self._interactions: InteractionClaims[T] = InteractionClaims(self._votes, self._monotone)
-        self._claims: Claims[T] = Claims(self._votes, self._monotone, order, self.policy.fix_trainings)
+        self._claims: Claims[T] = Claims(
+            self._votes, self._monotone, order, self.policy.fix_trainings, own_trainings=self.policy.confirm == "strict"
+        )  # fmt: skip
 
     def _taken(self, config: frozenset[T], old: Outcome | None, verdict: Outcome) -> None:
         """Every verdict taken: remembered for the review, and for the check of what was told."""

@@ -506,3 +506,18 @@ def test_fix_trainings_is_checked() -> None:
         NoisePolicy(fix_trainings=1)
     with pytest.raises(ValueError, match="fix_trainings"):
         NoisePolicy(max_trainings=3, fix_trainings=4)
+
+
+@pytest.mark.parametrize("interacting", [[10, 30], [10, 30, 50]])
+def test_strict_backs_every_claim_by_two_trainings_of_its_own(interacting) -> None:
+    # Support implied by another configuration (a passing prefix that holds all of a set but one
+    # rule) is one more chance for the same flip; strict counts only the claim's own trainings.
+    model = sets_model([interacting])
+    oracle = SimulatedOracle(model, repeats=True)
+    result = find_culprits(range(64), oracle, STRATEGIES["bisect"], noise=NoisePolicy(confirm="strict"))
+    assert sets_of(result) == [interacting] and result.confirmed and not result.flaky
+    rules = F(interacting)
+    claims = [rules, *(rules - {rule} for rule in rules), result.fix]
+    for claim in claims:
+        own = oracle.trials(claim)
+        assert len(own) >= 2 and len({o.outcome for o in own}) == 1, sorted(claim)
