@@ -1183,7 +1183,9 @@ def _read_search(reader: _Reader, section: Mapping[str, Any]) -> SearchSettings:
     if confirm not in ("auto", "strict", "off"):
         raise reader.error("search.confirm", f"must be auto, strict or off, got {confirm!r}")
     max_trainings = reader.integer(section.get("max_trainings", 7), "search.max_trainings", minimum=1)
-    fix_trainings = reader.integer(section.get("fix_trainings", 2), "search.fix_trainings", minimum=2)
+    fix_trainings = reader.integer(
+        section.get("fix_trainings", SearchSettings.fix_trainings), "search.fix_trainings", minimum=2
+    )
     if fix_trainings > max_trainings:
         raise reader.error(
             "search.fix_trainings",

@@ -575,13 +575,11 @@ def definition_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             continue
         if key == "base_cfg_extra" and key not in old and "base_cfg" in old:
             continue  # journaled since this key exists: an older search's cannot say, so it is not held against it
-        if isinstance(old.get(key), dict) and isinstance(new.get(key), dict) and key in ("metric", "score", "fix"):
+        if isinstance(old.get(key), dict) and isinstance(new.get(key), dict) and key in ("metric", "score", "fix", "noise"):
+            section = "search" if key == "noise" else key  # noise: search.confirm, max_trainings, fix_trainings
             for sub in sorted(set(old[key]) | set(new[key])):
                 if old[key].get(sub) != new[key].get(sub):
-                    changes.append(f"{key}.{sub}")
-        elif isinstance(old.get(key), dict) and isinstance(new.get(key), dict) and key == "noise":
-            # search.confirm, search.max_trainings, search.fix_trainings: journaled together
-            changes += [f"search.{sub}" for sub in sorted(set(old[key]) | set(new[key])) if old[key].get(sub) != new[key].get(sub)]
+                    changes.append(f"{section}.{sub}")
         else:
             changes.append(names.get(key, key))
     return list(dict.fromkeys(changes))  # two parts of rules.base_cfg are one key to the user
