@@ -22,7 +22,7 @@ from ..core.scoring import Preconditions, Threshold, combine_runs
 from ..search.culprits import CulpritSearch
 from ..search.oracle import Outcome
 from ..store.state import EARLY_KINDS, EARLY_PASS, LOCALIZE_ROLE, SearchState, TrialState
-from .trials import json_number as _number, search_cost, switch_counts, trial_entry, trial_steps as _trial_steps
+from .trials import json_number as _number, reference_words, search_cost, switch_counts, trial_entry, trial_steps as _trial_steps
 from ..store.atomic import dumps_indented, write_bytes_atomic, write_text_atomic
 from ..backends import fix_name_of
 from ..backends.cann.switch import SwitchFile, render_switch
@@ -506,6 +506,15 @@ def device_seconds_text(cost: Mapping[str, Any]) -> str:
     return text
 
 
+def device_time_text(seconds: float) -> str:
+    """Device time in the unit a person reads it in: "0.8 device-seconds", "12 device-minutes", "3.1 device-hours"."""
+    if seconds >= 3 * 3600:
+        return f"{seconds / 3600:,.1f} device-hours"
+    if seconds >= 600:
+        return f"{seconds / 60:,.0f} device-minutes"
+    return f"{_seconds(seconds)} device-seconds"
+
+
 def _seconds(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 else f"{value:.1f}"
 
@@ -799,11 +808,12 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
     head = STATUS_TEXT["training_broken"] if report.get("status") == "training_broken" else report["message"]
     lines = [f"fusion-dd: {head}"]
     threshold = report.get("threshold")
-    if report.get("baseline") is not None:
-        label = "baseline (required on, rest off):" if (report.get("required") or {}).get("rules") else "baseline (all candidates off):"
-        lines.append(f"  {label} {report['baseline']}")
-    if report.get("all_on") is not None:
-        lines.append(f"  all candidates on:             {report['all_on']}")
+    base = "baseline (required on, rest off):" if (report.get("required") or {}).get("rules") else "baseline (all candidates off):"
+    for role, label in (("baseline", base), ("all_on", "all candidates on:            ")):
+        # A reference without a metric is said in words; a training that does not run was told on stderr.
+        words = reference_words(report, role) if report.get("status") != "training_broken" else None
+        if report.get(role) is not None or words is not None:
+            lines.append(f"  {label} {words or report[role]}")
     if threshold and threshold.get("bitwise"):
         lines.append(
             f"  a configuration fails when its metric differs from the baseline's {threshold['baseline']!r} at all "
@@ -890,7 +900,7 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
     if early.get("trainings"):
         lines.append(
             f"  early stops: {early['trainings']} training(s) stopped once they had failed, "
-            f"about {early['seconds_saved'] / 60:.1f} training-minutes saved"
+            f"about {device_time_text(early['seconds_saved'])} saved"
         )
     lines.extend(cost_lines(report))
     searched = next(

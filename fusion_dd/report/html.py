@@ -30,6 +30,7 @@ from typing import Any
 from . import svg
 from ..store.state import LOCALIZE_ROLE, SearchState, TrialState, replay
 from .build import device_seconds_text
+from .trials import reference_words
 from .build import HTML_NAME as HTML_NAME  # the page's name, where the report's other files are named
 
 AXIS_GRAY = "#555555"
@@ -62,9 +63,9 @@ def _trial_outcome(trial: TrialState, entry: dict[str, Any]) -> str:
     return "dumped" if outcome == "unknown" and trial.role == LOCALIZE_ROLE else outcome
 
 
-def _metric_fact(value: Any) -> Any:
+def _metric_fact(report: dict[str, Any], role: str) -> Any:
     """A reference's metric for the facts table: words where no training gave one, never ``None``."""
-    return "no usable metric (see the trainings below)" if value is None else value
+    return reference_words(report, role) or "no usable metric (see the trainings below)"
 
 
 def _float(value: Any) -> float | None:
@@ -585,9 +586,9 @@ def _answer(report: dict[str, Any]) -> list[str]:
         (
             "baseline (required passes on, the rest off)" if (report.get("required") or {}).get("rules")
             else "baseline (all candidates off)",
-            _metric_fact(report.get("baseline")),
+            _metric_fact(report, "baseline"),
         ),
-        ("all candidates on", _metric_fact(report.get("all_on"))),
+        ("all candidates on", _metric_fact(report, "all_on")),
     ]
     threshold = report.get("threshold")
     if threshold:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..core.scoring import Threshold
@@ -152,3 +153,25 @@ def cancelled_seconds(trial: TrialState) -> float | None:
     if not isinstance(began, (int, float)) or not isinstance(ended, (int, float)):
         return None
     return max(0.0, float(ended) - float(began))
+
+
+def reference_words(report: Mapping[str, Any], role: str) -> str | None:
+    """A reference's result in words: its metric, or why it has none and what that counted as.
+
+    A reference whose training stopped on a NaN loss, crashed or timed out has no
+    metric, and the summary must still say what it did: "fails (stopped early
+    at step 40: loss nan)" tells a user why the search went on, where a blank
+    line would hide it. None when no training of it finished.
+    """
+    value = report.get(role)
+    if value is not None:
+        return str(value)
+    runs = [entry for entry in report.get("trials") or [] if entry.get("role") == role and "kind" in entry]
+    if not runs:
+        return None
+    last = runs[-1]
+    reason = last.get("reason") or last.get("kind")
+    verdict = {"fail": "fails", "pass": "passes"}.get(str(last.get("outcome")), "no usable metric")
+    if verdict != "no usable metric":
+        return f"{verdict}, no metric ({reason})"
+    return f"no usable metric ({reason})"

@@ -213,3 +213,12 @@ def test_a_localization_training_is_shown_as_dumped_not_as_finished_before_the_t
     data = html_report.report_data({"trials": []}, records, tmp_path, replay(records))
     assert {trial["trial_id"]: trial["outcome"] for trial in data["trials"]} == {"0001": "unknown", "0002": "dumped"}
     assert html_report.OUTCOME_STYLE["dumped"][1] == "dumped tensors for localization (not a verdict)"
+
+
+def test_a_reference_stopped_on_a_nan_loss_says_so_in_the_facts(tmp_path):
+    report, records = synthetic(tmp_path, 6)
+    stopped = {"trial_id": "0002", "role": "all_on", "kind": "nonfinite", "outcome": "fail", "metric": None,
+               "reason": "stopped early at step 40: loss nan"}
+    report.update({"all_on": None, "trials": [*(t for t in report["trials"] if t.get("role") != "all_on"), stopped]})
+    text = html_report.render_html(report, records, tmp_path)
+    assert "<th>all candidates on</th><td>fails, no metric (stopped early at step 40: loss nan)</td>" in text
