@@ -120,6 +120,8 @@ def read_metric(run: TrialRun, spec: MetricSpec) -> MetricReading:
         value, detail = _value_from_log(log, spec)
     else:
         value, detail = _value_from_records(records, spec.key)
+        if value is None:
+            detail += _printed_metric_hint(Path(run.metrics_path), Path(run.log_path), spec.key)
     if value is not None and not math.isfinite(value):
         nonfinite = nonfinite or f"metric is {value}"
     if nonfinite:
@@ -436,6 +438,41 @@ def _value_from_log(scan: _LogScan, spec: MetricSpec) -> tuple[float | None, str
         )
     plural = "match" if scan.matches == 1 else "matches"
     return value, f"{value:g} from output.log line {scan.last_line} (last of {scan.matches} {plural})"
+
+
+#: How much of the end of output.log is read for :func:`_printed_metric_hint`: where a final metric is printed.
+HINT_TAIL_BYTES = 64 * 1024
+
+
+def _printed_metric_hint(metrics: Path, log: Path, key: str) -> str:
+    """Why the metrics file had no metric, and the fix when the output prints one.
+
+    Without ``metric.pattern`` the metric comes from the metrics file alone. A
+    training that prints ``accuracy: 0.76`` and writes no metrics file is the
+    first thing a new user tries; the reason then names the line it printed
+    and the pattern that reads it, instead of leaving the two side by side.
+    Only the end of the log is read: this runs for runs without a metric, on
+    logs of any size.
+    """
+    written = "" if metrics.exists() else f" (the training wrote no {metrics.name})"
+    try:
+        with log.open("rb") as handle:
+            size = handle.seek(0, io.SEEK_END)
+            handle.seek(max(0, size - HINT_TAIL_BYTES))
+            tail = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return written
+    printed = re.compile(rf"(?<![\w.])({re.escape(key)})\s*[=:]\s*[-+]?(?:\d|\.\d|nan|inf)", re.IGNORECASE)
+    found = next((hit for line in reversed(tail.splitlines()) if (hit := printed.search(line))), None)
+    if found is None:
+        return written
+    line = found.string.strip()
+    shown = line if len(line) <= 80 else line[:77] + "..."
+    # The key as the training spells it (case included), with any spaces before the separator.
+    return (
+        f"{written}; {log.name} prints {shown!r}: to read the metric from the output, set "
+        f"metric.pattern: '{re.escape(found.group(1))}\\s*[=:]\\s*(\\S+)'"
+    )
 
 
 def _value_from_records(scan: _RecordScan, key: str) -> tuple[float | None, str]:

@@ -310,3 +310,42 @@ def test_a_metric_after_megabytes_without_a_newline_is_read_in_bounded_memory(tm
         metrics_module._scan_piece = real
     assert reading.value == pytest.approx(0.81)
     assert held and max(held) <= metrics_module.LINE_CAP + metrics_module._BLOCK_BYTES + metrics_module.OVERLAP
+
+
+def _suggested_pattern(detail: str) -> str:
+    found = re.search(r"set metric\.pattern: '(.+)'$", detail)
+    assert found, detail
+    return found.group(1)
+
+
+@pytest.mark.parametrize(
+    ("key", "printed"),
+    [("accuracy", "epoch 3 accuracy: 0.5"), ("val/acc", "val/acc=0.81 loss=0.2"), ("top-1", "Top-1: .75")],
+)
+def test_a_metric_printed_but_not_written_names_the_pattern_that_reads_it(
+    tmp_path: Path, key: str, printed: str
+) -> None:
+    run = make_run(tmp_path, f"starting\n{printed}\ndone\n")  # no metrics file
+    reading = read_metric(run, MetricSpec(key=key))
+    assert reading.value is None
+    assert f"no record with key {key!r} in metrics.jsonl (the training wrote no metrics.jsonl)" in reading.detail
+    assert f"output.log prints {printed!r}" in reading.detail
+    # The advice works: with the pattern it names, the same run gives its metric.
+    advised = MetricSpec.from_text(_suggested_pattern(reading.detail), key=key)
+    assert read_metric(run, advised).value is not None
+
+
+def test_no_advice_when_the_output_prints_no_such_metric(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "step 1 loss 0.5\nmy_accuracy: 0.9\naccuracy: n/a\n", metrics='{"step": 1}\n')
+    detail = read_metric(run, FROM_FILE).detail
+    assert detail == "no record with key 'accuracy' in metrics.jsonl"  # the file was written, without the key
+
+
+def test_only_the_end_of_a_long_log_is_read_for_the_advice(tmp_path: Path) -> None:
+    from fusion_dd.runner.metrics import HINT_TAIL_BYTES
+
+    filler = "x" * 99 + "\n"
+    run = make_run(tmp_path, "accuracy: 0.5\n" + filler * (HINT_TAIL_BYTES // 100 + 10))
+    assert "prints" not in read_metric(run, FROM_FILE).detail
+    run = make_run(tmp_path / "late", filler * (HINT_TAIL_BYTES // 100 + 10) + "accuracy: 0.5\n")
+    assert "prints 'accuracy: 0.5'" in read_metric(run, FROM_FILE).detail
