@@ -506,13 +506,23 @@ def device_seconds_text(cost: Mapping[str, Any]) -> str:
     return text
 
 
+def time_unit(seconds: float) -> tuple[float, str]:
+    """The unit a person reads a duration in (its size in seconds, its symbol): hours from 3 h, minutes from 10 min."""
+    if seconds >= 3 * 3600:
+        return 3600.0, "h"
+    if seconds >= 600:
+        return 60.0, "min"
+    return 1.0, "s"
+
+
+_DEVICE_TIME = {"h": "device-hours", "min": "device-minutes", "s": "device-seconds"}
+
+
 def device_time_text(seconds: float) -> str:
     """Device time in the unit a person reads it in: "0.8 device-seconds", "12 device-minutes", "3.1 device-hours"."""
-    if seconds >= 3 * 3600:
-        return f"{seconds / 3600:,.1f} device-hours"
-    if seconds >= 600:
-        return f"{seconds / 60:,.0f} device-minutes"
-    return f"{_seconds(seconds)} device-seconds"
+    scale, unit = time_unit(seconds)
+    amount = {"h": f"{seconds / scale:,.1f}", "min": f"{seconds / scale:,.0f}"}.get(unit) or _seconds(seconds)
+    return f"{amount} {_DEVICE_TIME[unit]}"
 
 
 def _seconds(value: float) -> str:

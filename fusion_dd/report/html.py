@@ -29,7 +29,7 @@ from typing import Any
 
 from . import svg
 from ..store.state import LOCALIZE_ROLE, SearchState, TrialState, replay
-from .build import device_seconds_text
+from .build import device_seconds_text, time_unit
 from .trials import reference_words
 from .build import HTML_NAME as HTML_NAME  # the page's name, where the report's other files are named
 
@@ -236,14 +236,6 @@ LEGEND_CURVES = 12  # legend rows of the loss plot at most
 MIN_BAR = 1.0  # pixels: an instant training is still a visible sliver in the timeline
 
 
-def _time_unit(seconds: float) -> tuple[float, str]:
-    if seconds >= 3 * 3600:
-        return 3600.0, "h"
-    if seconds >= 600:
-        return 60.0, "min"
-    return 1.0, "s"
-
-
 def _outcome_entries(outcomes: Iterable[str], kind: str = "box") -> list[svg.Entry]:
     present = set(outcomes)
     return [svg.Entry(OUTCOME_STYLE[name][1], OUTCOME_STYLE[name][0], kind) for name in OUTCOME_STYLE if name in present]
@@ -271,7 +263,7 @@ def _drawable(trial: dict[str, Any]) -> tuple[bool, bool]:
 
 def _gantt(data: dict[str, Any]) -> str:
     trials, devices = data["trials"], data["devices"] or ["?"]
-    scale, unit = _time_unit(data["wall_seconds"])
+    scale, unit = time_unit(data["wall_seconds"])
     span = data["wall_seconds"] / scale
     row_height = 28.0
     labels = [f"device {name}" for name in devices]
@@ -433,7 +425,7 @@ def _losses(data: dict[str, Any]) -> str | None:
 
 def _path(data: dict[str, Any]) -> str:
     trials = data["trials"]
-    scale, unit = _time_unit(data["wall_seconds"])
+    scale, unit = time_unit(data["wall_seconds"])
     smallest: list[tuple[float, int]] = []
     best: int | None = None
     for trial in sorted(trials, key=lambda t: t["end"]):
@@ -477,7 +469,7 @@ def _path(data: dict[str, Any]) -> str:
 
 
 def _budget(data: dict[str, Any]) -> str:
-    scale, unit = _time_unit(data["wall_seconds"])
+    scale, unit = time_unit(data["wall_seconds"])
     end = data["wall_seconds"] / scale
     starts = sorted((trial["start"] - data["t0"]) / scale for trial in data["trials"])
     entries = [svg.Entry("trainings started", "#0072B2", "line")]
