@@ -149,32 +149,38 @@ def _restart(state_dir: Path) -> None:
             typer.echo(f"fusion-dd: {problem}", err=True)
 
 
-def _given(devices: str | None, jobs: int | None, launcher: str | None, scheduler: str | None) -> Any:
-    """Which parts of where the search trains this command line sets (fusion_dd.config.session)."""
+def _given(
+    devices: str | None, jobs: int | None, launcher: str | None, scheduler: str | None, budget: int | None = None
+) -> Any:
+    """Which parts of where (and how long) the search trains this command line sets (fusion_dd.config.session)."""
     from ..config.session import Given
 
-    return Given(devices=devices is not None or jobs is not None, launcher=launcher is not None or scheduler is not None)
+    return Given(
+        devices=devices is not None or jobs is not None,
+        launcher=launcher is not None or scheduler is not None,
+        budget=budget is not None,
+    )
 
 
 def _remember(config: SearchConfig, given: Any, localize_only: bool = False) -> tuple[SearchConfig, str | None]:
-    """The devices and launcher of the search's last session, where this command line does not say.
+    """The devices, launcher and budget of the search's last session, where this command line does not say.
 
     Returns the line that says what came from the journal (the engine says it once
     the session starts); a config file changed to other devices or another
     launcher than the journal's is refused (UsageError). A finished search trains
     nothing (unless it localizes), so it is left as it is.
     """
-    from ..config.session import journaled_context, remembered
+    from ..config.session import journaled_budget, journaled_context, remembered
 
     try:
         records = read_records(config.state_dir / JOURNAL_NAME)
     except (UsageError, OSError):
         return config, None  # the engine reads the journal next and says what is wrong with it
     context, finished = journaled_context(records)
-    if context is None or (finished and not localize_only):
+    if finished and not localize_only:
         return config, None
     start = next((record for record in records if record.get("type") == "search_started"), {})
-    return remembered(config, context, start.get("config_document"), given)
+    return remembered(config, context, start.get("config_document"), given, journaled_budget(records))
 
 
 def _install_sigterm() -> None:
@@ -515,13 +521,13 @@ def search(
     if dry_run:
         note = None
         if not restart:  # what the journal remembers, or the conflict a search would refuse
-            loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler))
+            loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler, budget))
         _warn(loaded)
         _dry_run(loaded, note=note, restart=restart)
         return
     if restart:
         _restart(loaded.state_dir)
-    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler))
+    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler, budget))
     raise typer.Exit(run_engine(loaded, note=note).exit_code)
 
 
@@ -549,7 +555,7 @@ def resume(
 ) -> None:
     """Continue an interrupted or budget-exhausted search; finished trainings are never repeated."""
     loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler)
-    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler))
+    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler, budget))
     raise typer.Exit(run_engine(loaded, note=note).exit_code)
 
 
@@ -591,7 +597,7 @@ def localize(
 ) -> None:
     """Name the op and layer each culprit of a finished search broke (dumped trainings, see localize: in the config)."""
     loaded = _journaled_config(state_dir, config, budget, devices, jobs, launcher, scheduler, purpose="localize")
-    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler), localize_only=True)
+    loaded, note = _remember(loaded, _given(devices, jobs, launcher, scheduler, budget), localize_only=True)
     result = run_engine(loaded, localize_only=True, note=note)
 
     missing = (result.report.get("localization") or {}).get("status") == "incomplete"

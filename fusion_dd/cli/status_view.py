@@ -86,7 +86,7 @@ def status_lines(state_dir: Path) -> list[str]:
         more = f" --budget {larger_budget(budget, state.launched)}" if last_stop == "budget_exhausted" and budget is not None else ""
         lines.append(
             f"  state: stopped ({last_stop}); continue with "
-            f"'fusion-dd resume --state-dir {display_path(state_dir)}{more}{_where_flags(state)}'"
+            f"'fusion-dd resume --state-dir {display_path(state_dir)}{more}{_where_flags(state, budget=not more)}'"
         )
     lines.append("  " + _estimate_text(state_dir))
     now = time.time()
@@ -198,10 +198,11 @@ def _how(status: dict) -> str:
 __all__ = ["status_lines", "coordinator_pid", "SearchState", "TrialState"]
 
 
-def _where_flags(state: SearchState) -> str:
-    """The last session's devices and launcher as the hint's flags (fusion_dd.config.session)."""
-    from ..config.session import flags_text, hint_flags, journaled_context
+def _where_flags(state: SearchState, budget: bool = True) -> str:
+    """The last session's devices, launcher and (``budget``) budget as the hint's flags (fusion_dd.config.session)."""
+    from ..config.session import flags_text, hint_flags, journaled_budget, journaled_context
 
     context, _ = journaled_context(state.sessions)
     start = state.start_record or {}
-    return flags_text(hint_flags(context, start.get("config_document"))) if context is not None else ""
+    cap = journaled_budget(state.sessions) if budget else None
+    return flags_text(hint_flags(context, start.get("config_document"), cap))

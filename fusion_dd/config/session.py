@@ -14,6 +14,11 @@ name, ...options}}``: ``devices`` None means "every device the launcher offers"
 launcher's options are what it needs to reach the same machines (dask: its
 ``scheduler``), so another launcher adds its own without a new record.
 
+The budget is remembered the same way: ``--budget 40`` caps the whole search,
+resumes included, so a resume without ``--budget`` keeps the cap the last session
+had (journaled in its ``session_started``), not the config's default; a
+``search.budget`` written into the config file since the search started wins.
+
 A config file edited since the search started (``fusion-dd search -c`` with other
 devices or another launcher) and disagreeing with the journal is refused in one
 line naming both: which one the user means is theirs to say, on the command line.
@@ -37,6 +42,7 @@ class Given:
 
     devices: bool = False  # --devices or --jobs
     launcher: bool = False  # --launcher or --scheduler
+    budget: bool = False  # --budget
 
 
 def context_of(train: TrainConfig) -> dict[str, Any]:
@@ -76,6 +82,16 @@ def journaled_context(records: Iterable[Mapping[str, Any]]) -> tuple[dict[str, A
     return context, finished
 
 
+def journaled_budget(records: Iterable[Mapping[str, Any]]) -> int | None:
+    """The budget the last session ran with (None: no session, or one journaled without it)."""
+    budget = None
+    for record in records:
+        if record.get("type") == "session_started":
+            value = record.get("budget")
+            budget = value if isinstance(value, int) and not isinstance(value, bool) else None
+    return budget
+
+
 def describe_devices(devices: Any) -> str:
     """Devices as ``--devices`` spells them: ``0,1`` (one training each) or ``0,1;2,3`` (groups)."""
     if devices is None:
@@ -100,15 +116,36 @@ def _edited(config: SearchConfig, started_document: Any, keys: tuple[str, ...]) 
     return any(_written(config.document, key) != _written(started_document, key) for key in keys)
 
 
+def _written_budget(document: Any) -> Any:
+    search = document.get("search") if isinstance(document, Mapping) else None
+    return search.get("budget") if isinstance(search, Mapping) else None
+
+
+def _remembered_budget(config: SearchConfig, budget: int | None, started_document: Any, given: Given) -> int | None:
+    """The last session's budget where this one should keep it: not given, not written anew into the file."""
+    if given.budget or budget is None or budget == config.search.budget:
+        return None
+    if _written_budget(config.document) != _written_budget(started_document):
+        return None  # search.budget edited in the config file since the start: the file says it
+    return budget
+
+
 def remembered(
-    config: SearchConfig, journaled: Mapping[str, Any] | None, started_document: Any, given: Given
+    config: SearchConfig,
+    journaled: Mapping[str, Any] | None,
+    started_document: Any,
+    given: Given,
+    budget: int | None = None,
 ) -> tuple[SearchConfig, str | None]:
     """The config this session trains with, and the one line that says what came from the journal.
 
-    Raises UsageError (one line naming both) when the config file was changed to
-    other devices or another launcher than the journal's and the command line does
-    not say which to use.
+    ``budget``: the last session's (:func:`journaled_budget`). Raises UsageError
+    (one line naming both) when the config file was changed to other devices or
+    another launcher than the journal's and the command line does not say which to use.
     """
+    kept_budget = _remembered_budget(config, budget, started_document, given)
+    if kept_budget is not None:
+        config = replace(config, search=replace(config.search, budget=kept_budget))
     if journaled is None:
         return config, None
     train = config.train
@@ -144,25 +181,35 @@ def remembered(
                 train = replace(train, devices=parse_devices(devices, "the journal's devices"), devices_given=True)
         taken.insert(0, f"on devices {describe_devices(devices)}" if devices is not None else "on every device worker")
         overrides.insert(0, "--devices")
+    if kept_budget is not None:
+        taken.append(f"with a budget of {kept_budget} trainings")
+        overrides.append("--budget")
     if not taken:
         return replace(config, train=train), None
     line = f"resuming {' '.join(taken)} (from the journal); {', '.join(overrides)} override{'s' if len(overrides) == 1 else ''}"
     return replace(config, train=train), line
 
 
-def resume_flags(train: TrainConfig, document: Any) -> list[str]:
-    """What ``fusion-dd resume`` needs besides ``--state-dir`` to continue where this session trains."""
-    return hint_flags(context_of(train), document)
+def resume_flags(train: TrainConfig, document: Any, budget: int | None = None) -> list[str]:
+    """What ``fusion-dd resume`` needs besides ``--state-dir`` to continue where this session trains
+    (``budget``: this session's, said whenever given)."""
+    return hint_flags(context_of(train), document, budget)
 
 
-def hint_flags(context: Mapping[str, Any], document: Any) -> list[str]:
+def hint_flags(context: Mapping[str, Any] | None, document: Any, budget: int | None = None) -> list[str]:
     """The flags of a "continue with" hint for a session of this context, against the config it started with.
 
-    The journal remembers the context too; the hint says it anyway, so that the
-    line a user copies shows where the search goes on. What the config document
-    says itself is left out, so a search run as configured gets the bare hint.
+    The journal remembers the context and the budget too; the hint says them
+    anyway, so that the line a user copies shows where the search goes on and
+    how far. Where the search trains is said only where the config document
+    says otherwise; the budget, when given, always: a later session may set
+    another cap (``resume --budget 5``), and a hint printed before it must still
+    go on as the session that printed it would have.
     """
-    flags: list[str] = []
+    flags: list[str] = ["--budget", str(budget)] if budget is not None else []
+    known = isinstance(document, Mapping)  # without the config it started with, nothing to compare to
+    if context is None:
+        return flags
     launcher = context.get("launcher") or {}
     name = str(launcher.get("launcher", "local"))
     if name == "dask" and launcher.get("scheduler") is not None:
@@ -176,7 +223,6 @@ def hint_flags(context: Mapping[str, Any], document: Any) -> list[str]:
         own = [list(device) for device in parse_devices(written)] if written is not None else [["0"]]
     except UsageError:
         own = None
-    known = isinstance(document, Mapping)  # without the config it started with, nothing to compare to
     if known and devices is not None and [list(device) for device in devices] != own:
         flags += ["--devices", describe_devices(devices)]
     return flags

@@ -255,6 +255,8 @@ def build_report(
             f"--budget {larger_budget(config.search.budget, state.launched)}{where}"
         )
     elif status == "interrupted":
+        # The budget too: --budget 40 caps the whole search, and the hint shows the cap it goes on with.
+        where = flags_text(resume_flags(config.train, config.document, config.search.budget))
         report["continue_with"] = f"fusion-dd resume --state-dir {display_path(config.state_dir)}{where}"
     report["switch_check"], report["warnings"] = _switch_evidence(state, report)
     if status == "training_broken":

@@ -237,8 +237,9 @@ def test_an_interrupted_report_has_the_references_and_says_how_to_continue(tmp_p
     assert report["status"] == "interrupted"
     assert report["baseline"] == 0.9 and report["all_on"] == 0.5
     assert report["threshold"]["limit"] < 0.9
-    assert report["continue_with"] == "fusion-dd resume --state-dir .fusion-dd"
-    assert out.strip().splitlines()[-1] == "  continue with: fusion-dd resume --state-dir .fusion-dd"
+    # The budget is said even when the config's: a later session's cap must not change what this hint does.
+    assert report["continue_with"] == "fusion-dd resume --state-dir .fusion-dd --budget 100"
+    assert out.strip().splitlines()[-1] == "  continue with: fusion-dd resume --state-dir .fusion-dd --budget 100"
     assert "baseline (all candidates off): 0.9" in out
 
 

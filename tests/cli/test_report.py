@@ -145,7 +145,8 @@ def test_a_session_killed_after_a_clean_stop_is_reported_as_killed_not_as_that_s
     status = call_fusion_dd("status", cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     assert "state: stopped (coordinator gone)" in status.stdout, status.stdout
-    assert "--budget" not in status.stdout.split("continue with", 1)[1].splitlines()[0]
+    # The killed session's own cap, not a raised one as after a spent budget.
+    assert status.stdout.split("continue with", 1)[1].splitlines()[0].endswith("--budget 40'"), status.stdout
     rebuilt = json.loads(run_fusion_dd("report", "--json", cwd=tmp_path).stdout)
     assert rebuilt["status"] == "interrupted" and "killed or crashed" in rebuilt["message"]
 

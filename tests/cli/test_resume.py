@@ -388,6 +388,24 @@ def test_resume_takes_the_devices_of_the_last_session_from_the_journal_and_says_
     assert devices_after_last_session(tmp_path / ".fusion-dd") == {("0",), ("1",)}
 
 
+def test_a_budget_given_on_the_command_line_caps_the_resumes_too(tmp_path):
+    write_config(tmp_path, "--culprits", CULPRIT)  # the config's own budget is larger
+    first = run_fusion_dd("search", "--budget", "5", cwd=tmp_path)
+    assert first.returncode == 3, first.stderr
+    spent = launches(tmp_path)
+    bare = run_fusion_dd("resume", cwd=tmp_path)
+    assert bare.returncode == 3, bare.stderr  # still spent: nothing trained beyond the cap the user set
+    assert "resuming on devices 0,1 with a budget of 5 trainings (from the journal); --devices, --budget override" in (
+        bare.stderr.splitlines()
+    ), bare.stderr
+    assert launches(tmp_path) == spent
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "budget_exhausted" and report["trainings"] == 5
+    raised = run_fusion_dd(*shlex.split(report["continue_with"])[1:], cwd=tmp_path)  # the hint names a larger one
+    assert raised.returncode == 0, raised.stderr
+    assert json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())["status"] == "found"
+
+
 def test_a_config_changed_to_other_devices_or_another_launcher_than_the_journals_is_refused_in_one_line(tmp_path):
     config = write_config(tmp_path, "--culprits", CULPRIT, budget=5, train={"devices": [0]})
     assert call_fusion_dd("search", "--devices", "0,1", cwd=tmp_path).returncode == 3

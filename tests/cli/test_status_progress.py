@@ -84,7 +84,7 @@ def test_status_of_a_stopped_search_counts_and_names_every_trial(tmp_path: Path)
     assert lines[0] == f"search in {tmp_path}"
     assert lines[1] == "  3 candidate rules, strategy bisect, command: python3 train.py"
     assert lines[2] == "  trainings launched: 4 of budget 12; finished 3, cancelled or lost 2, running 0"
-    assert lines[3] == f"  state: stopped (interrupted); continue with 'fusion-dd resume --state-dir {tmp_path}'"
+    assert lines[3] == f"  state: stopped (interrupted); continue with 'fusion-dd resume --state-dir {tmp_path} --budget 12'"
     assert "  ended   #0004 on device 1 (exit code 0) after 3s; 'fusion-dd resume' records its result" in lines
     assert any(line.startswith("  lost    #0005 on device 0: its supervisor is gone") for line in lines)
     assert lines[-3:] == [

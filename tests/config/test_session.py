@@ -9,7 +9,7 @@ import pytest
 
 from fusion_dd.config.settings import parse_config
 from fusion_dd.core.errors import UsageError
-from fusion_dd.config.session import Given, context_of, hint_flags, journaled_context, remembered
+from fusion_dd.config.session import Given, context_of, hint_flags, journaled_budget, journaled_context, remembered
 
 DOCUMENT = {
     "rules": {"GraphFusion": ["PadFusionPass"]},
@@ -72,3 +72,38 @@ def test_the_hint_carries_what_the_config_does_not_say_itself() -> None:
     assert hint_flags({"devices": None, "launcher": {"launcher": "dask", "scheduler": "tcp://h:1"}}, DOCUMENT) == [
         "--scheduler", "tcp://h:1"
     ]
+
+
+def _budgeted(budget: int | None = None):
+    document = {**DOCUMENT, "search": {"budget": budget}} if budget is not None else DOCUMENT
+    return parse_config(document, Path("fusion-dd.yaml"))
+
+
+def test_the_last_sessions_budget_is_the_journals() -> None:
+    sessions = [{"type": "session_started", "budget": 40}, {"type": "trial_started"}, {"type": "session_started", "budget": 12}]
+    assert journaled_budget(sessions) == 12
+    assert journaled_budget([*sessions, {"type": "session_started"}]) is None  # journaled without one
+    assert journaled_budget([{"type": "session_started", "budget": True}]) is None
+    assert journaled_budget([]) is None
+
+
+def test_a_resume_keeps_the_last_sessions_budget_unless_the_command_line_or_the_file_says_another() -> None:
+    kept, line = remembered(_budgeted(), None, DOCUMENT, Given(), budget=40)
+    assert kept.search.budget == 40 and line is None  # no context to say: the engine's line says the rest
+    journaled = {"devices": [["0"]], "launcher": {"launcher": "local"}}
+    kept, line = remembered(_budgeted(), journaled, DOCUMENT, Given(), budget=40)
+    assert kept.search.budget == 40
+    assert line == "resuming on devices 0 with a budget of 40 trainings (from the journal); --devices, --budget override"
+    given = replace(_budgeted(), search=replace(_budgeted().search, budget=60))
+    assert remembered(given, journaled, DOCUMENT, Given(budget=True), budget=40)[0].search.budget == 60
+    edited = _budgeted(80)  # search.budget written into the file since the search started
+    assert remembered(edited, journaled, DOCUMENT, Given(), budget=40)[0].search.budget == 80
+    same = remembered(_budgeted(), journaled, DOCUMENT, Given(), budget=_budgeted().search.budget)
+    assert "budget" not in (same[1] or "")
+
+
+def test_the_hint_always_says_the_budget_it_was_printed_with() -> None:
+    local = {"devices": [["0"]], "launcher": {"launcher": "local"}}
+    assert hint_flags(local, DOCUMENT, 200) == ["--budget", "200"]
+    assert hint_flags(None, DOCUMENT, 40) == ["--budget", "40"]
+    assert hint_flags(local, DOCUMENT) == []
