@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from tests.support.cli import CULPRIT, GRAPH, UB, launches, wrap_fake_train, write_config
 from tests.support.fake_training import run_fusion_dd
@@ -54,6 +55,9 @@ def test_a_training_that_goes_nan_is_stopped_early_as_a_failure(tmp_path):
     assert all(trial["early_stop"]["steps_saved"] > 0 for trial in stopped)
     assert report["early_stops"]["trainings"] == len(stopped)
     assert "early stops:" in result.stdout
+    # all-on went NaN too: the summary says what it did, not a blank where its metric would be
+    on = next(line for line in result.stdout.splitlines() if line.strip().startswith("all candidates on:"))
+    assert "fails, no metric (stopped early at step" in on and "loss nan" in on, result.stdout
 
 
 def test_a_device_where_trainings_fail_to_start_is_set_aside(tmp_path):
@@ -153,3 +157,22 @@ def test_a_pass_the_training_cannot_run_without_is_reported_as_required_and_the_
     replayed = run_fusion_dd("report", cwd=tmp_path)
     assert replayed.returncode == 0, replayed.stderr
     assert f"  required: {required} (not a culprit" in replayed.stdout
+
+
+def test_a_metric_printed_but_not_written_is_refused_with_the_pattern_that_reads_it(tmp_path):
+    config = write_config(tmp_path, "--culprits", CULPRIT, "--no-metrics-file", "--metric-name", "Top-1", budget=30)
+    document = yaml.safe_load(config.read_text())
+    document["metric"] = {"key": "Top-1"}  # no pattern: the metric is read from metrics.jsonl, which stays empty
+    config.write_text(yaml.safe_dump(document))
+    refused = run_fusion_dd("search", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    error = next(line for line in refused.stderr.splitlines() if line.startswith("fusion-dd: error:"))
+    assert "output.log prints 'Top-1: 0.9'" in error or "output.log prints 'Top-1: 0.5'" in error, error
+    advised = error.rsplit("set metric.pattern: ", 1)[1]
+    document["metric"]["pattern"] = yaml.safe_load(advised)  # the advice as a user would paste it into the file
+    config.write_text(yaml.safe_dump(document))
+    fixed = run_fusion_dd("search", "--restart", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    report = json.loads((tmp_path / ".fusion-dd" / "report.json").read_text())
+    assert report["status"] == "found" and report["baseline"] == 0.9 and report["all_on"] == 0.5
+    assert [rule["name"] for rule in report["culprits"][0]["rules"]] == [CULPRIT]
