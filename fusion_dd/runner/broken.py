@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core.status import SearchStatus
 from ..store.state import TrialState
+from .metrics import PRINTED_METRIC_ADVICE
 
 STATUS = SearchStatus.TRAINING_BROKEN
 #: Reference trainings without any metric that are enough to call a training broken.
@@ -67,6 +68,17 @@ def is_start_error(trial: TrialState | None) -> bool:
     return str(trial.finished.get("reason", "")).startswith(START_ERROR_PREFIXES)
 
 
+def is_misread(trial: TrialState | None) -> bool:
+    """Did this training end well and print its metric where the config does not read it?
+
+    Training it again prints the metric the same way, so such a reference is not
+    retried: the fix is in fusion-dd.yaml, and the reason says which.
+    """
+    if trial is None or trial.finished is None or trial.finished.get("kind") != "no_metric":
+        return False
+    return trial.finished.get("exit_code") == 0 and PRINTED_METRIC_ADVICE in str(trial.finished.get("reason", ""))
+
+
 def diagnose_references(
     trials: Sequence[TrialState],
     baseline_settled: Sequence[TrialState],
@@ -80,7 +92,9 @@ def diagnose_references(
     Broken when: any reference training could not start; the baseline timed out
     on its last allowed attempt (a training that cannot finish says nothing about
     fusion); or no reference training produced a metric while every reference key
-    is decided or ``MAX_BROKEN_TRAININGS`` of them have failed so.
+    is decided, or ``MAX_BROKEN_TRAININGS`` of them have failed so, or every one
+    launched has ended and one printed its metric where the config does not read
+    it (:func:`is_misread`: a retry prints it the same way).
     """
     finished = [trial for trial in trials if trial.finished is not None]
     for trial in finished:
@@ -95,9 +109,12 @@ def diagnose_references(
             )
     if not finished or any(trial.resolved for trial in finished):
         return None
-    if not all_settled and len(finished) < MAX_BROKEN_TRAININGS:
+    misread = next((trial for trial in reversed(finished) if is_misread(trial)), None)
+    if misread is None and not all_settled and len(finished) < MAX_BROKEN_TRAININGS:
         return None
-    last = finished[-1]
+    if misread is not None and len(finished) < len(trials) and not all_settled:
+        return None  # the other references are still training: their outcome is theirs to say
+    last = misread or finished[-1]
     kinds = {trial.finished["kind"] for trial in finished}  # type: ignore[index]
     count = f"{len(finished)} reference training(s)"
     if kinds == {"no_metric"}:

@@ -442,6 +442,9 @@ def _value_from_log(scan: _LogScan, spec: MetricSpec) -> tuple[float | None, str
 
 #: How much of the end of output.log is read for :func:`_printed_metric_hint`: where a final metric is printed.
 HINT_TAIL_BYTES = 64 * 1024
+#: The words of a no-metric reason whose training printed its metric where the config does not read it:
+#: the same training run again prints it the same way (fusion_dd.runner.broken does not retry it).
+PRINTED_METRIC_ADVICE = "to read the metric from the output, set metric.pattern"
 
 
 def _printed_metric_hint(metrics: Path, log: Path, key: str) -> str:
@@ -470,8 +473,8 @@ def _printed_metric_hint(metrics: Path, log: Path, key: str) -> str:
     shown = line if len(line) <= 80 else line[:77] + "..."
     # The key as the training spells it (case included), with any spaces before the separator.
     return (
-        f"{written}; {log.name} prints {shown!r}: to read the metric from the output, set "
-        f"metric.pattern: '{re.escape(found.group(1))}\\s*[=:]\\s*(\\S+)'"
+        f"{written}; {log.name} prints {shown!r}: {PRINTED_METRIC_ADVICE}: "
+        f"'{re.escape(found.group(1))}\\s*[=:]\\s*(\\S+)'"
     )
 
 

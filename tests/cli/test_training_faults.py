@@ -166,6 +166,7 @@ def test_a_metric_printed_but_not_written_is_refused_with_the_pattern_that_reads
     config.write_text(yaml.safe_dump(document))
     refused = run_fusion_dd("search", cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr
+    assert len(launches(tmp_path)) == 2  # training the references again would print the metric the same way
     error = next(line for line in refused.stderr.splitlines() if line.startswith("fusion-dd: error:"))
     assert "output.log prints 'Top-1: 0.9'" in error or "output.log prints 'Top-1: 0.5'" in error, error
     advised = error.rsplit("set metric.pattern: ", 1)[1]

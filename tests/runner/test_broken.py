@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fusion_dd.runner.broken import diagnose_references, is_start_error, log_tail
+from fusion_dd.runner.broken import diagnose_references, is_misread, is_start_error, log_tail
 from fusion_dd.store.state import TrialState
 
 
@@ -28,6 +28,30 @@ def test_no_metric_anywhere_is_broken_once_settled_or_after_four():
     broken = diagnose_references(runs + [trial(4, "crash", "exit code 2", 2)], [], False)
     assert broken is not None and broken.trial.trial_id == "0004"
     assert broken.reason == "the training does not run: 4 reference training(s) ended before any metric; last: exit code 2"
+
+
+MISREAD = (
+    "no record with key 'accuracy' in metrics.jsonl (the training wrote no metrics.jsonl); output.log prints "
+    "'accuracy: 0.9': to read the metric from the output, set metric.pattern: 'accuracy\\s*[=:]\\s*(\\S+)'"
+)
+
+
+def test_a_metric_printed_where_the_config_does_not_read_it_is_not_trained_again():
+    baseline, all_on = trial(1, "no_metric", MISREAD), trial(2, "no_metric", MISREAD, config=frozenset({"A"}))
+    assert is_misread(baseline)
+    running = TrialState("0002", frozenset({"A"}), 0, ("1",), "trials/0002", 0.0)
+    assert diagnose_references([baseline, running], [], False) is None  # all-on is still training: wait for it
+    broken = diagnose_references([baseline, all_on], [], False)
+    assert broken is not None and broken.trial is all_on
+    assert broken.reason == f"the training does not run: 2 reference training(s) exited without a metric: {MISREAD}"
+
+
+def test_only_a_clean_exit_with_the_advice_is_a_misread():
+    assert not is_misread(trial(1, "no_metric", MISREAD, exit_code=1))  # a crash may go another way next time
+    assert not is_misread(trial(1, "no_metric", "no record with key 'accuracy' in metrics.jsonl"))
+    assert not is_misread(trial(1, "metric", MISREAD))
+    plain = [trial(1, "no_metric", "no match of pattern 'x=(\\S+)'"), trial(2, "no_metric", MISREAD, exit_code=1)]
+    assert diagnose_references(plain, [], False) is None  # retried, as before, up to four
 
 
 def test_one_reference_with_a_metric_is_an_answer_not_a_broken_training():
