@@ -234,13 +234,41 @@ class References:
         departed_at = None if not departures or None in departures else max(d for d in departures if d is not None)
         length = self.baseline_curve[-1][0] if self.baseline_curve else None
         self.horizon = horizon(rule.pass_at, length, departed_at)
-        if self.horizon is not None and not self._horizon_said and state.early_revised_round is None:
-            self._horizon_said = True
+        if self._horizon_said or state.early_revised_round is not None or rule.pass_at.off:
+            return
+        self._horizon_said = True
+        if self.horizon is not None:
             self._context.events.message(
                 f"early passes: a search training whose loss stays inside the baseline's band up to step "
                 f"{self.horizon} of {length} is stopped there and counts as a pass for the search's decisions; "
                 "the fix is proven by a full training (early_stop.pass_at: off trains every configuration to its end)"
             )
+        else:
+            self._context.events.message(f"early passes off: {self._why_no_horizon(rule, length, departed_at, keys)}")
+
+    def _why_no_horizon(self, rule: Any, length: int | None, departed_at: int | None, all_on: Sequence[ConfigKey]) -> str:
+        """Why every search training runs to its end although early passes are on: said, never silently off."""
+        if length is None:
+            cache = self._context.state.cache()
+            baseline = [cache.get((self._required.names, repeat)) for repeat in range(self._context.config.score.baseline_repeats)]
+            facts = [((trial.finished or {}).get("artifacts") or {}).get("loss_curve") or {} for trial in baseline if trial]
+            advice = next((fact["advice"] for fact in facts if isinstance(fact.get("advice"), str)), None)
+            read = "metrics.jsonl" + (" or early_stop.step_pattern" if rule.step_pattern is not None else "")
+            why = f"the baseline (all candidates off) left no loss curve (no step and loss in its {read})"
+            return f"{why}; {advice}" if advice else why
+        if not rule.pass_at.auto:
+            return f"early_stop.pass_at {rule.pass_at.to_json()} reaches the training's end ({length} steps): nothing to save"
+        if not all_on:
+            return "score.all_on_metric is given, so no all-on loss curve tells when the damage shows"
+        if departed_at is None:
+            return (
+                "the all-on training's loss never left the baseline's band: its damage shows only in the final "
+                "metric, so every search training runs to its end"
+            )
+        return (
+            f"the all-on training's loss left the baseline's band at step {departed_at}; the horizon of twice "
+            f"that would reach the training's end ({length} steps), so stopping early saves nothing"
+        )
 
     def _curve_of(self, trial: TrialState, step_pattern: Any) -> list[tuple[int, float]]:
         """A baseline's loss curve as its hook journaled it; read from its files only for a journal

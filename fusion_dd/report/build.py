@@ -547,6 +547,8 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
         text += f", {device_seconds_text(cost)}"
         if cost.get("steps_unknown"):
             text += f"; {cost['steps_unknown']} training(s) reported no steps"
+            if cost.get("steps_advice"):
+                text += f" ({cost['steps_advice']})"
         lines.append(text)
     early = report.get("early_passes") or {}
     if early.get("trainings"):

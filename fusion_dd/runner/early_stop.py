@@ -569,6 +569,10 @@ class LossCurveHook:
         if files.role not in CURVE_ROLES:
             # What the training cost in steps: the search's cost in training-steps (report.py).
             return {"last_step": curve[-1][0]} if curve else {}
+        if not curve and self.step_pattern is None:
+            # Read here, where the trial's files are: the coordinator may never see them.
+            advice = printed_curve_advice(Path(files.trial_dir) / LOG_FILE)
+            return {"curve": [], "last_step": None, **({"advice": advice} if advice else {})}
         if len(curve) > MAX_CURVE_POINTS:
             stride = len(curve) / MAX_CURVE_POINTS
             kept = {int(i * stride) for i in range(MAX_CURVE_POINTS)} | {len(curve) - 1}
@@ -577,6 +581,42 @@ class LossCurveHook:
 
 
 MAX_CURVE_POINTS = 5000
+#: How much of the end of output.log :func:`printed_curve_advice` reads.
+ADVICE_TAIL_BYTES = 64 * 1024
+#: A line that reports a step and a loss, as trainings print them ("step 40 loss 0.21", "Step: 40, Loss: 0.21",
+#: "global_step 40 train_loss 0.21").
+_PRINTED_STEP = re.compile(
+    r"(?<![\w.])(\w*?(?:step|iter(?:ation)?))\b\D{0,20}?(\d+).*?(?<![\w.])(\w*?loss)\s*[=:]?\s*[-+]?(?:\d|\.\d|nan|inf)",
+    re.IGNORECASE,
+)
+
+
+def printed_curve_advice(log: Path) -> str | None:
+    """The ``early_stop.step_pattern`` that reads the loss curve a training prints but does not write.
+
+    Without it a reference's curve comes from metrics.jsonl alone, and a
+    training that only prints ``step 40 loss 0.21`` leaves none: no early
+    passes, no training-steps in the cost. The advice names the line and a
+    pattern with the words as the training spells them, checked to read that
+    line (None when it would not, or when the end of the log prints no such line).
+    """
+    try:
+        with log.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - ADVICE_TAIL_BYTES))
+            tail = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = next((hit for line in reversed(tail.splitlines()) if (hit := _PRINTED_STEP.search(line))), None)
+    if found is None:
+        return None
+    pattern = f"{re.escape(found.group(1))}\\D{{0,20}}?(\\d+).*?{re.escape(found.group(3))}\\s*[=:]?\\s*([^\\s,;]+)"
+    check = re.compile(pattern).search(found.string)
+    if check is None or _step_of(check.group(1)) is None or parse_number(check.group(2)) is None:
+        return None
+    line = found.string.strip()
+    shown = line if len(line) <= 80 else line[:77] + "..."
+    return f"{LOG_FILE} prints {shown!r}: to read the loss curve from the output, set early_stop.step_pattern: '{pattern}'"
 #: The references whose whole curves are journaled: the baseline's is the band,
 #: the all-on one's departure from it sets the horizon of early passes.
 CURVE_ROLES = ("baseline", "all_on")
@@ -594,5 +634,6 @@ __all__ = [
     "envelope",
     "estimate_savings",
     "make_monitor",
+    "printed_curve_advice",
     "read_curve",
 ]

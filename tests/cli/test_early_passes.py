@@ -186,3 +186,32 @@ def test_a_culprit_set_that_passes_its_full_training_alone_withdraws_the_early_f
     assert liar in fix and CULPRIT not in fix
     assert any(trial["configuration"] == fix and trial.get("kind") == "metric" and trial["outcome"] == "pass"
                for trial in found["trials"])  # fmt: skip
+
+
+def test_a_curve_printed_but_not_written_is_said_with_the_step_pattern_that_reads_it(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "--culprits", CULPRIT, *CURVE, "--no-metrics-file")
+    blind = run_fusion_dd("search", cwd=tmp_path)
+    assert blind.returncode == 0, blind.stderr
+    off = next(line for line in blind.stderr.splitlines() if line.startswith("early passes off:"))
+    assert "left no loss curve" in off and "output.log prints 'step 40 loss" in off, off
+    assert not [trial for trial in report(tmp_path)["trials"] if trial.get("kind") == "early_pass"]
+    cost = next(line for line in blind.stdout.splitlines() if line.strip().startswith("cost:"))
+    assert "reported no steps (output.log prints" in cost, blind.stdout
+    # The advice as a user would paste it into the file: the curve is read, early passes save steps.
+    document = yaml.safe_load(config.read_text())
+    document["early_stop"] = {"step_pattern": yaml.safe_load(off.rsplit("set early_stop.step_pattern: ", 1)[1])}
+    config.write_text(yaml.safe_dump(document))
+    read = run_fusion_dd("search", "--restart", cwd=tmp_path)
+    assert read.returncode == 0, read.stderr
+    assert "early passes off" not in read.stderr and "early passes: a search training" in read.stderr, read.stderr
+    found = report(tmp_path)
+    assert culprits(found) == [[CULPRIT]] and found["fix_verified"]
+    assert [trial for trial in found["trials"] if trial.get("kind") == "early_pass"]
+    assert found["cost"]["steps_unknown"] == 0 and "steps_advice" not in found["cost"]
+
+
+def test_a_damage_that_never_shows_in_the_loss_says_why_there_are_no_early_passes(tmp_path: Path) -> None:
+    write_config(tmp_path, "--culprits", CULPRIT, "--steps", "10")  # a flat curve: the damage is in the metric only
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "early passes off: the all-on training's loss never left the baseline's band" in done.stderr, done.stderr

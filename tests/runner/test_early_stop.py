@@ -32,6 +32,7 @@ from fusion_dd.runner.early_stop import (
     envelope,
     estimate_savings,
     make_monitor,
+    printed_curve_advice,
     read_curve,
 )
 from fusion_dd.runner.metrics import MetricSpec, classify, read_metric
@@ -607,3 +608,56 @@ def test_log_reports_in_a_line_without_end_are_found_once_across_reads(tmp_path,
         assert len(reader._log.pending) <= 20 + 7
     reports += module._records_from_log(b"\n", reader._log, reader.step_pattern)
     assert reports == [(step, pytest.approx(round(1.0 / (step + 1), 3))) for step in range(40)]
+
+
+def _advised_curve(directory: Path, lines: list[str]) -> tuple[str | None, list[tuple[int, float]]]:
+    """The advice for an output.log of ``lines``, and the curve its pattern reads from that log."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "output.log").write_text("".join(line + "\n" for line in lines))
+    advice = printed_curve_advice(directory / "output.log")
+    if advice is None:
+        return None, []
+    pattern = advice.rsplit("set early_stop.step_pattern: ", 1)[1]
+    assert pattern[0] == pattern[-1] == "'"
+    return advice, read_curve(directory, re.compile(pattern[1:-1]))
+
+
+@pytest.mark.parametrize(
+    "line, step, loss",
+    [
+        ("step 40 loss 0.21", 40, 0.21),
+        ("Step: 40, Loss: 0.21, lr 1e-3", 40, 0.21),
+        ("[iter 12/100] loss=1.5e-2", 12, 0.015),
+        ("epoch 1 iteration 300 train_loss 0.5", 300, 0.5),
+        ("global_step=7 | loss: 2", 7, 2.0),
+    ],
+)
+def test_a_printed_curve_gets_a_step_pattern_that_reads_it(tmp_path: Path, line: str, step: int, loss: float) -> None:
+    advice, curve = _advised_curve(tmp_path, ["starting", line, "accuracy: 0.9"])
+    assert advice is not None and f"output.log prints {line!r}" in advice
+    assert curve == [(step, loss)]
+
+
+@pytest.mark.parametrize("line", ["accuracy: 0.9", "steps: 3 accuracy 0.9", "loss 0.2 at step 4", "restep 3 lossy 0.1"])
+def test_no_step_pattern_is_advised_for_lines_that_report_no_step_then_loss(tmp_path: Path, line: str) -> None:
+    assert _advised_curve(tmp_path, [line]) == (None, [])
+
+
+def test_no_advice_without_an_output_log(tmp_path: Path) -> None:
+    assert printed_curve_advice(tmp_path / "output.log") is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(st.integers(0, 10**6), min_size=1, max_size=5, unique=True),
+    word=st.sampled_from(["step", "Step", "iter", "global_step"]),
+    loss_word=st.sampled_from(["loss", "Loss", "train_loss"]),
+    separator=st.sampled_from([" ", ": ", "=", " = "]),
+    between=st.sampled_from([" ", ", ", " | ", " lr 0.001 "]),
+    value=st.floats(0.0, 1e6, allow_nan=False),
+)
+def test_the_advised_pattern_reads_every_printed_step(tmp_path_factory, steps, word, loss_word, separator, between, value):
+    lines = [f"{word}{separator}{step}{between}{loss_word}{separator}{value!r}" for step in steps]
+    advice, curve = _advised_curve(tmp_path_factory.mktemp("log"), lines)
+    assert advice is not None
+    assert curve == sorted((step, value) for step in steps)
