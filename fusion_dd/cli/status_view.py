@@ -88,7 +88,7 @@ def status_lines(state_dir: Path) -> list[str]:
             f"  state: stopped ({last_stop}); continue with "
             f"'fusion-dd resume --state-dir {display_path(state_dir)}{more}{_where_flags(state, budget=not more)}'"
         )
-    lines.append("  " + _estimate_text(state_dir))
+    lines.append("  " + _estimate_text(state_dir, stopped=pid is None))
     now = time.time()
     for trial, _, _ in running:
         lines.append(
@@ -167,15 +167,16 @@ def _occupancy(running: list[TrialState]) -> list[str]:
     return [f"    {host}: {', '.join(sorted(entries))}" for host, entries in sorted(hosts.items())]
 
 
-def _estimate_text(state_dir: Path) -> str:
-    """The trainings probably left and the finishing time (fusion_dd.coordinator.estimate), or why there is none."""
+def _estimate_text(state_dir: Path, stopped: bool = False) -> str:
+    """The trainings probably left and the finishing time (fusion_dd.coordinator.estimate), or why there is none;
+    ``stopped``: the time they would take once resumed, since nothing is finishing."""
     from ..coordinator.estimate import estimate_from_dir
 
     try:
         found = estimate_from_dir(state_dir)
     except Exception as exc:  # noqa: BLE001 - status must show the rest even when the estimate fails
         return f"estimate: none ({type(exc).__name__}: {exc})"
-    return found.text() if found is not None else "estimate: none (the training does not run)"
+    return found.text(stopped) if found is not None else "estimate: none (the training does not run)"
 
 
 def _how(status: dict) -> str:

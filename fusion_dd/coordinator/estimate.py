@@ -65,8 +65,12 @@ class Estimate:
         high = self.trainings_left if self.high is None else self.high
         return min(low, self.trainings_left), max(high, self.trainings_left)
 
-    def text(self) -> str:
-        """One line for people: the range, what it assumes, the budget's bound and the time."""
+    def text(self, stopped: bool = False) -> str:
+        """One line for people: the range, what it assumes, the budget's bound and the time.
+
+        ``stopped``: no coordinator runs the search, so there is no finishing
+        time, only the time the trainings left would take once it is resumed.
+        """
         if self.basis == "done":
             return "estimate: 0 trainings left (the search has its answer)"
         low, high = self.range
@@ -84,7 +88,9 @@ class Estimate:
         else:
             what = f"about {self.trainings_left} expected, {high} if one more culprit set shows up"
         line = f"estimate: {span} training(s) left ({what}; at most {self.budget_left} more by the budget)"
-        if self.finish_at is not None and self.seconds_left is not None:
+        if stopped and self.seconds_left is not None:
+            line += f", about {_duration(self.seconds_left)} of training once resumed"
+        elif self.finish_at is not None and self.seconds_left is not None:
             line += f", finishing in about {_duration(self.seconds_left)} (around {time.strftime('%H:%M', time.localtime(self.finish_at))})"
         return line
 

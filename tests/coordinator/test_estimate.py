@@ -233,3 +233,16 @@ def test_while_a_finished_search_localizes_the_estimate_counts_the_dumped_traini
         assert found.basis == ("localization" if truth else "done")
         assert ESTIMATE.search(found.text()), found.text()
     assert "the answer stands; the dumped trainings of localization" in estimate(records[: answered + 1], state_dir).text()
+
+
+def test_a_stopped_search_has_no_finishing_time_only_the_training_time_left(searched):
+    """Nothing finishes while no coordinator runs: "finishing around 12:28" would be a time that passes unmet."""
+    folder, _ = searched
+    records = read_records(folder / ".fusion-dd" / "journal.jsonl")
+    ends = [index + 1 for index, record in enumerate(records) if record["type"] == "trial_finished"]
+    found = estimate(records[: ends[2]], folder / ".fusion-dd")
+    assert found is not None and found.seconds_left is not None and found.range[1] > 0
+    assert "finishing in about" in found.text()
+    stopped = found.text(stopped=True)
+    assert "finishing" not in stopped and "around" not in stopped
+    assert stopped.endswith(" of training once resumed") and stopped.startswith(found.text().split(", finishing")[0])
