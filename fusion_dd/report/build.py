@@ -531,6 +531,16 @@ def _seconds(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 else f"{value:.1f}"
 
 
+#: Up to how many rules of the smallest failing configuration are named (more are counted).
+NAMED_SMALLEST = 5
+
+
+def smallest_failing_text(names: Sequence[str]) -> str:
+    """"3 rules on: A, B, C": a short failing configuration is where a user looks first, so it is named."""
+    count = f"{len(names)} rule{'' if len(names) == 1 else 's'} on"
+    return f"{count}: {', '.join(names)}" if len(names) <= NAMED_SMALLEST else count
+
+
 def cost_lines(report: Mapping[str, Any]) -> list[str]:
     """The summary's lines on what the search cost in accelerator time and what early passes did."""
     cost = report.get("cost") or {}
@@ -895,7 +905,7 @@ def summary_lines(report: dict[str, Any], state_dir: Path | None = None) -> list
             f"{'it' if len(hiding) == 1 else 'one of them'} cannot show; the fix holds either way)"
         )
     if report.get("smallest_failing") and report["status"] != "found":
-        lines.append(f"  smallest failing configuration so far: {len(report['smallest_failing'])} rules on")
+        lines.append(f"  smallest failing configuration so far: {smallest_failing_text(report['smallest_failing'])}")
     if report.get("flaky"):
         lines.append(
             f"  FLAKY: trainings disagreed {len(report.get('inconsistencies') or [])} time(s); the answer rests on "

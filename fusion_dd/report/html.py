@@ -29,7 +29,7 @@ from typing import Any
 
 from . import svg
 from ..store.state import LOCALIZE_ROLE, SearchState, TrialState, replay
-from .build import device_seconds_text, time_unit
+from .build import device_seconds_text, smallest_failing_text, time_unit
 from .trials import reference_words
 from .build import HTML_NAME as HTML_NAME  # the page's name, where the report's other files are named
 
@@ -629,7 +629,7 @@ def _answer(report: dict[str, Any]) -> list[str]:
             f"{_e(fix_statement(report))}.</p>"
         )
     elif report.get("smallest_failing"):
-        parts.append(f"<p>Smallest failing configuration so far: {len(report['smallest_failing'])} rules on.</p>")
+        parts.append(f"<p>Smallest failing configuration so far: {_e(smallest_failing_text(report['smallest_failing']))}.</p>")
     if report.get("continue_with"):
         parts.append(f"<p>Continue with <code>{_e(report['continue_with'])}</code></p>")
     for warning in report.get("warnings") or []:

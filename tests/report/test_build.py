@@ -14,7 +14,15 @@ import pytest
 import yaml
 
 from fusion_dd.config.settings import SearchConfig, load_config
-from fusion_dd.report.build import STATUS_TEXT, build_report, cost_lines, fix_verdict, summary_lines
+from fusion_dd.report.build import (
+    NAMED_SMALLEST,
+    STATUS_TEXT,
+    build_report,
+    cost_lines,
+    fix_verdict,
+    smallest_failing_text,
+    summary_lines,
+)
 from fusion_dd.core.rules import Rule, Section
 from fusion_dd.core.scoring import Preconditions, Threshold
 from fusion_dd.search.culprits import CulpritSearch, CulpritSet
@@ -236,3 +244,10 @@ def test_a_search_cut_off_by_its_budget_says_nothing_of_a_fix_it_did_not_hand_ov
     assert "a faster fix may exist" not in text
     found = "\n".join(summary_lines({**report, "status": "found"}))
     assert "the fix holds either way" in found and "a faster fix may exist" in found
+
+
+def test_a_short_smallest_failing_configuration_is_named_a_long_one_counted() -> None:
+    assert smallest_failing_text(["SoftmaxFusionPass"]) == "1 rule on: SoftmaxFusionPass"
+    assert smallest_failing_text(["A", "B"]) == "2 rules on: A, B"
+    many = [f"R{index}" for index in range(NAMED_SMALLEST + 1)]
+    assert smallest_failing_text(many) == f"{len(many)} rules on"
