@@ -458,8 +458,19 @@ def _load_document(path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UsageError(f"{path}{where}: not valid YAML ({problem})") from None
+        line = text.splitlines()[mark.line] if mark is not None and mark.line < len(text.splitlines()) else ""
+        raise UsageError(f"{path}{where}: not valid YAML ({problem}){_yaml_fix(problem, line)}") from None
     return document
+
+
+def _yaml_fix(problem: str, line: str) -> str:
+    """The fix of the two YAML mistakes a config's regexes and indentation make most."""
+    if "unknown escape character" in problem:
+        # metric.pattern: "accuracy: (\S+)" -- a backslash in double quotes is a YAML escape.
+        return "; a regex in double quotes needs every backslash doubled: write it in single quotes, e.g. 'accuracy[=:]\\s*(\\S+)'"
+    if "\t" in line and "cannot start any token" in problem:
+        return "; a tab: YAML indents with spaces only"
+    return ""
 
 
 

@@ -1,5 +1,6 @@
 """fusion-dd.yaml validation: every mistake is one line naming the key, exit code 2, nothing launched."""
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -201,6 +202,26 @@ def test_missing_config_file(tmp_path, capsys):
 def test_invalid_yaml_names_the_line(tmp_path):
     with pytest.raises(UsageError, match=r"fusion-dd.yaml:\d+: not valid YAML"):
         load_config(write(tmp_path, "rules:\n  GraphFusion: [A\ntrain: {}\n"))
+
+
+def test_a_regex_in_double_quotes_is_told_to_go_in_single_quotes(tmp_path):
+    text = 'rules:\n  GraphFusion: [SoftmaxFusionPass]\ntrain:\n  command: [python, t.py]\nmetric:\n  pattern: "accuracy: (\\S+)"\n'
+    with pytest.raises(UsageError) as info:
+        load_config(write(tmp_path, text))
+    message = str(info.value)
+    assert "fusion-dd.yaml:6: not valid YAML (found unknown escape character)" in message, message
+    advised = message.rsplit("e.g. ", 1)[1]
+    # The advice is valid YAML for the pattern the user meant.
+    pattern = load_config(write(tmp_path, text.replace('"accuracy: (\\S+)"', advised))).metric.pattern
+    assert re.search(pattern, "accuracy=0.5").group(1) == "0.5"
+
+
+def test_a_tab_in_the_indentation_is_named(tmp_path):
+    with pytest.raises(UsageError, match=r"fusion-dd.yaml:2: .*a tab: YAML indents with spaces only"):
+        load_config(write(tmp_path, "rules:\n\tGraphFusion: [A]\n"))
+    with pytest.raises(UsageError) as info:
+        load_config(write(tmp_path, "rules:\n  GraphFusion: [A\ntrain: {}\n"))
+    assert "indents with spaces" not in str(info.value)
 
 
 def test_base_cfg_missing_and_malformed(tmp_path):
