@@ -722,7 +722,11 @@ def render_html(
     for ident, title, picture, note in plots:
         body.append(f'<h2 id="h-{ident}">{_e(title)}</h2>')
         if picture is None:
-            body.append(f'<p class="note" id="plot-{ident}">No loss curves: the trials left no metrics.jsonl with steps and losses.</p>')
+            advice = (report.get("cost") or {}).get("steps_advice")
+            why = f"; {_e(advice)}" if advice else ""
+            body.append(
+                f'<p class="note" id="plot-{ident}">No loss curves: the trials left no metrics.jsonl with steps and losses{why}.</p>'
+            )
             continue
         body.append(f'<figure class="plot" id="plot-{ident}">{picture}<figcaption class="note">{_e(note)}</figcaption></figure>')
     body.append("<h2>Trials</h2>")

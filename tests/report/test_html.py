@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -222,3 +223,15 @@ def test_a_reference_stopped_on_a_nan_loss_says_so_in_the_facts(tmp_path):
     report.update({"all_on": None, "trials": [*(t for t in report["trials"] if t.get("role") != "all_on"), stopped]})
     text = html_report.render_html(report, records, tmp_path)
     assert "<th>all candidates on</th><td>fails, no metric (stopped early at step 40: loss nan)</td>" in text
+
+
+def test_a_page_without_loss_curves_says_how_to_read_the_printed_ones(tmp_path):
+    report, records = synthetic(tmp_path, 6)
+    (tmp_path / "trials" / "0003" / "metrics.jsonl").unlink()  # the one curve of the synthetic search
+    advice = "output.log prints 'step 4 loss 0.2': to read the loss curve from the output, set early_stop.step_pattern: 'x'"
+    plain = html_report.render_html(report, records, tmp_path)
+    assert "with steps and losses.</p>" in plain
+    report["cost"] = {"steps_advice": advice}
+    text = html_report.render_html(report, records, tmp_path)
+    note = text[text.index('id="plot-losses"') :].split("</p>", 1)[0]
+    assert note.endswith("with steps and losses; " + html.escape(advice) + "."), note
