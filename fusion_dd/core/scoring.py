@@ -443,8 +443,11 @@ def check_preconditions(
             detail = f"all candidates on reaches {all_on.value:.6g}, within the tolerance of the baseline {threshold.baseline:.6g}"
         else:
             detail = f"all candidates on gave no usable metric ({all_on.reason or all_on.kind})"
-        if len(all_on_votes) > 1:
+        if len(all_on_votes) > 1 and all_on.has_value:
             detail += f" ({all_on_votes.count(False)} of {len(all_on_votes)} all-on trainings did not fail)"
+        elif len(all_on_votes) > 1:
+            without = sum(not run.has_value for run in all_on_runs)
+            detail += f" ({without} of {len(all_on_runs)} all-on trainings ended without a metric)"
         inverted = goal_looks_inverted(threshold, all_on)
         if inverted is not None:
             detail = detail.replace(", within the tolerance of the baseline", ", better than the baseline")

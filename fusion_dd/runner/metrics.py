@@ -164,7 +164,8 @@ def classify(run: TrialRun, reading: MetricReading) -> tuple[Kind, str]:
     if run.exit_code == UNEVALUABLE_EXIT:
         return "unevaluable", f"exit code {UNEVALUABLE_EXIT}: the training cannot evaluate this configuration"
     if run.exit_code != 0:
-        return "crash", f"exit code {run.exit_code}"
+        last = last_output_line(Path(run.log_path))
+        return "crash", f"exit code {run.exit_code}" + (f"; output.log ends {last!r}" if last else "")
     if reading.value is None:
         return "no_metric", reading.detail
     return "metric", reading.detail
@@ -438,6 +439,30 @@ def _value_from_log(scan: _LogScan, spec: MetricSpec) -> tuple[float | None, str
         )
     plural = "match" if scan.matches == 1 else "matches"
     return value, f"{value:g} from output.log line {scan.last_line} (last of {scan.matches} {plural})"
+
+
+#: How much of the end of output.log :func:`last_output_line` reads, and how much of the line it keeps.
+LAST_LINE_TAIL_BYTES = 4096
+LAST_LINE_CHARS = 120
+
+
+def last_output_line(log: Path) -> str | None:
+    """The last non-empty line a crashed training printed: a Python traceback's exception, a CANN error code.
+
+    "exit code 1" alone sends the user to the trial's directory for every
+    crash; the line that says why is usually the last one.
+    """
+    try:
+        with log.open("rb") as handle:
+            size = handle.seek(0, io.SEEK_END)
+            handle.seek(max(0, size - LAST_LINE_TAIL_BYTES))
+            tail = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    line = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), None)
+    if line is None:
+        return None
+    return line if len(line) <= LAST_LINE_CHARS else line[: LAST_LINE_CHARS - 3] + "..."
 
 
 #: How much of the end of output.log is read for :func:`_printed_metric_hint`: where a final metric is printed.

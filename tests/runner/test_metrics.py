@@ -11,7 +11,15 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fusion_dd.core.errors import UsageError
-from fusion_dd.runner.metrics import MetricSpec, classify, parse_number, read_metric
+from fusion_dd.runner.metrics import (
+    LAST_LINE_CHARS,
+    LAST_LINE_TAIL_BYTES,
+    MetricSpec,
+    classify,
+    last_output_line,
+    parse_number,
+    read_metric,
+)
 from fusion_dd.runner.trial import TrialRun
 
 ACC = MetricSpec.from_text(r"accuracy: (\S+)")
@@ -187,7 +195,7 @@ def test_nonfinite_wins_whatever_the_exit_code(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "status, expected",
     [
-        ({"exit_code": 3}, ("crash", "exit code 3")),
+        ({"exit_code": 3}, ("crash", "exit code 3; output.log ends 'accuracy: 0.9'")),
         ({"exit_code": None, "signal": 9}, ("crash", "killed by signal 9 (SIGKILL)")),
         ({"exit_code": None, "error": "command not found: x"}, ("crash", "command not found: x")),
         ({"exit_code": None, "signal": 9, "timed_out": True}, ("timeout", "timed out after 30 s")),
@@ -349,3 +357,21 @@ def test_only_the_end_of_a_long_log_is_read_for_the_advice(tmp_path: Path) -> No
     assert "prints" not in read_metric(run, FROM_FILE).detail
     run = make_run(tmp_path / "late", filler * (HINT_TAIL_BYTES // 100 + 10) + "accuracy: 0.5\n")
     assert "prints 'accuracy: 0.5'" in read_metric(run, FROM_FILE).detail
+
+
+def test_a_crash_names_the_last_line_the_training_printed(tmp_path: Path) -> None:
+    traceback = "Traceback (most recent call last):\n  File 'train.py'\nRuntimeError: EZ9999 kernel launch failed\n\n  \n"
+    assert last_output_line(_log(tmp_path, traceback)) == "RuntimeError: EZ9999 kernel launch failed"
+    long = "x" * 1000
+    assert last_output_line(_log(tmp_path, "step 1\n" + long)) == "x" * (LAST_LINE_CHARS - 3) + "..."
+    # Only the end of the log is read: a line that began before it is cut, never read whole.
+    huge = "E" * (10 * LAST_LINE_TAIL_BYTES)
+    assert last_output_line(_log(tmp_path, huge)) == "E" * (LAST_LINE_CHARS - 3) + "..."
+    assert last_output_line(_log(tmp_path, "\n\n")) is None
+    assert last_output_line(tmp_path / "absent.log") is None
+
+
+def _log(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "output.log"
+    path.write_text(text)
+    return path

@@ -158,7 +158,8 @@ def test_nan_loss_is_nonfinite_even_with_exit_code_zero(tmp_path: Path) -> None:
 def test_a_crash_is_its_exit_code(tmp_path: Path) -> None:
     run = run_trial(make_spec(tmp_path, "--exit-code", "3"))
     assert (run.exit_code, run.signal, run.succeeded) == (3, None, False)
-    assert kind_of(run) == ("crash", "exit code 3")
+    # The reason carries the last line the training printed (the fake's stderr goes into output.log).
+    assert kind_of(run) == ("crash", "exit code 3; output.log ends 'simulated crash, exit code 3'")
 
 
 def test_no_metric(tmp_path: Path) -> None:
