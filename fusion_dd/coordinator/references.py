@@ -16,7 +16,7 @@ from typing import Any
 from ..core.scoring import Measurement, Preconditions, check_preconditions
 from ..runner.broken import TrainingBroken, diagnose_references, is_start_error
 from ..runner.early_stop import envelope, read_curve
-from ..runner.horizon import departure, horizon
+from ..runner.horizon import DEFAULT_FACTOR, departure, horizon
 from ..store.state import LOCALIZE_ROLE, ConfigKey, TrialState
 from .ports import Context
 from .required import RequiredPasses
@@ -266,8 +266,8 @@ class References:
                 "metric, so every search training runs to its end"
             )
         return (
-            f"the all-on training's loss left the baseline's band at step {departed_at}; the horizon of twice "
-            f"that would reach the training's end ({length} steps), so stopping early saves nothing"
+            f"the all-on training's loss left the baseline's band at step {departed_at}; the horizon, "
+            f"{DEFAULT_FACTOR:g} times that, would reach the training's end ({length} steps), so stopping early saves nothing"
         )
 
     def _curve_of(self, trial: TrialState, step_pattern: Any) -> list[tuple[int, float]]:

@@ -215,3 +215,12 @@ def test_a_damage_that_never_shows_in_the_loss_says_why_there_are_no_early_passe
     done = run_fusion_dd("search", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "early passes off: the all-on training's loss never left the baseline's band" in done.stderr, done.stderr
+
+
+def test_a_damage_seen_late_in_all_on_says_a_horizon_would_reach_the_end(tmp_path: Path) -> None:
+    write_config(tmp_path, "--culprits", CULPRIT, "--steps", "20", "--step-sleep", "0.01", "--damage-from", "12")
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stderr.splitlines() if line.startswith("early passes off:"))
+    assert "would reach the training's end (20 steps)" in line, line
+    assert not [trial for trial in report(tmp_path)["trials"] if trial.get("kind") == "early_pass"]
