@@ -5,6 +5,12 @@ run; two in a row on one device, while another device trains fine, mean the
 device is broken rather than the configuration. Such a device is journaled as
 retired and leaves the pool, so that the search does not blame configurations
 for it.
+
+A quick crash is held against its device only when the configuration is known
+to run: a training ran it, or one with all of its rules on and more (a fused
+kernel that crashes the training crashes every configuration that keeps its
+rule on; fewer rules on than a configuration that ran cannot add that crash). A culprit that crashes the training (``score.crash_is_failure``) then
+costs no device, whichever device its configurations land on.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from .ports import Context
 
 START_FAILURE_SECONDS = 30.0
 START_FAILURES_TO_RETIRE = 2
+#: The kinds of a training that ran: it reached a metric, or was stopped on its loss.
+RAN = frozenset({"metric", "nonfinite", "diverged", "early_pass", "early_fail"})
 
 
 class Devices:
@@ -77,6 +85,8 @@ class Devices:
             and (finished.get("duration") or 0.0) < START_FAILURE_SECONDS
             and trial.attempt == 1
         )
+        if failed_to_start and not self._runs(trial):
+            return  # the configuration's own failure, as far as anything shows: no evidence against the device
         with self._lock:
             if not failed_to_start:
                 self._start_failures[device] = 0
@@ -101,3 +111,12 @@ class Devices:
             if self._pool is not None:
                 self._pool.retire(device)
             self._context.events.message(f"warning: {reason}")
+
+    def _runs(self, failed: TrialState) -> bool:
+        """Did some training run this configuration, or one with all its rules on and more?"""
+        config = failed.config
+        return any(
+            trial.finished is not None and trial.finished.get("kind") in RAN and trial.config >= config
+            for trial in list(self._context.state.trials.values())
+            if trial is not failed
+        )
