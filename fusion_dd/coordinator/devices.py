@@ -9,8 +9,9 @@ for it.
 A quick crash is held against its device only when the configuration is known
 to run: a training ran it, or one with all of its rules on and more (a fused
 kernel that crashes the training crashes every configuration that keeps its
-rule on; fewer rules on than a configuration that ran cannot add that crash). A culprit that crashes the training (``score.crash_is_failure``) then
-costs no device, whichever device its configurations land on.
+rule on; fewer rules on than a configuration that ran cannot add that crash).
+A culprit that crashes the training (``score.crash_is_failure``) then costs no
+device, whichever device its configurations land on.
 """
 
 from __future__ import annotations

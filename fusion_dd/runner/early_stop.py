@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from ..core.errors import UsageError
 from .horizon import Baseline, PassAt, band_width
-from .metrics import LongLine, PieceCursor, parse_number
+from .metrics import LongLine, PieceCursor, last_match, log_tail, parse_number, shortened
 from .supervisor import LOG_FILE
 from .trial import METRICS_FILE
 
@@ -569,18 +569,23 @@ class LossCurveHook:
         if files.role not in CURVE_ROLES:
             # What the training cost in steps: the search's cost in training-steps (report.py).
             return {"last_step": curve[-1][0]} if curve else {}
-        if not curve and self.step_pattern is None:
-            # Read here, where the trial's files are: the coordinator may never see them.
-            advice = printed_curve_advice(Path(files.trial_dir) / LOG_FILE)
-            return {"curve": [], "last_step": None, **({"advice": advice} if advice else {})}
         if len(curve) > MAX_CURVE_POINTS:
             stride = len(curve) / MAX_CURVE_POINTS
             kept = {int(i * stride) for i in range(MAX_CURVE_POINTS)} | {len(curve) - 1}
             curve = [curve[i] for i in sorted(kept)]
-        return {"curve": [[step, loss] for step, loss in curve], "last_step": curve[-1][0] if curve else None}
+        facts: dict[str, Any] = {"curve": [[step, loss] for step, loss in curve], "last_step": curve[-1][0] if curve else None}
+        # Read here, where the trial's files are: the coordinator may never see them.
+        if not curve and self.step_pattern is None and (advice := printed_curve_advice(Path(files.trial_dir) / LOG_FILE)):
+            facts["advice"] = advice
+        return facts
 
 
 MAX_CURVE_POINTS = 5000
+#: The references whose whole curves are journaled: the baseline's is the band,
+#: the all-on one's departure from it sets the horizon of early passes.
+CURVE_ROLES = ("baseline", "all_on")
+
+
 #: How much of the end of output.log :func:`printed_curve_advice` reads.
 ADVICE_TAIL_BYTES = 64 * 1024
 #: A line that reports a step and a loss, as trainings print them ("step 40 loss 0.21", "Step: 40, Loss: 0.21",
@@ -600,26 +605,15 @@ def printed_curve_advice(log: Path) -> str | None:
     pattern with the words as the training spells them, checked to read that
     line (None when it would not, or when the end of the log prints no such line).
     """
-    try:
-        with log.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - ADVICE_TAIL_BYTES))
-            tail = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    found = next((hit for line in reversed(tail.splitlines()) if (hit := _PRINTED_STEP.search(line))), None)
+    tail = log_tail(log, ADVICE_TAIL_BYTES)
+    found = last_match(tail, _PRINTED_STEP) if tail is not None else None
     if found is None:
         return None
     pattern = f"{re.escape(found.group(1))}\\D{{0,20}}?(\\d+).*?{re.escape(found.group(3))}\\s*[=:]?\\s*([^\\s,;]+)"
     check = re.compile(pattern).search(found.string)
     if check is None or _step_of(check.group(1)) is None or parse_number(check.group(2)) is None:
         return None
-    line = found.string.strip()
-    shown = line if len(line) <= 80 else line[:77] + "..."
-    return f"{LOG_FILE} prints {shown!r}: to read the loss curve from the output, set early_stop.step_pattern: '{pattern}'"
-#: The references whose whole curves are journaled: the baseline's is the band,
-#: the all-on one's departure from it sets the horizon of early passes.
-CURVE_ROLES = ("baseline", "all_on")
+    return f"{LOG_FILE} prints {shortened(found.string)!r}: to read the loss curve from the output, set early_stop.step_pattern: '{pattern}'"
 
 
 __all__ = [

@@ -441,9 +441,36 @@ def _value_from_log(scan: _LogScan, spec: MetricSpec) -> tuple[float | None, str
     return value, f"{value:g} from output.log line {scan.last_line} (last of {scan.matches} {plural})"
 
 
+def log_tail(log: Path, size: int) -> str | None:
+    """The last ``size`` bytes of a training's log as text (None when it cannot be read).
+
+    The advice and reasons below read only the end of a log: they run for
+    every run without a metric or with a crash, on logs of any size.
+    """
+    try:
+        with log.open("rb") as handle:
+            end = handle.seek(0, io.SEEK_END)
+            handle.seek(max(0, end - size))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def last_match(tail: str, pattern: re.Pattern[str]) -> re.Match[str] | None:
+    """The match of ``pattern`` in the last line of ``tail`` that has one."""
+    return next((hit for line in reversed(tail.splitlines()) if (hit := pattern.search(line))), None)
+
+
+def shortened(line: str, limit: int = 80) -> str:
+    """A printed line as a reason quotes it: stripped, and cut with "..." beyond ``limit`` characters."""
+    line = line.strip()
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 #: How much of the end of output.log :func:`last_output_line` reads, and how much of the line it keeps.
 LAST_LINE_TAIL_BYTES = 4096
 LAST_LINE_CHARS = 120
+_NON_EMPTY = re.compile(r"\S")
 
 
 def last_output_line(log: Path) -> str | None:
@@ -452,17 +479,9 @@ def last_output_line(log: Path) -> str | None:
     "exit code 1" alone sends the user to the trial's directory for every
     crash; the line that says why is usually the last one.
     """
-    try:
-        with log.open("rb") as handle:
-            size = handle.seek(0, io.SEEK_END)
-            handle.seek(max(0, size - LAST_LINE_TAIL_BYTES))
-            tail = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    line = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), None)
-    if line is None:
-        return None
-    return line if len(line) <= LAST_LINE_CHARS else line[: LAST_LINE_CHARS - 3] + "..."
+    tail = log_tail(log, LAST_LINE_TAIL_BYTES)
+    found = last_match(tail, _NON_EMPTY) if tail is not None else None
+    return shortened(found.string, LAST_LINE_CHARS) if found is not None else None
 
 
 #: How much of the end of output.log is read for :func:`_printed_metric_hint`: where a final metric is printed.
@@ -483,19 +502,14 @@ def _printed_metric_hint(metrics: Path, log: Path, key: str) -> str:
     logs of any size.
     """
     written = "" if metrics.exists() else f" (the training wrote no {metrics.name})"
-    try:
-        with log.open("rb") as handle:
-            size = handle.seek(0, io.SEEK_END)
-            handle.seek(max(0, size - HINT_TAIL_BYTES))
-            tail = handle.read().decode("utf-8", "replace")
-    except OSError:
+    tail = log_tail(log, HINT_TAIL_BYTES)
+    if tail is None:
         return written
     printed = re.compile(rf"(?<![\w.])({re.escape(key)})\s*[=:]\s*[-+]?(?:\d|\.\d|nan|inf)", re.IGNORECASE)
-    found = next((hit for line in reversed(tail.splitlines()) if (hit := printed.search(line))), None)
+    found = last_match(tail, printed)
     if found is None:
         return written
-    line = found.string.strip()
-    shown = line if len(line) <= 80 else line[:77] + "..."
+    shown = shortened(found.string)
     # The key as the training spells it (case included), with any spaces before the separator.
     return (
         f"{written}; {log.name} prints {shown!r}: {PRINTED_METRIC_ADVICE}: "
