@@ -147,6 +147,9 @@ def test_a_session_killed_after_a_clean_stop_is_reported_as_killed_not_as_that_s
     assert "state: stopped (coordinator gone)" in status.stdout, status.stdout
     # The killed session's own cap, not a raised one as after a spent budget.
     assert status.stdout.split("continue with", 1)[1].splitlines()[0].endswith("--budget 40'"), status.stdout
+    # Nothing runs it: the time left, never a finishing time.
+    estimate = next(line.strip() for line in status.stdout.splitlines() if line.strip().startswith("estimate:"))
+    assert "finishing" not in estimate and estimate.endswith(" of training once resumed"), estimate
     rebuilt = json.loads(run_fusion_dd("report", "--json", cwd=tmp_path).stdout)
     assert rebuilt["status"] == "interrupted" and "killed or crashed" in rebuilt["message"]
 
