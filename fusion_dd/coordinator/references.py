@@ -251,7 +251,7 @@ class References:
         if length is None:
             cache = self._context.state.cache()
             baseline = [cache.get((self._required.names, repeat)) for repeat in range(self._context.config.score.baseline_repeats)]
-            facts = [((trial.finished or {}).get("artifacts") or {}).get("loss_curve") or {} for trial in baseline if trial]
+            facts = [trial.facts("loss_curve") for trial in baseline if trial]
             advice = next((fact["advice"] for fact in facts if isinstance(fact.get("advice"), str)), None)
             read = "metrics.jsonl" + (" or early_stop.step_pattern" if rule.step_pattern is not None else "")
             why = f"the baseline (all candidates off) left no loss curve (no step and loss in its {read})"
@@ -273,7 +273,7 @@ class References:
     def _curve_of(self, trial: TrialState, step_pattern: Any) -> list[tuple[int, float]]:
         """A baseline's loss curve as its hook journaled it; read from its files only for a journal
         written before curves were journaled."""
-        facts = ((trial.finished or {}).get("artifacts") or {}).get("loss_curve")
-        if isinstance(facts, dict) and "curve" in facts:
+        facts = trial.facts("loss_curve")
+        if "curve" in facts:
             return [(int(step), float(loss)) for step, loss in facts["curve"]]
         return read_curve(self._context.state_dir / trial.trial_dir, step_pattern)

@@ -202,8 +202,8 @@ def _curves(report: dict[str, Any], state: SearchState, state_dir: Path) -> list
         except (OSError, ValueError):
             curve = []
         if not curve:
-            facts = ((trial.finished or {}).get("artifacts") or {}).get("loss_curve")
-            if isinstance(facts, dict) and isinstance(facts.get("curve"), list):
+            facts = trial.facts("loss_curve")
+            if isinstance(facts.get("curve"), list):
                 curve = [(int(step), float(loss)) for step, loss in facts["curve"]]
         if curve:
             curves.append(

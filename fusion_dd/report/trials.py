@@ -88,7 +88,7 @@ def trial_steps(trial: TrialState) -> int | None:
     stop = finished.get("early_stop") or {}
     if isinstance(stop.get("step"), int):
         return int(stop["step"])
-    facts = _curve_fact(trial)
+    facts = trial.facts("loss_curve")
     if isinstance(facts.get("last_step"), int):
         return int(facts["last_step"])
     curve = facts.get("curve")
@@ -110,7 +110,7 @@ def search_cost(state: SearchState) -> dict[str, Any]:
         if trial.finished is not None
     )
     # A reference that printed its curve where the config does not read it says how to read it (LossCurveHook).
-    advice = next((text for trial in finished if isinstance(text := _curve_fact(trial).get("advice"), str)), None)
+    advice = next((text for trial in finished if isinstance(text := trial.facts("loss_curve").get("advice"), str)), None)
     stopped = [(trial, seconds) for trial in state.trials.values() if (seconds := cancelled_seconds(trial)) is not None]
     cancelled_seconds_total = sum(seconds * max(len(trial.device), 1) for trial, seconds in stopped)
     return {
@@ -124,11 +124,6 @@ def search_cost(state: SearchState) -> dict[str, Any]:
         "cancelled_device_seconds": round(cancelled_seconds_total, 1),
         **({"steps_advice": advice} if advice and len(known) < len(steps) else {}),
     }
-
-
-def _curve_fact(trial: TrialState) -> dict[str, Any]:
-    facts = ((trial.finished or {}).get("artifacts") or {}).get("loss_curve")
-    return facts if isinstance(facts, dict) else {}
 
 
 def _end_seen(cancel: dict[str, Any]) -> bool:

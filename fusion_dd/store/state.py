@@ -173,6 +173,11 @@ class TrialState:
     def key(self) -> ConfigKey:
         return (self.config, self.repeat)
 
+    def facts(self, hook: str) -> dict[str, Any]:
+        """What the artifact hook named ``hook`` journaled when this training ended ({} when nothing)."""
+        facts = ((self.finished or {}).get("artifacts") or {}).get(hook)
+        return facts if isinstance(facts, dict) else {}
+
     @property
     def log(self) -> str | None:
         """The training's log, relative to the state directory: journaled when it is not the usual one."""
