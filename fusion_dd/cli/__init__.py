@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from .. import __version__
 from ..config.settings import (
@@ -48,7 +49,26 @@ from ..runner.trial import PLACEHOLDERS, resolve_relative, substitute, substitut
 if TYPE_CHECKING:
     from ..coordinator.engine import SearchResult
 
+class _HelpAsFlag:
+    """``--help`` shown as the flag it is: typer 0.29 prints ``--help <bool>`` on every help page otherwise."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None and not option.metavar:
+            option.metavar = ""
+        return option
+
+
+class _Group(_HelpAsFlag, TyperGroup):
+    pass
+
+
+class _Command(_HelpAsFlag, TyperCommand):
+    pass
+
+
 app = typer.Typer(
+    cls=_Group,
     name="fusion-dd",
     help="Find the operator-fusion rules that break a network's accuracy, by delta debugging over real trainings.",
     add_completion=False,
@@ -500,7 +520,7 @@ def _dry_run_guide(config: SearchConfig) -> None:
             echo(f"  {line}")
 
 
-@app.command()
+@app.command(cls=_Command)
 def search(
     config: Optional[Path] = ConfigOption,
     budget: Optional[int] = BudgetOption,
@@ -543,7 +563,7 @@ def _resume_config(state_dir: Path, config_path: Path | None, purpose: str = "re
     return parse_started_config(start, state_dir)
 
 
-@app.command()
+@app.command(cls=_Command)
 def resume(
     state_dir: Optional[Path] = StateDirOption,
     budget: Optional[int] = BudgetOption,
@@ -585,7 +605,7 @@ def _default_state_dir(config_path: Path | None) -> Path:
     return Path(".fusion-dd")
 
 
-@app.command()
+@app.command(cls=_Command)
 def localize(
     state_dir: Optional[Path] = StateDirOption,
     budget: Optional[int] = BudgetOption,
@@ -604,7 +624,7 @@ def localize(
     raise typer.Exit(result.exit_code or (ExitCode.BUDGET if missing else ExitCode.OK))
 
 
-@app.command()
+@app.command(cls=_Command)
 def status(
     state_dir: Optional[Path] = StateDirOption,
     config: Optional[Path] = ConfigOption,
@@ -615,7 +635,7 @@ def status(
         typer.echo(line)
 
 
-@app.command()
+@app.command(cls=_Command)
 def report(
     state_dir: Optional[Path] = StateDirOption,
     config: Optional[Path] = ConfigOption,
@@ -629,7 +649,7 @@ def report(
     raise typer.Exit(run_report(directory, html=html, as_json=as_json))
 
 
-@app.command()
+@app.command(cls=_Command)
 def rules(
     sources: Optional[list[Path]] = typer.Argument(
         None,
@@ -762,7 +782,7 @@ def _autofuse_enabled() -> bool:
     return user_enables_autofuse(os.environ.get(FLAGS_ENV))
 
 
-@app.command(help=COMPARE_HELP)
+@app.command(cls=_Command, help=COMPARE_HELP)
 def compare(
     on: Path = typer.Option(..., "--on", help="Dump directory of the fusion-on run."),
     off: Path = typer.Option(..., "--off", help="Dump directory of the fusion-off (or fix) run."),
@@ -790,7 +810,7 @@ def compare(
     )
 
 
-@app.command()
+@app.command(cls=_Command)
 def init(
     sources: list[Path] = typer.Option(
         [], "--from", metavar="<path>", help="Artifacts to take the candidate rules from (repeatable)."
@@ -850,7 +870,7 @@ def init(
     typer.echo(f"wrote {output} ({len(found)} candidate rules); check it with: fusion-dd search --dry-run -c {output}")
 
 
-@app.command()
+@app.command(cls=_Command)
 def demo(
     scenario: Optional[str] = typer.Option(None, "--scenario", help="Which planted fault (see --list-scenarios)."),
     list_scenarios: bool = _flag("--list-scenarios", help="Describe the scenarios and exit."),

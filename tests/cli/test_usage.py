@@ -51,6 +51,18 @@ def test_a_flag_is_shown_without_a_value_in_the_help(tmp_path: Path, command: st
     assert "<bool>" not in line and "BOOLEAN" not in line and "list[" not in line, line
 
 
+def test_help_itself_is_shown_as_a_flag_on_every_help_page(tmp_path: Path) -> None:
+    # The same typer 0.29 habit gave "--help <bool>" on every page, the root's included.
+    from fusion_dd.cli import app
+
+    pages = [[]] + [[command.name or command.callback.__name__] for command in app.registered_commands]
+    for page in pages:
+        completed = _run([*page, "--help"], tmp_path)
+        assert completed.returncode == 0, completed.stderr
+        line = next(line for line in completed.stdout.splitlines() if "--help" in line)
+        assert "Show this message" in line and "<bool>" not in line and "BOOLEAN" not in line, (page, line)
+
+
 def test_bare_command_prints_help_and_succeeds(tmp_path: Path) -> None:
     completed = _run([], tmp_path)
     assert completed.returncode == 0, completed.stderr
