@@ -476,7 +476,7 @@ def _hooks(config: SearchConfig, context: Context) -> list[Any]:
     """What reads a training's files when it ends: the backend's artifacts, the loss curve, the speed."""
     hooks: list[Any] = list(context.backend.hooks(context.rules))
     if config.early_stop is not None and config.early_stop.active and config.score.baseline_metric is None:
-        hooks.append(LossCurveHook(config.early_stop.step_pattern))
+        hooks.append(LossCurveHook(config.early_stop.step_pattern, config.early_stop.read_output))
     if config.metric.speed_pattern is not None:
         hooks.append(SpeedHook(re.compile(config.metric.speed_pattern)))
     return hooks

@@ -10,12 +10,14 @@ decides, so that one unlucky training never refuses the search.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..core.scoring import Measurement, Preconditions, check_preconditions
 from ..runner.broken import TrainingBroken, diagnose_references, is_start_error
-from ..runner.early_stop import envelope, read_curve
+from ..runner.early_stop import EarlyStopRule, envelope, read_curve
 from ..runner.horizon import DEFAULT_FACTOR, departure, horizon
 from ..store.state import LOCALIZE_ROLE, ConfigKey, TrialState
 from .ports import Context
@@ -40,6 +42,10 @@ class References:
         # Early passes (fusion_dd.runner.horizon): the step at which a search training still inside the
         # baseline's band counts as a pass.
         self.horizon: int | None = None
+        # The early_stop.step_pattern the baseline's output named (LossCurveHook), when the config gives none:
+        # every later training's printed curve is read with it.
+        self.step_pattern: str | None = None
+        self._printed: str | None = None  # the printed line it was made from
         self._horizon_said = False
 
     def role_of(self, key: ConfigKey) -> str:
@@ -200,8 +206,19 @@ class References:
         cache = self._context.state.cache()
         keys = [(self._required.names, repeat) for repeat in range(config.score.baseline_repeats)]
         if all(key in cache for key in keys):
+            if rule.step_pattern is None and rule.read_output:
+                named = [facts for key in keys if isinstance((facts := cache[key].facts("loss_curve")).get("step_pattern"), str)]
+                if named:
+                    self.step_pattern, self._printed = named[0]["step_pattern"], named[0].get("printed")
             self.baseline_curve = envelope(self._curve_of(cache[key], rule.step_pattern) for key in keys)
             self._load_horizon(rule)
+
+    def early_stop_rule(self) -> EarlyStopRule | None:
+        """The config's early-stop rule, reading printed curves with the pattern the baseline's output named."""
+        rule = self._context.config.early_stop
+        if rule is None or self.step_pattern is None or rule.step_pattern is not None:
+            return rule
+        return replace(rule, step_pattern=re.compile(self.step_pattern))
 
     def quiet_horizon(self) -> None:
         """Say nothing of the horizon: a session that only localizes a finished search asks no question."""
@@ -237,6 +254,11 @@ class References:
         if self._horizon_said or state.early_revised_round is not None or rule.pass_at.off:
             return
         self._horizon_said = True
+        if self.step_pattern is not None:
+            self._context.events.message(
+                f"loss curves: read from output.log ({self._printed!r}) with early_stop.step_pattern "
+                f"'{self.step_pattern}'; set early_stop.step_pattern to read them another way, or off"
+            )
         if self.horizon is not None:
             self._context.events.message(
                 f"early passes: a search training whose loss stays inside the baseline's band up to step "
@@ -253,9 +275,14 @@ class References:
             baseline = [cache.get((self._required.names, repeat)) for repeat in range(self._context.config.score.baseline_repeats)]
             facts = [trial.facts("loss_curve") for trial in baseline if trial]
             advice = next((fact["advice"] for fact in facts if isinstance(fact.get("advice"), str)), None)
-            read = "metrics.jsonl" + (" or early_stop.step_pattern" if rule.step_pattern is not None else "")
+            if rule.step_pattern is not None:
+                read = "metrics.jsonl or early_stop.step_pattern"
+            elif rule.read_output:
+                read = "metrics.jsonl, no 'step N ... loss X' line in its output.log"
+            else:
+                read = "metrics.jsonl; early_stop.step_pattern: off reads no output"
             why = f"the baseline (all candidates off) left no loss curve (no step and loss in its {read})"
-            return f"{why}; {advice}" if advice else why
+            return f"{why}; {advice}" if advice else why  # advice: journals of versions that did not read output
         if not rule.pass_at.auto:
             return f"early_stop.pass_at {rule.pass_at.to_json()} reaches the training's end ({length} steps): nothing to save"
         if not all_on:

@@ -209,7 +209,7 @@ class LauncherTrainer:
         early failure (a divergence the user set still stops it).
         """
         config = self._context.config
-        rule = config.early_stop
+        rule = self._references.early_stop_rule()
         horizon = self._references.horizon
         if (
             rule is None

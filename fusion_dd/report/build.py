@@ -488,9 +488,11 @@ def _add_early_stop_savings(report: dict[str, Any], config: SearchConfig, state:
     last_step = duration = None
     if baseline is not None and baseline.finished is not None:
         duration = baseline.finished.get("duration")
-        rule = config.early_stop
-        curve = read_curve(config.state_dir / baseline.trial_dir, rule.step_pattern if rule is not None else None)
-        last_step = curve[-1][0] if curve else None
+        last_step = _trial_steps(baseline)
+        if last_step is None:  # a journal from before the baseline's curve was journaled
+            rule = config.early_stop
+            curve = read_curve(config.state_dir / baseline.trial_dir, rule.step_pattern if rule is not None else None)
+            last_step = curve[-1][0] if curve else None
     for entry in report["trials"]:
         stop = stopped.get(entry["trial_id"])
         if stop is not None:

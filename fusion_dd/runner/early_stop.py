@@ -68,7 +68,9 @@ class EarlyStopRule:
     in a row (at distinct steps) are needed, because single spikes are normal.
     ``start_step`` skips the noisy first steps for the divergence check (never
     for NaN). ``step_pattern`` (two groups: step, loss) additionally reads the
-    reports from the training's output, for trainings that write no metrics file.
+    reports from the training's output, for trainings that write no metrics file;
+    without one, ``read_output`` lets the references' output name the pattern
+    (:func:`printed_step_pattern`), which then reads every later training's.
 
     ``pass_at`` is the user's setting for speculative early passes
     (:mod:`fusion_dd.runner.horizon`); ``pass_step`` the horizon the engine
@@ -87,6 +89,7 @@ class EarlyStopRule:
     relative: bool = False
     patience: int = 3
     step_pattern: re.Pattern[str] | None = None
+    read_output: bool = True
     start_step: int = 0
     pass_at: PassAt = PassAt()
     pass_step: int | None = None
@@ -146,9 +149,13 @@ class EarlyStopRule:
         pass_at = PassAt.parse(section.get("pass_at", "auto"), f"{where}.pass_at")
         pattern = section.get("step_pattern")
         compiled = None
-        if pattern is not None:
+        read_output = pattern is not False and pattern != "off"  # YAML reads a bare off as false
+        if pattern is not None and read_output:
             if not isinstance(pattern, str):
-                raise UsageError(f"{where}.step_pattern: must be a string such as 'step (\\d+) loss (\\S+)'")
+                raise UsageError(
+                    f"{where}.step_pattern: must be a string such as 'step (\\d+) loss (\\S+)', "
+                    "or off to read no loss from the output"
+                )
             try:
                 compiled = re.compile(pattern)
             except re.error as exc:
@@ -162,7 +169,7 @@ class EarlyStopRule:
                 )
         return cls(
             nan=nan, divergence=divergence, relative=relative, patience=patience,
-            step_pattern=compiled, start_step=start_step, pass_at=pass_at,
+            step_pattern=compiled, read_output=read_output, start_step=start_step, pass_at=pass_at,
         )
 
 
@@ -557,15 +564,29 @@ class LossCurveHook:
     a journaled fact it survives resume without reading the baseline's files
     again (and without them being on the coordinator's disk). At most
     ``MAX_CURVE_POINTS`` points are kept, evenly spread, the last one included.
+
+    A training that prints its curve (``step 40 loss 0.21``) but writes no
+    metrics file is read with the pattern its own output names when the config
+    gives none (``read_output``): the fact ``step_pattern`` says which, so that
+    the engine reads the later trainings' output the same way, and the printed
+    line it was made from (``printed``) is what the user is shown.
     """
 
     name = "loss_curve"
 
-    def __init__(self, step_pattern: re.Pattern[str] | None = None) -> None:
+    def __init__(self, step_pattern: re.Pattern[str] | None = None, read_output: bool = True) -> None:
         self.step_pattern = step_pattern
+        self.read_output = read_output
 
     def collect(self, files: Any) -> dict[str, Any]:
+        # Read here, where the trial's files are: the coordinator may never see them.
         curve = read_curve(files.trial_dir, self.step_pattern)
+        found: dict[str, Any] = {}
+        if not curve and self.step_pattern is None and self.read_output:
+            printed = printed_step_pattern(Path(files.trial_dir) / LOG_FILE)
+            if printed is not None:
+                curve = read_curve(files.trial_dir, re.compile(printed[0]))
+                found = {"step_pattern": printed[0], "printed": printed[1]} if curve else {}
         if files.role not in CURVE_ROLES:
             # What the training cost in steps: the search's cost in training-steps (report.py).
             return {"last_step": curve[-1][0]} if curve else {}
@@ -573,11 +594,7 @@ class LossCurveHook:
             stride = len(curve) / MAX_CURVE_POINTS
             kept = {int(i * stride) for i in range(MAX_CURVE_POINTS)} | {len(curve) - 1}
             curve = [curve[i] for i in sorted(kept)]
-        facts: dict[str, Any] = {"curve": [[step, loss] for step, loss in curve], "last_step": curve[-1][0] if curve else None}
-        # Read here, where the trial's files are: the coordinator may never see them.
-        if not curve and self.step_pattern is None and (advice := printed_curve_advice(Path(files.trial_dir) / LOG_FILE)):
-            facts["advice"] = advice
-        return facts
+        return {"curve": [[step, loss] for step, loss in curve], "last_step": curve[-1][0] if curve else None, **found}
 
 
 MAX_CURVE_POINTS = 5000
@@ -586,8 +603,8 @@ MAX_CURVE_POINTS = 5000
 CURVE_ROLES = ("baseline", "all_on")
 
 
-#: How much of the end of output.log :func:`printed_curve_advice` reads.
-ADVICE_TAIL_BYTES = 64 * 1024
+#: How much of the end of output.log :func:`printed_step_pattern` reads.
+PRINTED_TAIL_BYTES = 64 * 1024
 #: A line that reports a step and a loss, as trainings print them ("step 40 loss 0.21", "Step: 40, Loss: 0.21",
 #: "global_step 40 train_loss 0.21").
 _PRINTED_STEP = re.compile(
@@ -596,24 +613,25 @@ _PRINTED_STEP = re.compile(
 )
 
 
-def printed_curve_advice(log: Path) -> str | None:
-    """The ``early_stop.step_pattern`` that reads the loss curve a training prints but does not write.
+def printed_step_pattern(log: Path) -> tuple[str, str] | None:
+    """The ``early_stop.step_pattern`` that reads the loss curve a training prints, and the line it is made from.
 
-    Without it a reference's curve comes from metrics.jsonl alone, and a
-    training that only prints ``step 40 loss 0.21`` leaves none: no early
-    passes, no training-steps in the cost. The advice names the line and a
-    pattern with the words as the training spells them, checked to read that
-    line (None when it would not, or when the end of the log prints no such line).
+    Made from the last such line of the end of the log, with the words as the
+    training spells them (``Step``, ``global_step``, ``train_loss``), each a
+    whole word, so that ``val_loss`` is not read as ``loss``; checked to read
+    that line. None when the log prints no such line or the pattern would not
+    read it.
     """
-    tail = log_tail(log, ADVICE_TAIL_BYTES)
+    tail = log_tail(log, PRINTED_TAIL_BYTES)
     found = last_match(tail, _PRINTED_STEP) if tail is not None else None
     if found is None:
         return None
-    pattern = f"{re.escape(found.group(1))}\\D{{0,20}}?(\\d+).*?{re.escape(found.group(3))}\\s*[=:]?\\s*([^\\s,;]+)"
+    step, loss = (re.escape(found.group(index)) for index in (1, 3))
+    pattern = f"(?<![\\w.]){step}\\D{{0,20}}?(\\d+).*?(?<![\\w.]){loss}\\s*[=:]?\\s*([^\\s,;]+)"
     check = re.compile(pattern).search(found.string)
     if check is None or _step_of(check.group(1)) is None or parse_number(check.group(2)) is None:
         return None
-    return f"{LOG_FILE} prints {shortened(found.string)!r}: to read the loss curve from the output, set early_stop.step_pattern: '{pattern}'"
+    return pattern, shortened(found.string)
 
 
 __all__ = [
@@ -628,6 +646,6 @@ __all__ = [
     "envelope",
     "estimate_savings",
     "make_monitor",
-    "printed_curve_advice",
+    "printed_step_pattern",
     "read_curve",
 ]

@@ -188,26 +188,27 @@ def test_a_culprit_set_that_passes_its_full_training_alone_withdraws_the_early_f
                for trial in found["trials"])  # fmt: skip
 
 
-def test_a_curve_printed_but_not_written_is_said_with_the_step_pattern_that_reads_it(tmp_path: Path) -> None:
+def test_a_curve_printed_but_not_written_is_read_from_the_output_with_the_pattern_it_names(tmp_path: Path) -> None:
     config = write_config(tmp_path, "--culprits", CULPRIT, *CURVE, "--no-metrics-file")
-    blind = run_fusion_dd("search", cwd=tmp_path)
-    assert blind.returncode == 0, blind.stderr
-    off = next(line for line in blind.stderr.splitlines() if line.startswith("early passes off:"))
-    assert "left no loss curve" in off and "output.log prints 'step 40 loss" in off, off
-    assert not [trial for trial in report(tmp_path)["trials"] if trial.get("kind") == "early_pass"]
-    cost = next(line for line in blind.stdout.splitlines() if line.strip().startswith("cost:"))
-    assert "reported no steps (output.log prints" in cost, blind.stdout
-    # The advice as a user would paste it into the file: the curve is read, early passes save steps.
-    document = yaml.safe_load(config.read_text())
-    document["early_stop"] = {"step_pattern": yaml.safe_load(off.rsplit("set early_stop.step_pattern: ", 1)[1])}
-    config.write_text(yaml.safe_dump(document))
-    read = run_fusion_dd("search", "--restart", cwd=tmp_path)
+    read = run_fusion_dd("search", cwd=tmp_path)
     assert read.returncode == 0, read.stderr
-    assert "early passes off" not in read.stderr and "early passes: a search training" in read.stderr, read.stderr
+    said = next(line for line in read.stderr.splitlines() if line.startswith("loss curves: read from output.log"))
+    assert "('step 40 loss" in said and "early_stop.step_pattern '" in said, said
+    assert "early passes: a search training" in read.stderr, read.stderr
     found = report(tmp_path)
     assert culprits(found) == [[CULPRIT]] and found["fix_verified"]
     assert [trial for trial in found["trials"] if trial.get("kind") == "early_pass"]
     assert found["cost"]["steps_unknown"] == 0 and "steps_advice" not in found["cost"]
+    # step_pattern: off reads no output (the named pattern itself is tested in tests/runner/test_early_stop.py).
+    document = yaml.safe_load(config.read_text())
+    document["early_stop"] = {"step_pattern": "off"}
+    config.write_text(yaml.safe_dump(document))
+    again = run_fusion_dd("search", "--restart", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "loss curves: read from output.log" not in again.stderr and culprits(report(tmp_path)) == [[CULPRIT]]
+    off = next(line for line in again.stderr.splitlines() if line.startswith("early passes off:"))
+    assert "step_pattern: off reads no output" in off, off
+    assert not [trial for trial in report(tmp_path)["trials"] if trial.get("kind") == "early_pass"]
 
 
 def test_a_damage_that_never_shows_in_the_loss_says_why_there_are_no_early_passes(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from fusion_dd.runner.early_stop import (
     envelope,
     estimate_savings,
     make_monitor,
-    printed_curve_advice,
+    printed_step_pattern,
     read_curve,
 )
 from fusion_dd.runner.metrics import MetricSpec, classify, read_metric
@@ -295,6 +295,10 @@ def test_rule_from_config() -> None:
     assert (rule.divergence, rule.relative, rule.patience, rule.start_step) == (0.5, True, 5, 100)
     assert rule.step_pattern is not None and rule.step_pattern.pattern == r"step (\d+) loss (\S+)"
     assert EarlyStopRule.from_config({"divergence": 1}).divergence == 1.0
+    # Without a step_pattern the output may name one; off (YAML's false too) reads no output.
+    assert EarlyStopRule.from_config({}).read_output and rule.step_pattern is not None
+    for off in ("off", False):
+        assert not EarlyStopRule.from_config({"step_pattern": off}).read_output
     assert make_monitor(".", EarlyStopRule(nan=False)) is None
     assert make_monitor(".", None) is None
     assert isinstance(make_monitor(".", EarlyStopRule()), TrialFollower)
@@ -310,6 +314,7 @@ def test_rule_from_config() -> None:
         ({"nan": "yes"}, "early_stop.nan: 'yes' is not valid; use true or false"),
         ({"step_pattern": "step (\\d+"}, "is not a valid regular expression"),
         ({"step_pattern": r"loss (\S+)"}, "needs two groups, step then loss"),
+        ({"step_pattern": 3}, "early_stop.step_pattern: must be a string such as"),
         ({"start_step": -3}, "early_stop.start_step: -3 is not valid"),
         ("on", "early_stop: must be a mapping"),
     ],
@@ -610,16 +615,14 @@ def test_log_reports_in_a_line_without_end_are_found_once_across_reads(tmp_path,
     assert reports == [(step, pytest.approx(round(1.0 / (step + 1), 3))) for step in range(40)]
 
 
-def _advised_curve(directory: Path, lines: list[str]) -> tuple[str | None, list[tuple[int, float]]]:
-    """The advice for an output.log of ``lines``, and the curve its pattern reads from that log."""
+def _printed_curve(directory: Path, lines: list[str]) -> tuple[tuple[str, str] | None, list[tuple[int, float]]]:
+    """The step pattern an output.log of ``lines`` names (with its line), and the curve it reads from that log."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "output.log").write_text("".join(line + "\n" for line in lines))
-    advice = printed_curve_advice(directory / "output.log")
-    if advice is None:
+    found = printed_step_pattern(directory / "output.log")
+    if found is None:
         return None, []
-    pattern = advice.rsplit("set early_stop.step_pattern: ", 1)[1]
-    assert pattern[0] == pattern[-1] == "'"
-    return advice, read_curve(directory, re.compile(pattern[1:-1]))
+    return found, read_curve(directory, re.compile(found[0]))
 
 
 @pytest.mark.parametrize(
@@ -632,19 +635,41 @@ def _advised_curve(directory: Path, lines: list[str]) -> tuple[str | None, list[
         ("global_step=7 | loss: 2", 7, 2.0),
     ],
 )
-def test_a_printed_curve_gets_a_step_pattern_that_reads_it(tmp_path: Path, line: str, step: int, loss: float) -> None:
-    advice, curve = _advised_curve(tmp_path, ["starting", line, "accuracy: 0.9"])
-    assert advice is not None and f"output.log prints {line!r}" in advice
+def test_a_printed_curve_names_a_step_pattern_that_reads_it(tmp_path: Path, line: str, step: int, loss: float) -> None:
+    found, curve = _printed_curve(tmp_path, ["starting", line, "accuracy: 0.9"])
+    assert found is not None and found[1] == line
     assert curve == [(step, loss)]
 
 
 @pytest.mark.parametrize("line", ["accuracy: 0.9", "steps: 3 accuracy 0.9", "loss 0.2 at step 4", "restep 3 lossy 0.1"])
-def test_no_step_pattern_is_advised_for_lines_that_report_no_step_then_loss(tmp_path: Path, line: str) -> None:
-    assert _advised_curve(tmp_path, [line]) == (None, [])
+def test_no_step_pattern_for_lines_that_report_no_step_then_loss(tmp_path: Path, line: str) -> None:
+    assert _printed_curve(tmp_path, [line]) == (None, [])
 
 
-def test_no_advice_without_an_output_log(tmp_path: Path) -> None:
-    assert printed_curve_advice(tmp_path / "output.log") is None
+def test_no_step_pattern_without_an_output_log(tmp_path: Path) -> None:
+    assert printed_step_pattern(tmp_path / "output.log") is None
+
+
+def test_the_named_pattern_reads_the_training_loss_not_a_validation_loss_on_other_lines(tmp_path: Path) -> None:
+    lines = ["step 1 loss 0.5", "step 1 val_loss 0.9", "step 2 loss 0.4", "step 2 eval.loss 0.8", "step 3 loss 0.3"]
+    found, curve = _printed_curve(tmp_path, lines)
+    assert found is not None and curve == [(1, 0.5), (2, 0.4), (3, 0.3)]
+
+
+def test_the_hook_reads_a_printed_curve_and_journals_the_pattern_it_used(tmp_path: Path) -> None:
+    from fusion_dd.core.hooks import TrialFiles
+    from fusion_dd.runner.early_stop import LossCurveHook
+
+    (tmp_path / "output.log").write_text("".join(f"Step {step}: loss={1.0 / step:.3f}\n" for step in range(1, 6)))
+    facts = LossCurveHook().collect(TrialFiles(tmp_path, frozenset(), "baseline"))
+    assert facts["curve"] == [[1, 1.0], [2, 0.5], [3, 0.333], [4, 0.25], [5, 0.2]]
+    assert facts["printed"] == "Step 5: loss=0.200" and re.compile(facts["step_pattern"]).search("Step 9: loss=1")
+    assert LossCurveHook().collect(TrialFiles(tmp_path, frozenset(), "search")) == {"last_step": 5}
+    # step_pattern: off reads no output; a metrics file, when there is one, wins over the output.
+    assert LossCurveHook(read_output=False).collect(TrialFiles(tmp_path, frozenset(), "baseline"))["curve"] == []
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 9, "loss": 0.1}) + "\n")
+    facts = LossCurveHook().collect(TrialFiles(tmp_path, frozenset(), "baseline"))
+    assert facts["curve"] == [[9, 0.1]] and "step_pattern" not in facts
 
 
 @settings(max_examples=60, deadline=None)
@@ -656,8 +681,8 @@ def test_no_advice_without_an_output_log(tmp_path: Path) -> None:
     between=st.sampled_from([" ", ", ", " | ", " lr 0.001 "]),
     value=st.floats(0.0, 1e6, allow_nan=False),
 )
-def test_the_advised_pattern_reads_every_printed_step(tmp_path_factory, steps, word, loss_word, separator, between, value):
+def test_the_named_pattern_reads_every_printed_step(tmp_path_factory, steps, word, loss_word, separator, between, value):
     lines = [f"{word}{separator}{step}{between}{loss_word}{separator}{value!r}" for step in steps]
-    advice, curve = _advised_curve(tmp_path_factory.mktemp("log"), lines)
-    assert advice is not None
+    found, curve = _printed_curve(tmp_path_factory.mktemp("log"), lines)
+    assert found is not None
     assert curve == sorted((step, value) for step in steps)
