@@ -353,11 +353,14 @@ class _Reader:
             raise self.error(key, f"must be a mapping, got {type(value).__name__}")
         return value
 
-    def number(self, value: Any, key: str, *, positive: bool = False) -> float:
+    def number(self, value: Any, key: str, *, positive: bool = False, unit: str = "") -> float:
+        """A finite number; ``unit`` (e.g. "seconds, e.g. 14400 for 4 hours") follows the error, for
+        values such as ``4h`` that a user may write for a duration."""
+        hint = f" ({unit})" if unit else ""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise self.error(key, f"must be a number, got {value!r}")
+            raise self.error(key, f"must be a number{hint}, got {value!r}")
         if positive and value <= 0:
-            raise self.error(key, f"must be a positive number, got {value!r}")
+            raise self.error(key, f"must be a positive number{hint}, got {value!r}")
         return float(value)
 
     def integer(self, value: Any, key: str, *, minimum: int) -> int:
@@ -956,12 +959,14 @@ def _read_train(reader: _Reader, section: Mapping[str, Any], default_device_env:
         env[name] = str(value).lower() if isinstance(value, bool) else str(value)
         _check_placeholders(reader, env[name], f"train.env.{name}")
     timeout_raw = section.get("timeout", 14400)
-    timeout = None if timeout_raw is None else reader.number(timeout_raw, "train.timeout", positive=True)
+    timeout = None if timeout_raw is None else reader.number(
+        timeout_raw, "train.timeout", positive=True, unit="seconds, e.g. 14400 for 4 hours; null for none"
+    )
     devices = parse_devices(section.get("devices", [0]), "train.devices", reader)
     device_env = reader.string(section.get("device_env", default_device_env), "train.device_env")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", device_env):
         raise reader.error("train.device_env", f"invalid environment variable name {device_env!r}")
-    grace = reader.number(section.get("kill_grace", 10), "train.kill_grace", positive=True)
+    grace = reader.number(section.get("kill_grace", 10), "train.kill_grace", positive=True, unit="seconds")
     retries = reader.integer(section.get("retries", 1), "train.retries", minimum=0)
     log_limit = _read_size(reader, section.get("log_limit", DEFAULT_LOG_LIMIT), "train.log_limit")
     launcher = reader.string(section.get("launcher", "local"), "train.launcher")

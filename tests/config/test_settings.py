@@ -120,6 +120,7 @@ def test_a_default_keeps_the_value_the_search_started_with_but_a_written_value_i
     [
         ("  devices: [0, 1]", "  devices: [0, 1]\n  comand: x", "train.comand: unknown key; did you mean 'train.command'?"),
         ("  devices: [0, 1]", "  timeout: soon", "train.timeout: must be a number"),
+        ("  devices: [0, 1]", "  timeout: 4h", "train.timeout: must be a number (seconds, e.g. 14400 for 4 hours"),
         ("  devices: [0, 1]", "  timeout: -5", "train.timeout: must be a positive number"),
         ("  devices: [0, 1]", "  devices: [0, 0]", "train.devices: device 0 appears twice"),
         (
