@@ -398,6 +398,14 @@ def _add_cost(report: dict[str, Any], state: SearchState) -> None:
         "early_fails": len(early_fails),
         "culprits_proven_by": [trial.trial_id for trial in set_proofs if outcomes.get(trial.trial_id) == "fail"],
     }
+    # A curve the trainings only print is read with the pattern the baseline's output named (LossCurveHook).
+    named_pattern = next(
+        (facts for trial in finished if trial.role == "baseline" and "step_pattern" in (facts := trial.facts("loss_curve"))), None
+    )
+    if named_pattern is not None:
+        report["early_passes"]["curves_from_output"] = {
+            "step_pattern": named_pattern["step_pattern"], "printed": named_pattern.get("printed"),
+        }
     for entry in report["trials"]:
         trial = state.trials.get(entry["trial_id"])
         if trial is not None and trial.finished is not None:

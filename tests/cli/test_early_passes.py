@@ -199,6 +199,8 @@ def test_a_curve_printed_but_not_written_is_read_from_the_output_with_the_patter
     assert culprits(found) == [[CULPRIT]] and found["fix_verified"]
     assert [trial for trial in found["trials"] if trial.get("kind") == "early_pass"]
     assert found["cost"]["steps_unknown"] == 0 and "steps_advice" not in found["cost"]
+    named = found["early_passes"]["curves_from_output"]
+    assert named["printed"].startswith("step 40 loss") and f"early_stop.step_pattern '{named['step_pattern']}'" in said
     # step_pattern: off reads no output (the named pattern itself is tested in tests/runner/test_early_stop.py).
     document = yaml.safe_load(config.read_text())
     document["early_stop"] = {"step_pattern": "off"}
