@@ -102,7 +102,7 @@ train:
   env: {{}}
 
 metric:
-  pattern: 'accuracy[=:]\\s*(\\S+)'   # last match in the output; group 1 is the value
+  pattern: 'accuracy\\s*[=:]\\s*(\\S+)'   # last match in the output; group 1 is the value
   goal: max                          # max for accuracy, min for a loss
 
 score:
@@ -182,7 +182,7 @@ train:
   env: {{}}
 
 metric:
-  pattern: 'accuracy[=:]\\s*(\\S+)'   # last match in the output; group 1 is the value
+  pattern: 'accuracy\\s*[=:]\\s*(\\S+)'   # last match in the output; group 1 is the value
   goal: max                          # max for accuracy, min for a loss or a difference
 
 score:

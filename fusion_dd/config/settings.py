@@ -470,7 +470,7 @@ def _yaml_fix(problem: str, line: str) -> str:
     """The fix of the two YAML mistakes a config's regexes and indentation make most."""
     if "unknown escape character" in problem:
         # metric.pattern: "accuracy: (\S+)" -- a backslash in double quotes is a YAML escape.
-        return "; a regex in double quotes needs every backslash doubled: write it in single quotes, e.g. 'accuracy[=:]\\s*(\\S+)'"
+        return "; a regex in double quotes needs every backslash doubled: write it in single quotes, e.g. 'accuracy\\s*[=:]\\s*(\\S+)'"
     if "\t" in line and "cannot start any token" in problem:
         return "; a tab: YAML indents with spaces only"
     return ""
@@ -1097,7 +1097,7 @@ def _check_regex(reader: _Reader, raw: Any, key: str) -> str:
     except re.error as exc:
         raise reader.error(key, f"invalid regular expression ({exc})") from None
     if compiled.groups < 1:
-        example = _PATTERN_EXAMPLES.get(key, "accuracy[=:]\\s*(\\S+)")
+        example = _PATTERN_EXAMPLES.get(key, "accuracy\\s*[=:]\\s*(\\S+)")
         raise reader.error(key, f"the pattern needs a group around the value, e.g. '{example}'")
     if compiled.groups > 1:
         # The value is read from the first group: with more, a label in the first one would be

@@ -118,6 +118,8 @@ def read_metric(run: TrialRun, spec: MetricSpec) -> MetricReading:
     value: float | None
     if spec.pattern is not None:
         value, detail = _value_from_log(log, spec)
+        if log.last_token is None:
+            detail += _unmatched_pattern_hint(Path(run.log_path), spec.pattern)
     else:
         value, detail = _value_from_records(records, spec.key)
         if value is None:
@@ -498,23 +500,42 @@ def _printed_metric_hint(metrics: Path, log: Path, key: str) -> str:
     training that prints ``accuracy: 0.76`` and writes no metrics file is the
     first thing a new user tries; the reason then names the line it printed
     and the pattern that reads it, instead of leaving the two side by side.
-    Only the end of the log is read: this runs for runs without a metric, on
-    logs of any size.
     """
     written = "" if metrics.exists() else f" (the training wrote no {metrics.name})"
+    return written + _printed_hint(log, key)
+
+
+#: The word a metric pattern starts with (``accuracy`` of ``accuracy[=:]``), after any inline flags.
+_LEADING_WORD = re.compile(r"^(?:\(\?[aiLmsux]+\))?([A-Za-z_][\w-]{2,})")
+
+
+def _unmatched_pattern_hint(log: Path, pattern: re.Pattern[str]) -> str:
+    """When ``metric.pattern`` matched nothing: the line that prints its word with a number, and a pattern
+    that reads it (``eval accuracy = 0.77`` against a pattern that wants no space before the ``=``)."""
+    word = _LEADING_WORD.match(pattern.pattern)
+    return _printed_hint(log, word.group(1)) if word else ""
+
+
+def _printed_hint(log: Path, word: str) -> str:
+    """"; output.log prints '<line>': set metric.pattern: '<pattern>'" for the last line that prints
+    ``word`` and a number, the pattern spelling the word as the training does and checked to read
+    that line; "" when there is none. Only the end of the log is read: this runs for runs without
+    a metric, on logs of any size."""
     tail = log_tail(log, HINT_TAIL_BYTES)
     if tail is None:
-        return written
-    printed = re.compile(rf"(?<![\w.])({re.escape(key)})\s*[=:]\s*[-+]?(?:\d|\.\d|nan|inf)", re.IGNORECASE)
+        return ""
+    printed = re.compile(
+        rf"(?<![\w.])({re.escape(word)})(\s*[=:]\s*|\s+)[-+]?(?:\d|\.\d|nan|inf)", re.IGNORECASE
+    )
     found = last_match(tail, printed)
     if found is None:
-        return written
-    shown = shortened(found.string)
-    # The key as the training spells it (case included), with any spaces before the separator.
-    return (
-        f"{written}; {log.name} prints {shown!r}: {PRINTED_METRIC_ADVICE}: "
-        f"'{re.escape(found.group(1))}\\s*[=:]\\s*(\\S+)'"
-    )
+        return ""
+    separator = "\\s*[=:]\\s*" if found.group(2).strip() else "\\s+"
+    advised = f"{re.escape(found.group(1))}{separator}(\\S+)"
+    check = re.compile(advised).search(found.string)
+    if check is None or parse_number(check.group(1)) is None:
+        return ""
+    return f"; {log.name} prints {shortened(found.string)!r}: {PRINTED_METRIC_ADVICE}: '{advised}'"
 
 
 def _value_from_records(scan: _RecordScan, key: str) -> tuple[float | None, str]:

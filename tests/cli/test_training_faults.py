@@ -159,10 +159,17 @@ def test_a_pass_the_training_cannot_run_without_is_reported_as_required_and_the_
     assert f"  required: {required} (not a culprit" in replayed.stdout
 
 
-def test_a_metric_printed_but_not_written_is_refused_with_the_pattern_that_reads_it(tmp_path):
+@pytest.mark.parametrize(
+    "metric",
+    [
+        {"key": "Top-1"},  # no pattern: the metric is read from metrics.jsonl, which stays empty
+        {"pattern": r"Top-1=(\S+)"},  # a pattern that wants '=' where the training prints ': '
+    ],
+)
+def test_a_metric_printed_where_the_config_does_not_read_it_is_refused_with_the_pattern_that_reads_it(tmp_path, metric):
     config = write_config(tmp_path, "--culprits", CULPRIT, "--no-metrics-file", "--metric-name", "Top-1", budget=30)
     document = yaml.safe_load(config.read_text())
-    document["metric"] = {"key": "Top-1"}  # no pattern: the metric is read from metrics.jsonl, which stays empty
+    document["metric"] = metric
     config.write_text(yaml.safe_dump(document))
     refused = run_fusion_dd("search", cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr

@@ -343,6 +343,32 @@ def test_a_metric_printed_but_not_written_names_the_pattern_that_reads_it(
     assert read_metric(run, advised).value is not None
 
 
+@pytest.mark.parametrize(
+    ("pattern", "printed", "value"),
+    [
+        (r"accuracy[=:]\s*(\S+)", "eval accuracy = 0.7681", 0.7681),  # a space before the '='
+        (r"accuracy[=:]\s*(\S+)", "Accuracy 0.91", 0.91),  # no separator at all, another case
+        (r"(?i)top-1=(\S+)", "Top-1: 75.5", 75.5),
+    ],
+)
+def test_a_pattern_that_misses_the_printed_metric_names_one_that_reads_it(
+    tmp_path: Path, pattern: str, printed: str, value: float
+) -> None:
+    run = make_run(tmp_path, f"step 1 loss 0.5\n{printed}\ndone\n")
+    reading = read_metric(run, MetricSpec.from_text(pattern))
+    assert reading.value is None
+    assert reading.detail.startswith(f"no match of pattern '{pattern}' in output.log; output.log prints {printed!r}")
+    advised = MetricSpec.from_text(_suggested_pattern(reading.detail))
+    assert read_metric(run, advised).value == pytest.approx(value)
+
+
+@pytest.mark.parametrize("printed", ["accuracy improved to 0.9", "my_accuracy: 0.9", "accuracy: n/a"])
+def test_no_advice_for_a_missed_pattern_when_no_line_prints_its_word_and_a_number(tmp_path: Path, printed: str) -> None:
+    run = make_run(tmp_path, f"{printed}\n")
+    detail = read_metric(run, MetricSpec.from_text(r"accuracy=(\S+)")).detail
+    assert detail == "no match of pattern 'accuracy=(\\S+)' in output.log"
+
+
 def test_no_advice_when_the_output_prints_no_such_metric(tmp_path: Path) -> None:
     run = make_run(tmp_path, "step 1 loss 0.5\nmy_accuracy: 0.9\naccuracy: n/a\n", metrics='{"step": 1}\n')
     detail = read_metric(run, FROM_FILE).detail
