@@ -31,14 +31,15 @@ import json
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from ..core.errors import UsageError
-from .horizon import Baseline, PassAt, band_width
-from .metrics import LongLine, PieceCursor, last_match, log_tail, parse_number, shortened
+from .horizon import Baseline, LossReading, PassAt
+from .metrics import LongLine, PieceCursor, log_tail, parse_number, shortened
 from .supervisor import LOG_FILE
 from .trial import METRICS_FILE
 
@@ -227,6 +228,7 @@ class Judge:
         self._run: list[int] = []  # steps of the current run of reports above the band
         self._left_band = False  # some judged report lay above the band: no early pass
         self._departed: int | None = None  # the first step of such a report
+        self._reading = LossReading(smooth=rule.divergence is None)
 
     def feed(self, step: int | None, loss: float) -> StopDecision | None:
         if self.decision is not None:
@@ -247,11 +249,12 @@ class Judge:
         self._last_step = step
         if step < rule.start_step:
             return None
-        reference = self.baseline.at(step)
+        value = self._reading.feed(loss)
+        reference = self.baseline.top(step, rule.divergence, rule.relative)
         if reference is None:
             return None
-        ref_step, ref_loss = reference
-        inside = loss <= ref_loss + band_width(ref_loss, rule.divergence, rule.relative)
+        ref_step, ref_loss, top = reference
+        inside = value <= top
         self._left_band = self._left_band or not inside
         if not inside and self._departed is None:
             self._departed = step
@@ -616,16 +619,27 @@ _PRINTED_STEP = re.compile(
 def printed_step_pattern(log: Path) -> tuple[str, str] | None:
     """The ``early_stop.step_pattern`` that reads the loss curve a training prints, and the line it is made from.
 
-    Made from the last such line of the end of the log, with the words as the
-    training spells them (``Step``, ``global_step``, ``train_loss``), each a
-    whole word, so that ``val_loss`` is not read as ``loss``; checked to read
-    that line. None when the log prints no such line or the pattern would not
-    read it.
+    Made from the lines of the end of the log that report a step and a loss,
+    with the words as the training spells them (``Step``, ``global_step``,
+    ``train_loss``), each a whole word, so that ``val_loss`` is not read as
+    ``loss``. Where lines spell them differently (the training loss every step,
+    a validation loss every tenth), the most frequent spelling is the curve, the
+    later one among equals; the pattern is checked to read its last line. None
+    when the log prints no such line or the pattern would not read it.
     """
     tail = log_tail(log, PRINTED_TAIL_BYTES)
-    found = last_match(tail, _PRINTED_STEP) if tail is not None else None
-    if found is None:
+    if tail is None:
         return None
+    spellings: Counter[tuple[str, str]] = Counter()
+    latest: dict[tuple[str, str], tuple[int, re.Match[str]]] = {}
+    for number, line in enumerate(tail.splitlines()):
+        if (hit := _PRINTED_STEP.search(line)) is not None:
+            words = (hit.group(1), hit.group(3))
+            spellings[words] += 1
+            latest[words] = (number, hit)
+    if not spellings:
+        return None
+    found = latest[max(spellings, key=lambda words: (spellings[words], latest[words][0]))][1]
     step, loss = (re.escape(found.group(index)) for index in (1, 3))
     pattern = f"(?<![\\w.]){step}\\D{{0,20}}?(\\d+).*?(?<![\\w.]){loss}\\s*[=:]?\\s*([^\\s,;]+)"
     check = re.compile(pattern).search(found.string)

@@ -9,8 +9,15 @@ is very likely healthy, so the search may take it as a pass and stop it there
 and has no clock, no files and no processes.
 
 The band is the divergence rule's (``early_stop.divergence`` with ``relative``),
-or, when that is not configured, :data:`DEFAULT_PASS_BAND` relative to the
-baseline's loss. Leaving the band means ``patience`` reports in a row above it,
+or, when that is not configured, the *pass band*: :data:`DEFAULT_PASS_BAND`
+relative to the baseline's loss plus :data:`SCATTER_SIGMAS` times the
+baseline's own step-to-step scatter there, with both curves read as the median
+of their last :data:`SMOOTHING` reports. A training's per-step loss is noisy (a
+minibatch's loss), and a band that ignored it would take a healthy run whose
+loss wobbles above the baseline's for a failure, and rule out its early pass
+at its first spike. A smooth curve has no scatter, and the median of a
+monotone curve's last reports is the previous one, for the baseline and the
+training alike. Leaving the band means ``patience`` reports in a row above it,
 as for stopping a diverged run, so that one spike of the all-on run does not
 set a horizon too early; the horizon counts from the first of those reports.
 
@@ -24,6 +31,8 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +40,17 @@ from typing import Any
 from ..core.errors import UsageError
 
 #: The band for early passes when ``early_stop.divergence`` is not set: 10% above
-#: the baseline's loss at the same step.
+#: the baseline's loss at the same step, plus its scatter (``SCATTER_SIGMAS``).
 DEFAULT_PASS_BAND = 0.1
+#: The pass band widens by this many times the baseline's scatter: the standard deviation
+#: of one of its reports around its trend, estimated over ``SCATTER_WINDOW`` points either
+#: side (``_scatter``). Two medians of three independent reports differ by about 0.95 of
+#: it, so a healthy run's reading lies above the band about once in 10^5 reports.
+SCATTER_SIGMAS = 4.0
+SCATTER_WINDOW = 25
+#: The pass band reads each curve as the median of its last this many reports, so that
+#: a single spike neither rules out an early pass nor counts toward a failure.
+SMOOTHING = 3
 #: The horizon is this many times the step at which the all-on run left the band.
 DEFAULT_FACTOR = 2.0
 #: The horizon is at least this fraction of the training's length.
@@ -53,9 +71,33 @@ class Baseline:
                 by_step[int(step)] = float(loss)
         self.steps = sorted(by_step)
         self.losses = [by_step[step] for step in self.steps]
+        self._pass_band: tuple[list[float], list[float]] | None = None  # (smoothed, scatter), computed once
 
     def __bool__(self) -> bool:
         return bool(self.steps)
+
+    def top(self, step: int, divergence: float | None, relative: bool) -> tuple[int, float, float] | None:
+        """(baseline step, its loss, the band's top) at the nearest earlier or equal step; None before its first.
+
+        With ``divergence`` the band is the user's, over the raw loss; without,
+        the pass band (the module's docstring): its loss is the smoothed one.
+        """
+        index = bisect.bisect_right(self.steps, step) - 1
+        if index < 0:
+            return None
+        if divergence is not None:
+            loss = self.losses[index]
+            return self.steps[index], loss, loss + band_width(loss, divergence, relative)
+        smoothed, scatter = self._pass_band_curves()
+        loss = smoothed[index]
+        return self.steps[index], loss, loss + band_width(loss, None, relative) + SCATTER_SIGMAS * scatter[index]
+
+    def _pass_band_curves(self) -> tuple[list[float], list[float]]:
+        if self._pass_band is None:
+            losses, count = self.losses, len(self.losses)
+            smoothed = [statistics.median(losses[max(0, i - SMOOTHING + 1) : i + 1]) for i in range(count)]
+            self._pass_band = smoothed, _scatter(losses)
+        return self._pass_band
 
     def at(self, step: int) -> tuple[int, float] | None:
         """(baseline step, loss) at the nearest earlier or equal step; None before its first."""
@@ -119,6 +161,45 @@ def band_width(loss: float, divergence: float | None, relative: bool) -> float:
     return divergence * abs(loss) if relative else divergence
 
 
+def _scatter(losses: list[float]) -> list[float]:
+    """Per point, a robust estimate of the standard deviation of one report around the curve's trend.
+
+    From the differences of neighbouring reports (of independent noise they have twice its
+    variance), each window's median difference removed (the trend's local slope), as
+    1.4826 x their median absolute deviation / sqrt(2): spikes do not inflate it, and a
+    smooth curve, whose differences change slowly, has none. A minibatch's loss scatters
+    in proportion to its level, which falls fastest at the start, so where the losses are
+    positive the differences are of their logarithms, and the estimate is that share of
+    the loss at the point.
+    """
+    count = len(losses)
+    if count < 3:
+        return [0.0] * count
+    positive = all(loss > 0 for loss in losses)
+    values = [math.log(loss) for loss in losses] if positive else losses
+    differences = [later - earlier for earlier, later in zip(values, values[1:])]
+    scatter = []
+    for i in range(count):
+        window = differences[max(0, i - SCATTER_WINDOW) : min(len(differences), i + SCATTER_WINDOW)]
+        slope = statistics.median(window)
+        spread = 1.4826 * statistics.median(abs(value - slope) for value in window) / math.sqrt(2.0)
+        level = statistics.median(losses[max(0, i - SCATTER_WINDOW) : i + SCATTER_WINDOW + 1]) if positive else 1.0
+        scatter.append(spread * level)
+    return scatter
+
+
+class LossReading:
+    """A training's loss as the band reads it, one report at a time: with ``smooth`` (the pass band), the
+    median of its last :data:`SMOOTHING` reports, as :meth:`Baseline.top` reads the baseline's."""
+
+    def __init__(self, smooth: bool) -> None:
+        self._recent: deque[float] = deque(maxlen=SMOOTHING if smooth else 1)
+
+    def feed(self, loss: float) -> float:
+        self._recent.append(loss)
+        return statistics.median(self._recent)
+
+
 def departure(
     baseline: Iterable[tuple[int, float]],
     curve: Iterable[tuple[int, float]],
@@ -135,16 +216,18 @@ def departure(
     outside the band at once. The baseline is read at the nearest earlier step.
     """
     reference = Baseline(baseline)
+    reading = LossReading(smooth=divergence is None)
     run: list[int] = []
     for step, loss in sorted(curve):
         if step < start_step:
             continue
         if not math.isfinite(loss):
             return run[0] if run else step
-        point = reference.at(step)
+        value = reading.feed(loss)
+        point = reference.top(step, divergence, relative)
         if point is None:
             continue
-        if loss > point[1] + band_width(point[1], divergence, relative):
+        if value > point[2]:
             run.append(step)
             if len(run) >= patience:
                 return run[0]
@@ -180,4 +263,7 @@ def horizon(
     return step if step < length else None
 
 
-__all__ = ["DEFAULT_FACTOR", "DEFAULT_PASS_BAND", "MIN_FRACTION", "PassAt", "band_width", "departure", "horizon"]
+__all__ = [
+    "DEFAULT_FACTOR", "DEFAULT_PASS_BAND", "MIN_FRACTION", "SCATTER_SIGMAS", "SMOOTHING", "Baseline", "LossReading",
+    "PassAt", "band_width", "departure", "horizon",
+]

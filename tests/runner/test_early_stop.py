@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import os
 import re
 import signal
@@ -213,17 +214,45 @@ def test_a_run_inside_the_band_up_to_the_horizon_passes_early() -> None:
     assert rule.active and not EarlyStopRule(nan=False).active and EarlyStopRule(nan=False, pass_step=5).active
 
 
-def test_one_report_above_the_band_or_one_nan_rules_out_an_early_pass() -> None:
+def test_two_reports_above_the_band_or_one_nan_rule_out_an_early_pass_a_lone_spike_does_not() -> None:
     baseline = [(step, 1.0) for step in range(1, 101)]
     spike = [(step, 1.5 if step == 12 else 1.0) for step in range(1, 101)]
-    assert decide(EarlyStopRule(pass_step=30), baseline, spike) is None  # runs to its end: a full verdict
+    # The pass band reads the median of the last three reports: one spike is a minibatch, not damage.
+    assert decide(EarlyStopRule(pass_step=30), baseline, spike).kind == "early_pass"  # type: ignore[union-attr]
+    twice = [(step, 1.5 if step in (12, 13) else 1.0) for step in range(1, 101)]
+    assert decide(EarlyStopRule(pass_step=30), baseline, twice) is None  # runs to its end: a full verdict
     nan = [(step, NAN if step == 12 else 1.0) for step in range(1, 101)]
     assert decide(EarlyStopRule(nan=False, pass_step=30), baseline, nan) is None
     # With a divergence rule, its band decides for passes too, and divergence still stops failures.
     wide = EarlyStopRule(divergence=1.0, pass_step=30)
-    assert decide(wide, baseline, spike).kind == "early_pass"  # type: ignore[union-attr]
+    assert decide(wide, baseline, twice).kind == "early_pass"  # type: ignore[union-attr]
     diverging = [(step, 1.0 if step < 10 else 5.0) for step in range(1, 101)]
     assert decide(wide, baseline, diverging).kind == "diverged"  # type: ignore[union-attr]
+
+
+def _noisy(seed: int, damage_from: int | None = None, steps: int = 400) -> list[tuple[int, float]]:
+    """A minibatch loss: a decaying trend with 15 % noise, and from ``damage_from`` on twice as high."""
+    rng = random.Random(seed)
+    curve = []
+    for step in range(1, steps + 1):
+        trend = 2.0 / math.sqrt(step) * (2.0 if damage_from is not None and step >= damage_from else 1.0)
+        curve.append((step, trend * (1.0 + rng.gauss(0.0, 0.15))))
+    return curve
+
+
+def test_the_pass_band_widens_by_the_baselines_own_scatter() -> None:
+    """Healthy noisy runs pass early against a noisy baseline; damaged ones still leave the band."""
+    baseline = _noisy(0)
+    rule = EarlyStopRule(pass_step=200, fail_band=True)
+    healthy = [decide(rule, baseline, _noisy(seed)) for seed in range(1, 41)]
+    # Read raw against a 10 % band, nearly every one of them failed early; an early pass lost is only steps.
+    passed = sum(1 for decision in healthy if decision is not None and decision.kind == "early_pass")
+    assert passed >= 36 and not [decision for decision in healthy if decision is not None and decision.kind != "early_pass"]
+    for seed in range(1, 21):
+        decision = decide(rule, baseline, _noisy(seed, damage_from=50))
+        assert decision is not None and decision.kind == "early_fail" and 50 <= decision.step < 200, decision
+    # A smooth baseline has no scatter: the band is the 10 % one, as before.
+    assert Baseline([(step, 1.0) for step in range(1, 101)]).top(50, None, False) == (50, 1.0, pytest.approx(1.1))
 
 
 def test_without_a_horizon_nothing_passes_early_and_early_steps_are_not_judged() -> None:
@@ -250,16 +279,19 @@ def test_with_fail_band_a_run_that_leaves_the_band_fails_early_at_its_patience()
     baseline = [(step, 1.0) for step in range(1, 101)]
     leaving = [(step, 1.0 if step < 12 else 1.2) for step in range(1, 101)]  # above the 10% band from step 12
     decision = decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, leaving)
-    assert decision is not None and (decision.kind, decision.step) == ("early_fail", 14)  # patience 3: 12, 13, 14
-    assert "since step 12" in decision.reason and "proven only by a full training" in decision.reason
+    # The median of the last three reports is above from step 13 on; patience 3: 13, 14, 15.
+    assert decision is not None and (decision.kind, decision.step) == ("early_fail", 15)
+    assert "since step 13" in decision.reason and "proven only by a full training" in decision.reason
     # The departure, not the stop, tells whether early passes could have seen the damage.
-    assert decision.departed == 12 and decision.to_json()["departed"] == 12
-    # A lone report outside the band before the run that stops it counts as the departure.
+    assert decision.departed == 13 and decision.to_json()["departed"] == 13
+    # Two reports outside the band before the run that stops it count as the departure; one does not.
+    early_pair = [(step, 1.5 if step in (5, 6) else leaving[step - 1][1]) for step in range(1, 101)]
+    assert decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, early_pair).departed == 6  # type: ignore[union-attr]
     early_spike = [(step, 1.5 if step == 5 else leaving[step - 1][1]) for step in range(1, 101)]
-    assert decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, early_spike).departed == 5  # type: ignore[union-attr]
-    # One spike is no departure; without fail_band the run trains on to its full verdict.
+    assert decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, early_spike).departed == 13  # type: ignore[union-attr]
+    # One spike is no departure (it passes early); without fail_band the run trains on to its full verdict.
     spike = [(step, 1.5 if step == 12 else 1.0) for step in range(1, 101)]
-    assert decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, spike) is None
+    assert decide(EarlyStopRule(pass_step=30, fail_band=True), baseline, spike).kind == "early_pass"  # type: ignore[union-attr]
     assert decide(EarlyStopRule(pass_step=30), baseline, leaving) is None
     assert EarlyStopRule(nan=False, fail_band=True).active
     # A divergence the user set is the band: its stop is a real failure, never an early one.
@@ -654,6 +686,17 @@ def test_the_named_pattern_reads_the_training_loss_not_a_validation_loss_on_othe
     lines = ["step 1 loss 0.5", "step 1 val_loss 0.9", "step 2 loss 0.4", "step 2 eval.loss 0.8", "step 3 loss 0.3"]
     found, curve = _printed_curve(tmp_path, lines)
     assert found is not None and curve == [(1, 0.5), (2, 0.4), (3, 0.3)]
+
+
+def test_the_most_frequent_spelling_is_the_curve_not_the_last_line(tmp_path: Path) -> None:
+    lines = []
+    for step in range(1, 21):
+        lines.append(f"Epoch 0 | step {step}/20 | train_loss={1.0 / step:.3f} | lr 1e-4")
+        if step % 10 == 0:
+            lines.append(f"step {step} val_loss 0.9")
+    found, curve = _printed_curve(tmp_path, lines)
+    assert found is not None and "train_loss" in found[0] and found[1].startswith("Epoch 0 | step 20/20")
+    assert [step for step, _ in curve] == list(range(1, 21)) and curve[0] == (1, 1.0)
 
 
 def test_the_hook_reads_a_printed_curve_and_journals_the_pattern_it_used(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ def damaged(start: int, rate: float = 0.05) -> list[tuple[int, float]]:
 
 
 def test_departure_is_the_first_of_patience_reports_above_the_band() -> None:
-    # +0.05 at step 150, +0.10 at 151 (on the 10% band's edge, inside), +0.15 at 152: above from 152 on.
-    assert departure(BASELINE, damaged(150)) == 152
+    # +0.05 at step 150, +0.10 at 151 (on the 10% band's edge, inside), +0.15 at 152: above from 152 on,
+    # and the median of the last three reports (the pass band's reading) from 153 on.
+    assert departure(BASELINE, damaged(150)) == 153
     assert departure(BASELINE, damaged(150), divergence=0.0) == 150  # a band of width 0: above at once
     assert departure(BASELINE, damaged(150), divergence=0.5) == 160  # +0.50 at 159 is on the edge
 
@@ -28,7 +29,8 @@ def test_departure_is_the_first_of_patience_reports_above_the_band() -> None:
 def test_a_spike_shorter_than_patience_does_not_depart() -> None:
     curve = [(step, 5.0 if step in (10, 11) else 1.0) for step in range(1, 100)]
     assert departure(BASELINE, curve, patience=3) is None
-    assert departure(BASELINE, curve, patience=2) == 10
+    assert departure(BASELINE, curve, patience=2) == 11  # the median of three is above at 11 and 12
+    assert departure(BASELINE, curve, patience=2, divergence=0.1, relative=True) == 10  # a user's band reads raw
 
 
 def test_nan_departs_at_once_and_early_steps_can_be_skipped() -> None:
