@@ -183,7 +183,8 @@ def _scatter(losses: list[float]) -> list[float]:
         window = differences[max(0, i - SCATTER_WINDOW) : min(len(differences), i + SCATTER_WINDOW)]
         slope = statistics.median(window)
         spread = 1.4826 * statistics.median(abs(value - slope) for value in window) / math.sqrt(2.0)
-        level = statistics.median(losses[max(0, i - SCATTER_WINDOW) : i + SCATTER_WINDOW + 1]) if positive else 1.0
+        # The level at the point: a centred median of five, narrowed at the ends.
+        level = statistics.median(losses[i - (k := min(2, i, count - 1 - i)) : i + k + 1]) if positive else 1.0
         scatter.append(spread * level)
     return scatter
 

@@ -213,6 +213,21 @@ def test_a_curve_printed_but_not_written_is_read_from_the_output_with_the_patter
     assert not [trial for trial in report(tmp_path)["trials"] if trial.get("kind") == "early_pass"]
 
 
+def test_a_loss_that_scatters_per_step_still_passes_early_and_only_culprits_fail_early(tmp_path: Path) -> None:
+    """A printed curve with 15 % noise per step: healthy trainings pass early, none fails early."""
+    write_config(tmp_path, "--culprits", CULPRIT, *CURVE, "--loss-noise", "0.15", "--damage-rate", "0.3",
+                 "--no-metrics-file")  # fmt: skip
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "early passes: a search training" in done.stderr, done.stderr
+    found = report(tmp_path)
+    assert culprits(found) == [[CULPRIT]] and found["fix_verified"]
+    early_fails = [trial for trial in found["trials"] if trial.get("kind") == "early_fail"]
+    assert all(CULPRIT in trial["configuration"] for trial in early_fails), early_fails
+    assert [trial for trial in found["trials"] if trial.get("kind") == "early_pass"]
+    assert not found["early_passes"]["revised"]
+
+
 def test_a_damage_that_never_shows_in_the_loss_says_why_there_are_no_early_passes(tmp_path: Path) -> None:
     write_config(tmp_path, "--culprits", CULPRIT, "--steps", "10")  # a flat curve: the damage is in the metric only
     done = run_fusion_dd("search", cwd=tmp_path)

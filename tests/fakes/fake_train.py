@@ -75,6 +75,8 @@ Whole-run behaviour, independent of the switch file:
   --no-metrics-file      do not touch $FUSION_DD_METRICS_FILE
   --noise SIGMA          add Gaussian noise to the accuracy, seeded by --seed, the
                          configuration and $FUSION_DD_REPEAT (so it is reproducible)
+  --loss-noise SIGMA     scatter each step's loss as a minibatch's does: times
+                         1 + N(0, SIGMA), seeded the same way
   --flip-repeats 0,2     on these $FUSION_DD_REPEAT values the verdict flips
                          (healthy reports --bad-accuracy and broken reports
                          --accuracy): a deterministic flaky training
@@ -146,6 +148,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--metric-name", default="accuracy")
     parser.add_argument("--no-metrics-file", action="store_true")
     parser.add_argument("--noise", type=float, default=0.0)
+    parser.add_argument("--loss-noise", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--flip-repeats", default="")
     parser.add_argument("--flip-config", action="append", default=[])
@@ -430,11 +433,14 @@ def main(argv: list[str] | None = None) -> int:
                 speed *= 1.0 - float(fraction)
     diverges = args.nan or effect == "nan"
     curve = _loss_curve(args.loss_curve)
+    scatter = _random(f"loss|{args.seed}|{repeat}|{','.join(enabled)}") if args.loss_noise > 0 else None
     loss = float("nan")
     for step in range(1, args.steps + 1):
         loss = curve(step)
         if damage_from is not None and step >= damage_from:
             loss += args.damage_rate * (step - damage_from + 1)
+        if scatter is not None:
+            loss *= 1.0 + scatter.gauss(0.0, args.loss_noise)
         if diverges and step > args.steps // 2:
             loss = float("nan")
         if args.nan_at_step is not None and step >= args.nan_at_step:
