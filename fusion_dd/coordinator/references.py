@@ -18,7 +18,7 @@ from typing import Any
 from ..core.scoring import Measurement, Preconditions, check_preconditions
 from ..runner.broken import TrainingBroken, diagnose_references, is_start_error
 from ..runner.early_stop import EarlyStopRule, envelope, read_curve
-from ..runner.horizon import DEFAULT_FACTOR, departure, horizon
+from ..runner.horizon import DEFAULT_FACTOR, departure, horizon, narrow_divergence
 from ..store.state import LOCALIZE_ROLE, ConfigKey, TrialState
 from .ports import Context
 from .required import RequiredPasses
@@ -47,6 +47,7 @@ class References:
         self.step_pattern: str | None = None
         self._printed: str | None = None  # the printed line it was made from
         self._horizon_said = False
+        self._divergence_said = False
 
     def role_of(self, key: ConfigKey) -> str:
         """What a training is for, from its key: the references, a repeat of a question, or a question."""
@@ -223,6 +224,7 @@ class References:
     def quiet_horizon(self) -> None:
         """Say nothing of the horizon: a session that only localizes a finished search asks no question."""
         self._horizon_said = True
+        self._divergence_said = True
 
     def _load_horizon(self, rule: Any) -> None:
         """The horizon of early passes, from the baseline's curve and the all-on trainings' departure from its band.
@@ -251,6 +253,11 @@ class References:
         departed_at = None if not departures or None in departures else max(d for d in departures if d is not None)
         length = self.baseline_curve[-1][0] if self.baseline_curve else None
         self.horizon = horizon(rule.pass_at, length, departed_at)
+        if not self._divergence_said:  # with early passes off too: a divergence band stops trainings either way
+            self._divergence_said = True
+            narrow = narrow_divergence(self.baseline_curve, rule.divergence, rule.relative)
+            if narrow is not None:
+                self._context.events.message(f"warning: {narrow}")
         if self._horizon_said or state.early_revised_round is not None or rule.pass_at.off:
             return
         self._horizon_said = True

@@ -189,6 +189,38 @@ def _scatter(losses: list[float]) -> list[float]:
     return scatter
 
 
+def narrow_divergence(curve: Iterable[tuple[int, float]], divergence: float | None, relative: bool) -> str | None:
+    """Why a divergence band the user set would stop healthy trainings: narrower than the baseline's own scatter.
+
+    A divergence band reads each raw report, so a loss that scatters per report by
+    more than about a third of the band's width leaves it for ``patience`` reports in
+    a row somewhere in a long training: every training, the healthy ones included,
+    is stopped as a real failure, and every rule looks like a culprit. None when
+    the band is wide enough, or no divergence is set (the pass band allows for the
+    scatter).
+    """
+    baseline = Baseline(curve)
+    if divergence is None or len(baseline.steps) < 3:
+        return None
+    scatter = statistics.median(_scatter(baseline.losses))
+    width = statistics.median(band_width(loss, divergence, relative) for loss in baseline.losses)
+    if width >= NARROW_BAND_SIGMAS * scatter:
+        return None
+    level = statistics.median(abs(loss) for loss in baseline.losses)
+    share = f" ({scatter / level:.0%} of it)" if level > 0 else ""
+    setting = f"{divergence:g}{' relative' if relative else ''}"
+    return (
+        f"early_stop.divergence {setting} is narrower than the baseline's own scatter: its loss varies by about "
+        f"{scatter:.3g} per report{share}, so healthy trainings would be stopped as diverged; widen it to at least "
+        f"{NARROW_BAND_SIGMAS * scatter / (level if relative and level > 0 else 1.0):.2g}{' relative' if relative else ''}, "
+        "or leave it unset (early verdicts then use the pass band, which allows for the scatter)"
+    )
+
+
+#: A divergence band narrower than this many times the baseline's scatter is said to stop healthy trainings.
+NARROW_BAND_SIGMAS = 4.0
+
+
 class LossReading:
     """A training's loss as the band reads it, one report at a time: with ``smooth`` (the pass band), the
     median of its last :data:`SMOOTHING` reports, as :meth:`Baseline.top` reads the baseline's."""
@@ -266,5 +298,5 @@ def horizon(
 
 __all__ = [
     "DEFAULT_FACTOR", "DEFAULT_PASS_BAND", "MIN_FRACTION", "SCATTER_SIGMAS", "SMOOTHING", "Baseline", "LossReading",
-    "PassAt", "band_width", "departure", "horizon",
+    "PassAt", "band_width", "departure", "horizon", "narrow_divergence",
 ]

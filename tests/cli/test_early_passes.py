@@ -228,6 +228,15 @@ def test_a_loss_that_scatters_per_step_still_passes_early_and_only_culprits_fail
     assert not found["early_passes"]["revised"]
 
 
+def test_a_divergence_band_narrower_than_the_losss_scatter_is_warned_of_after_the_references(tmp_path: Path) -> None:
+    write_config(tmp_path, "--culprits", CULPRIT, *CURVE, "--loss-noise", "0.15", budget=3,
+                 early_stop={"divergence": 0.1, "relative": True})  # fmt: skip
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr  # the budget: the warning comes after the references
+    warning = next(line for line in done.stderr.splitlines() if line.startswith("warning: early_stop.divergence"))
+    assert "0.1 relative is narrower than the baseline's own scatter" in warning and "widen it to at least" in warning
+
+
 def test_a_damage_that_never_shows_in_the_loss_says_why_there_are_no_early_passes(tmp_path: Path) -> None:
     write_config(tmp_path, "--culprits", CULPRIT, "--steps", "10")  # a flat curve: the damage is in the metric only
     done = run_fusion_dd("search", cwd=tmp_path)

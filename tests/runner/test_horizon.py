@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fusion_dd.core.errors import UsageError
-from fusion_dd.runner.horizon import DEFAULT_PASS_BAND, MIN_FRACTION, PassAt, band_width, departure, horizon
+from fusion_dd.runner.horizon import DEFAULT_PASS_BAND, MIN_FRACTION, PassAt, band_width, departure, horizon, narrow_divergence
 
 BASELINE = [(step, 1.0) for step in range(1, 1001)]
 
@@ -90,3 +90,17 @@ def test_the_horizon_is_never_before_the_departure_nor_at_the_end(start: int, le
     if found is not None:
         assert start <= found < length
         assert found >= MIN_FRACTION * length
+
+
+def test_a_divergence_band_narrower_than_the_baselines_scatter_is_said_with_a_width_that_is_not() -> None:
+    import random
+
+    rng = random.Random(1)
+    noisy = [(step, (2 * 0.99**step + 0.5) * (1 + rng.gauss(0.0, 0.1))) for step in range(1, 1001)]
+    said = narrow_divergence(noisy, 0.1, True)
+    assert said is not None and "about 0.0564 per report (10% of it)" in said and "widen it to at least" in said
+    advised = float(said.split("widen it to at least ", 1)[1].split(" ", 1)[0])
+    assert narrow_divergence(noisy, advised, True) is None
+    smooth = [(step, 2 * 0.99**step + 0.5) for step in range(1, 1001)]
+    assert narrow_divergence(smooth, 0.1, True) is None  # no scatter: the band is the user's to choose
+    assert narrow_divergence(noisy, None, False) is None  # the pass band allows for the scatter itself
