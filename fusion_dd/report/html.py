@@ -4,7 +4,8 @@ Written at the end of every run (``report.html`` in the state directory), by
 ``fusion-dd report --html PATH`` and by ``fusion-dd demo``. Everything comes from
 ``report.json`` (the answer, every trial's verdict) and the journal (start and
 end times, devices); the loss curves are read from the trials' metrics files
-when the page is built: a report shows them, no decision rests on them.
+(or their output, when the curves were printed) when the page is built: a report
+shows them, no decision rests on them.
 
 The plots are SVG written here with the small toolkit of ``fusion_dd.report.svg`` and
 inlined, so the page opens offline in any browser: no raster image, no script,
@@ -178,8 +179,20 @@ def _devices(state: SearchState, busy: dict[str, float]) -> list[str]:
 
 
 def _curves(report: dict[str, Any], state: SearchState, state_dir: Path) -> list[dict[str, Any]]:
-    """Loss curves of the baseline, all-on, each culprit set's probe and the fix, from the trials' files."""
+    """Loss curves of the baseline, all-on, each culprit set's probe and the fix, from the trials' files.
+
+    A curve the trainings only printed is read from their output with the pattern
+    the baseline's output named (``early_passes.curves_from_output``).
+    """
+    import re
+
     from ..runner.early_stop import read_curve
+
+    named = ((report.get("early_passes") or {}).get("curves_from_output") or {}).get("step_pattern")
+    try:
+        printed = re.compile(named) if isinstance(named, str) else None
+    except re.error:
+        printed = None
 
     everything = frozenset(rule["name"] for rule in report.get("candidates") or [])
     wanted: list[tuple[str, frozenset[str]]] = [("baseline", frozenset()), ("all on", everything)]
@@ -198,7 +211,7 @@ def _curves(report: dict[str, Any], state: SearchState, state_dir: Path) -> list
         if trial is None:
             continue
         try:
-            curve = read_curve(state_dir / trial.trial_dir)
+            curve = read_curve(state_dir / trial.trial_dir, printed)
         except (OSError, ValueError):
             curve = []
         if not curve:

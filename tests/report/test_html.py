@@ -225,6 +225,17 @@ def test_a_reference_stopped_on_a_nan_loss_says_so_in_the_facts(tmp_path):
     assert "<th>all candidates on</th><td>fails, no metric (stopped early at step 40: loss nan)</td>" in text
 
 
+def test_a_curve_only_printed_is_drawn_with_the_pattern_the_baselines_output_named(tmp_path):
+    report, records = synthetic(tmp_path, 6)
+    probe = tmp_path / "trials" / "0003"
+    (probe / "metrics.jsonl").unlink()
+    (probe / "output.log").write_text("".join(f"Step {s}: train_loss={4.0 / s:.3f}\n" for s in range(1, 9)))
+    assert "No loss curves" in html_report.render_html(report, records, tmp_path)  # metrics.jsonl only
+    report["early_passes"] = {"curves_from_output": {"step_pattern": r"Step (\d+): train_loss=(\S+)", "printed": "x"}}
+    text = html_report.render_html(report, records, tmp_path)
+    assert "culprit 1: " in group(text, "loss-0") and "No loss curves" not in text
+
+
 def test_a_page_without_loss_curves_says_how_to_read_the_printed_ones(tmp_path):
     report, records = synthetic(tmp_path, 6)
     (tmp_path / "trials" / "0003" / "metrics.jsonl").unlink()  # the one curve of the synthetic search
