@@ -279,6 +279,9 @@ def build_report(
     ]
     _add_early_stop_savings(report, config, state)
     _add_cost(report, state)
+    rule = config.early_stop
+    if rule is not None and rule.step_pattern is not None:  # the user's pattern reads every training's output
+        report["early_passes"]["curves_from_output"] = {"step_pattern": rule.step_pattern.pattern, "source": "config"}
     _add_speed(report, config, state, result)
     if result is not None and result.culprit_sets and config.fix.prefer == "cheapest":
         from ..search.alternatives import minimum_hitting_sets
@@ -405,6 +408,7 @@ def _add_cost(report: dict[str, Any], state: SearchState) -> None:
     if named_pattern is not None:
         report["early_passes"]["curves_from_output"] = {
             "step_pattern": named_pattern["step_pattern"], "printed": named_pattern.get("printed"),
+            "source": "the baseline's output",
         }
     for entry in report["trials"]:
         trial = state.trials.get(entry["trial_id"])

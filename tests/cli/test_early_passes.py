@@ -201,6 +201,7 @@ def test_a_curve_printed_but_not_written_is_read_from_the_output_with_the_patter
     assert found["cost"]["steps_unknown"] == 0 and "steps_advice" not in found["cost"]
     named = found["early_passes"]["curves_from_output"]
     assert named["printed"].startswith("step 40 loss") and f"early_stop.step_pattern '{named['step_pattern']}'" in said
+    assert named["source"] == "the baseline's output"
     # step_pattern: off reads no output (the named pattern itself is tested in tests/runner/test_early_stop.py).
     document = yaml.safe_load(config.read_text())
     document["early_stop"] = {"step_pattern": "off"}
@@ -211,6 +212,7 @@ def test_a_curve_printed_but_not_written_is_read_from_the_output_with_the_patter
     off = next(line for line in again.stderr.splitlines() if line.startswith("early passes off:"))
     assert "step_pattern: off reads no output" in off, off
     assert not [trial for trial in report(tmp_path)["trials"] if trial.get("kind") == "early_pass"]
+    assert "curves_from_output" not in report(tmp_path)["early_passes"]
 
 
 def test_a_loss_that_scatters_per_step_still_passes_early_and_only_culprits_fail_early(tmp_path: Path) -> None:

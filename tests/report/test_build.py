@@ -7,7 +7,9 @@ references, the culprits and the fix, each trial, the budget and the warnings.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from fusion_dd.report.build import (
 )
 from fusion_dd.core.rules import Rule, Section
 from fusion_dd.core.scoring import Preconditions, Threshold
+from fusion_dd.runner.early_stop import EarlyStopRule
 from fusion_dd.search.culprits import CulpritSearch, CulpritSet
 from fusion_dd.search.oracle import Outcome
 from fusion_dd.store.state import encode_float, replay
@@ -92,6 +95,18 @@ def test_a_found_report_names_the_culprits_their_backing_and_the_fix(tmp_path: P
     assert report["switch_check"] == {"unverified": 4, "applied": 1}
     assert report["warnings"] == ["all-on is close"], "a check that applied once silences the switch warning"
     assert "continue_with" not in report
+
+
+def test_the_pattern_printed_curves_are_read_with_is_reported_with_where_it_came_from(tmp_path: Path) -> None:
+    records = [*references(), *trial("0003", ["A", "B"], 0.9)]
+    plain = build_report(config=make_config(tmp_path), state=replay(records), status="found", preconditions=OK,
+                         result=found_result(), rounds=2)
+    assert "curves_from_output" not in plain["early_passes"]  # metrics files, or no curve
+    config = make_config(tmp_path)
+    config = dataclasses.replace(config, early_stop=EarlyStopRule(step_pattern=re.compile(r"step (\d+) loss (\S+)")))
+    report = build_report(config=config, state=replay(records), status="found", preconditions=OK,
+                          result=found_result(), rounds=2)
+    assert report["early_passes"]["curves_from_output"] == {"step_pattern": r"step (\d+) loss (\S+)", "source": "config"}
 
 
 def test_a_fix_that_passed_only_some_trainings_is_reported_as_not_two_agreeing(tmp_path: Path) -> None:
