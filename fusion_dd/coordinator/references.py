@@ -208,9 +208,12 @@ class References:
         keys = [(self._required.names, repeat) for repeat in range(config.score.baseline_repeats)]
         if all(key in cache for key in keys):
             if rule.step_pattern is None and rule.read_output:
-                named = [facts for key in keys if isinstance((facts := cache[key].facts("loss_curve")).get("step_pattern"), str)]
-                if named:
-                    self.step_pattern, self._printed = named[0]["step_pattern"], named[0].get("printed")
+                named = next(
+                    (facts for key in keys if isinstance((facts := cache[key].facts("loss_curve")).get("step_pattern"), str)),
+                    None,
+                )
+                if named is not None:
+                    self.step_pattern, self._printed = named["step_pattern"], named.get("printed")
             self.baseline_curve = envelope(self._curve_of(cache[key], rule.step_pattern) for key in keys)
             self._load_horizon(rule)
 

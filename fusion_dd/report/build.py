@@ -279,9 +279,8 @@ def build_report(
     ]
     _add_early_stop_savings(report, config, state)
     _add_cost(report, state)
-    rule = config.early_stop
-    if rule is not None and rule.step_pattern is not None:  # the user's pattern reads every training's output
-        report["early_passes"]["curves_from_output"] = {"step_pattern": rule.step_pattern.pattern, "source": "config"}
+    if (from_output := _curves_from_output(config, state)) is not None:
+        report["early_passes"]["curves_from_output"] = from_output
     _add_speed(report, config, state, result)
     if result is not None and result.culprit_sets and config.fix.prefer == "cheapest":
         from ..search.alternatives import minimum_hitting_sets
@@ -401,19 +400,26 @@ def _add_cost(report: dict[str, Any], state: SearchState) -> None:
         "early_fails": len(early_fails),
         "culprits_proven_by": [trial.trial_id for trial in set_proofs if outcomes.get(trial.trial_id) == "fail"],
     }
-    # A curve the trainings only print is read with the pattern the baseline's output named (LossCurveHook).
-    named_pattern = next(
-        (facts for trial in finished if trial.role == "baseline" and "step_pattern" in (facts := trial.facts("loss_curve"))), None
-    )
-    if named_pattern is not None:
-        report["early_passes"]["curves_from_output"] = {
-            "step_pattern": named_pattern["step_pattern"], "printed": named_pattern.get("printed"),
-            "source": "the baseline's output",
-        }
     for entry in report["trials"]:
         trial = state.trials.get(entry["trial_id"])
         if trial is not None and trial.finished is not None:
             entry["steps"] = _trial_steps(trial)
+
+
+def _curves_from_output(config: SearchConfig, state: SearchState) -> dict[str, Any] | None:
+    """The pattern the trainings' printed loss curves were read with: the config's, or the one the
+    baseline's output named (LossCurveHook); None when the curves came from metrics files or nowhere."""
+    rule = config.early_stop
+    if rule is not None and rule.step_pattern is not None:
+        return {"step_pattern": rule.step_pattern.pattern, "source": "config"}
+    named = next(
+        (facts for trial in state.trials.values()
+         if trial.finished is not None and trial.role == "baseline" and "step_pattern" in (facts := trial.facts("loss_curve"))),
+        None,
+    )  # fmt: skip
+    if named is None:
+        return None
+    return {"step_pattern": named["step_pattern"], "printed": named.get("printed"), "source": "the baseline's output"}
 
 
 def journaled_answer(report: dict[str, Any], rules: list[Any] | None = None) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..core.errors import UsageError
-from .horizon import Baseline, LossReading, PassAt
+from .horizon import Baseline, LossReading, PassAt, prepared
 from .metrics import LongLine, PieceCursor, log_tail, parse_number, shortened
 from .supervisor import LOG_FILE
 from .trial import METRICS_FILE
@@ -222,7 +222,7 @@ class Judge:
 
     def __init__(self, rule: EarlyStopRule, baseline: Baseline | Iterable[tuple[int, float]] = ()) -> None:
         self.rule = rule
-        self.baseline = baseline if isinstance(baseline, Baseline) else Baseline(baseline)
+        self.baseline = prepared(baseline)
         self.decision: StopDecision | None = None
         self._last_step: int | None = None
         self._run: list[int] = []  # steps of the current run of reports above the band
@@ -323,11 +323,11 @@ def envelope(curves: Iterable[Curve]) -> list[tuple[int, float]]:
     baseline's own noise would stop healthy runs. Each curve is read with the
     same nearest-earlier rule as a single baseline.
     """
-    prepared = [Baseline(curve) for curve in curves]
-    steps = sorted({step for curve in prepared for step in curve.steps})
+    repeats = [Baseline(curve) for curve in curves]
+    steps = sorted({step for curve in repeats for step in curve.steps})
     result: list[tuple[int, float]] = []
     for step in steps:
-        values = [point[1] for curve in prepared if (point := curve.at(step)) is not None]
+        values = [point[1] for curve in repeats if (point := curve.at(step)) is not None]
         result.append((step, max(values)))
     return result
 

@@ -30,6 +30,7 @@ the training's length (the baseline's last step).
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import statistics
 from collections import deque
@@ -90,11 +91,12 @@ class Baseline:
         if divergence is not None:
             loss = self.losses[index]
             return self.steps[index], loss, loss + band_width(loss, divergence, relative)
-        smoothed, scatter = self._pass_band_curves()
+        smoothed, scatter = self.pass_band()
         loss = smoothed[index]
         return self.steps[index], loss, loss + band_width(loss, None, relative) + SCATTER_SIGMAS * scatter[index]
 
-    def _pass_band_curves(self) -> tuple[list[float], list[float]]:
+    def pass_band(self) -> tuple[list[float], list[float]]:
+        """Per point, the loss as the pass band reads it (the median of the last reports) and the scatter."""
         if self._pass_band is None:
             losses, count = self.losses, len(self.losses)
             smoothed = [statistics.median(losses[max(0, i - SMOOTHING + 1) : i + 1]) for i in range(count)]
@@ -156,6 +158,23 @@ class PassAt:
         )
 
 
+def prepared(curve: Baseline | Iterable[tuple[int, float]]) -> Baseline:
+    """``curve`` as a :class:`Baseline`, the same one for the same points.
+
+    Every training's monitor judges against the baseline's curve (up to
+    ``early_stop.MAX_CURVE_POINTS`` of them), and its pass band's scatter takes tens of
+    milliseconds to compute: computed once per curve, not once per training.
+    """
+    if isinstance(curve, Baseline):
+        return curve
+    return _prepared(tuple((int(step), float(loss)) for step, loss in curve))
+
+
+@functools.lru_cache(maxsize=4)
+def _prepared(curve: tuple[tuple[int, float], ...]) -> Baseline:
+    return Baseline(curve)
+
+
 def band_width(loss: float, divergence: float | None, relative: bool) -> float:
     """How far above the baseline's ``loss`` a report may lie and still count as inside the band."""
     if divergence is None:
@@ -201,10 +220,10 @@ def narrow_divergence(curve: Iterable[tuple[int, float]], divergence: float | No
     the band is wide enough, or no divergence is set (the pass band allows for the
     scatter).
     """
-    baseline = Baseline(curve)
+    baseline = prepared(curve)
     if divergence is None or len(baseline.steps) < 3:
         return None
-    scatter = statistics.median(_scatter(baseline.losses))
+    scatter = statistics.median(baseline.pass_band()[1])
     width = statistics.median(band_width(loss, divergence, relative) for loss in baseline.losses)
     if width >= NARROW_BAND_SIGMAS * scatter:
         return None
@@ -228,9 +247,11 @@ class LossReading:
     median of its last :data:`SMOOTHING` reports, as :meth:`Baseline.top` reads the baseline's."""
 
     def __init__(self, smooth: bool) -> None:
-        self._recent: deque[float] = deque(maxlen=SMOOTHING if smooth else 1)
+        self._recent: deque[float] | None = deque(maxlen=SMOOTHING) if smooth else None
 
     def feed(self, loss: float) -> float:
+        if self._recent is None:
+            return loss
         self._recent.append(loss)
         return statistics.median(self._recent)
 
@@ -250,7 +271,7 @@ def departure(
     final metric: then the curves set no horizon). A non-finite loss counts as
     outside the band at once. The baseline is read at the nearest earlier step.
     """
-    reference = Baseline(baseline)
+    reference = prepared(baseline)
     reading = LossReading(smooth=divergence is None)
     run: list[int] = []
     for step, loss in sorted(curve):
@@ -300,5 +321,5 @@ def horizon(
 
 __all__ = [
     "DEFAULT_FACTOR", "DEFAULT_PASS_BAND", "MIN_FRACTION", "SCATTER_SIGMAS", "SMOOTHING", "Baseline", "LossReading",
-    "PassAt", "band_width", "departure", "horizon", "narrow_divergence",
+    "PassAt", "band_width", "departure", "horizon", "narrow_divergence", "prepared",
 ]
