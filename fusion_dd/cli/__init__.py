@@ -35,6 +35,7 @@ from ..config.settings import (
 from ..core.errors import UsageError
 from ..core.status import ExitCode, SearchStatus
 from ..store.journal import JOURNAL_NAME, held_by_another, move_aside, read_records
+from .coercion import install_plain_values
 from .progress import ConsoleEvents
 from ..runner.broken import STATUS as TRAINING_BROKEN
 from ..runner.broken import broken_lines
@@ -59,11 +60,19 @@ class _HelpAsFlag:
         return option
 
 
-class _Group(_HelpAsFlag, TyperGroup):
+class _PlainValues:
+    """Options converted without importing pydantic (see :mod:`fusion_dd.cli.coercion`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        install_plain_values(self.get_params(ctx))  # type: ignore[attr-defined]
+        return super().parse_args(ctx, args)  # type: ignore[misc, no-any-return]
+
+
+class _Group(_PlainValues, _HelpAsFlag, TyperGroup):
     pass
 
 
-class _Command(_HelpAsFlag, TyperCommand):
+class _Command(_PlainValues, _HelpAsFlag, TyperCommand):
     pass
 
 
