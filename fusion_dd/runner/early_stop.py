@@ -606,8 +606,9 @@ MAX_CURVE_POINTS = 5000
 CURVE_ROLES = ("baseline", "all_on")
 
 
-#: How much of the end of output.log :func:`printed_step_pattern` reads.
+#: How much of the end of output.log :func:`printed_step_pattern` reads first, and at most.
 PRINTED_TAIL_BYTES = 64 * 1024
+PRINTED_MAX_BYTES = 64 * 1024 * 1024
 #: A line that reports a step and a loss, as trainings print them ("step 40 loss 0.21", "Step: 40, Loss: 0.21",
 #: "global_step 40 train_loss 0.21").
 _PRINTED_STEP = re.compile(
@@ -616,10 +617,30 @@ _PRINTED_STEP = re.compile(
 )
 
 
+def _tail_with_step_lines(log: Path) -> str | None:
+    """The end of the log back to its last lines that report a step and a loss (None: unreadable).
+
+    The last 64 KiB usually hold them; a training may print pages after its last
+    step (an evaluation, the compiler's own log on stdout), so the read goes four
+    times further back each time none is there, up to ``PRINTED_MAX_BYTES``.
+    """
+    try:
+        length = log.stat().st_size
+    except OSError:
+        return None
+    size = PRINTED_TAIL_BYTES
+    while True:
+        tail = log_tail(log, size)
+        if tail is None or size >= min(length, PRINTED_MAX_BYTES) or _PRINTED_STEP.search(tail):
+            return tail
+        size *= 4
+
+
 def printed_step_pattern(log: Path) -> tuple[str, str] | None:
     """The ``early_stop.step_pattern`` that reads the loss curve a training prints, and the line it is made from.
 
-    Made from the lines of the end of the log that report a step and a loss,
+    Made from the lines of the end of the log that report a step and a loss
+    (as far back as the last of them, ``_tail_with_step_lines``),
     with the words as the training spells them (``Step``, ``global_step``,
     ``train_loss``), each a whole word, so that ``val_loss`` is not read as
     ``loss``. Where lines spell them differently (the training loss every step,
@@ -627,7 +648,7 @@ def printed_step_pattern(log: Path) -> tuple[str, str] | None:
     later one among equals; the pattern is checked to read its last line. None
     when the log prints no such line or the pattern would not read it.
     """
-    tail = log_tail(log, PRINTED_TAIL_BYTES)
+    tail = _tail_with_step_lines(log)
     if tail is None:
         return None
     spellings: Counter[tuple[str, str]] = Counter()

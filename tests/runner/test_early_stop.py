@@ -730,3 +730,15 @@ def test_the_named_pattern_reads_every_printed_step(tmp_path_factory, steps, wor
     found, curve = _printed_curve(tmp_path_factory.mktemp("log"), lines)
     assert found is not None
     assert curve == sorted((step, value) for step in steps)
+
+
+def test_a_printed_curve_is_found_behind_pages_printed_after_the_last_step(tmp_path: Path) -> None:
+    # An evaluation report, or the compiler's log on stdout, after the last step: the end of the
+    # log read first holds no step line, so the read goes further back until it finds them.
+    from fusion_dd.runner import early_stop as module
+
+    report = [f"class {index:05d}: precision 0.{index % 10} recall 0.5 support 12" for index in range(6000)]
+    assert sum(len(line) + 1 for line in report) > 4 * module.PRINTED_TAIL_BYTES
+    found, curve = _printed_curve(tmp_path, [f"step {step} loss {1.0 / step:.3f}" for step in range(1, 6)] + report)
+    assert found is not None and found[1] == "step 5 loss 0.200"
+    assert [step for step, _ in curve] == [1, 2, 3, 4, 5]
