@@ -107,3 +107,13 @@ def test_score_margin_re_trains_verdicts_that_land_near_the_limit(tmp_path: Path
     # The fix is always trained twice ("verified" rests on both); any other pass is outside the margin.
     fix = set(EVERYTHING) - {CULPRIT}
     assert all(CULPRIT in on or set(on) == fix for on in repeated), "a pass 0.1 above the limit is outside the margin"
+
+
+def test_a_timeout_with_a_unit_is_one_line_that_says_the_unit_and_gives_an_example(tmp_path: Path) -> None:
+    write_config(tmp_path, "--culprits", CULPRIT, train={"timeout": "4h"})
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "fusion-dd.yaml" in lines[0] and "train.timeout" in lines[0], lines
+    assert "seconds" in lines[0] and "14400" in lines[0], lines[0]
+    assert not (tmp_path / ".fusion-dd").exists()  # refused before anything was written

@@ -9,6 +9,7 @@ there, which sets the horizon at twice that step.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -253,3 +254,22 @@ def test_a_damage_seen_late_in_all_on_says_a_horizon_would_reach_the_end(tmp_pat
     line = next(line for line in done.stderr.splitlines() if line.startswith("early passes off:"))
     assert "would reach the training's end (20 steps)" in line, line
     assert not [trial for trial in report(tmp_path)["trials"] if trial.get("kind") == "early_pass"]
+
+
+def test_a_step_pattern_in_the_config_reads_printed_curves_for_the_search_and_the_page(tmp_path: Path) -> None:
+    write_config(tmp_path, "--culprits", CULPRIT, *CURVE, "--no-metrics-file",
+                 early_stop={"step_pattern": r"step (\d+) loss (\S+)"})  # fmt: skip
+    done = run_fusion_dd("search", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "loss curves: read from output.log" not in done.stderr  # the config said how: nothing to tell
+    found = report(tmp_path)
+    assert culprits(found) == [[CULPRIT]] and found["fix_verified"]
+    assert [trial for trial in found["trials"] if trial.get("kind") == "early_pass"]
+    named = found["early_passes"]["curves_from_output"]
+    assert named["source"] == "config" and named["step_pattern"] == r"step (\d+) loss (\S+)"
+    # The page draws the printed curves of the trainings that are not journaled too: the culprit's and the fix's.
+    shown = run_fusion_dd("report", "--html", "page.html", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    page = (tmp_path / "page.html").read_text(encoding="utf-8")
+    drawn = set(re.findall(r'"label": "([^"(]+) \(#\d+\)", "points": \[\[', page))  # curves with points
+    assert {"baseline", "all on", f"culprit 1: {CULPRIT}", "fix"} <= drawn, drawn
