@@ -37,7 +37,9 @@ passing superset (``Claims.support``). The rules, and why:
   from a false claim and nothing else can back it (``verified``).
 - **An interacting pair's "passes alone" claims need their own trainings.**
   A false PASS of a true lone culprit ``c`` turns it into the spurious pair
-  ``{c, x}`` (``weak_single_removals``).
+  ``{c, x}`` (``weak_single_removals``). On a run without noise the passing
+  fix's trainings count too for the rule it keeps on: were that rule a lone
+  culprit, each of them would have had to flip as well.
 
 ``Claims`` only says which claims are weak; the guard trains them
 (``fusion_dd.search.noise``), since a claim that flips sends the search back
@@ -232,7 +234,9 @@ class Claims(Generic[T]):
             and votes.can_retrain(fix)
         )
 
-    def weak_single_removals(self, culprit_sets: Sequence[frozenset[T]]) -> list[frozenset[T]]:
+    def weak_single_removals(
+        self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T] | None = None
+    ) -> list[frozenset[T]]:
         """The "passes alone" claims of interacting pairs short of their own trainings, in rule order.
 
         That is the claim one false PASS of a true lone culprit ``c`` turns into
@@ -246,19 +250,34 @@ class Claims(Generic[T]):
         the search finds it again with the next one), the likeliest wrong answer
         left at a few percent of flips; a genuine overlap ({a,b}, {b,c}) pays one
         training for it.
+
+        ``fix``: the passing fix about to be handed over. A rule it keeps on
+        that truly failed alone would make every training of the fix fail as
+        well, so on a run that has shown no noise those trainings count for the
+        rule's "passes alone" claim beside its own: the fix is trained because
+        it is the answer, not picked for having passed, so each of its passing
+        trainings is one more flip the wrong claim would need. The pair's rule
+        the fix switches off still needs its own trainings.
         """
         votes = self._votes
         counts = Counter(rule for rules in culprit_sets if len(rules) == 2 for rule in rules)
+        fix_support = 0
+        if fix is not None and not (votes.flaky or self._own_trainings) and votes.verdict(fix) is Outcome.PASS:
+            fix_support = self.support(fix, False, direct=True)
 
         def needed(rule: T) -> int:
             return 3 if counts[rule] > 1 else 2
+
+        def backed(removal: frozenset[T]) -> int:
+            own = self.support(removal, False, direct=True)
+            return own + fix_support if own and fix is not None and removal <= fix else own
 
         return [
             rules - {rule}
             for rules in culprit_sets
             if len(rules) == 2
             for rule in sorted(rules, key=self._rank.__getitem__)
-            if self.support(rules - {rule}, False, direct=True) < needed(next(iter(rules - {rule})))
+            if backed(rules - {rule}) < needed(next(iter(rules - {rule})))
             and votes.can_retrain(rules - {rule})
             and votes.verdict(rules - {rule}) is not Outcome.UNRESOLVED
         ]

@@ -486,10 +486,15 @@ def _attempt(
         # Two searches, two sets: the first one's claims too were built on single
         # trainings that a later answer never re-examined.
         guard.confirm(progress.searched, None)
-    guard.confirm_single_removals([c.rules for c in progress.found if len(c.rules) > 1])
+    passing = progress.fix_outcome is Outcome.PASS
+    if passing:
+        # The claim the user acts on: never on one training. Trained first, since its
+        # trainings also back the "passes alone" claims of the pairs' rules it keeps on.
+        guard.confirm_fix(fix)
+    guard.confirm_single_removals([c.rules for c in progress.found if len(c.rules) > 1], fix if passing else None)
     guard.confirm([c.rules for c in progress.found], fix, everything=strict or guard.flaky)
-    if progress.fix_outcome is Outcome.PASS:
-        guard.confirm_fix(fix)  # the claim the user acts on: never on one training
+    if passing:
+        guard.confirm_fix(fix)  # again: a check above that showed noise asks one training more of it
 
 
 def find_culprits(

@@ -324,11 +324,14 @@ class NoiseGuard(Generic[T]):
             self._votes.retest([fix])
             self._settle([fix])
 
-    def confirm_single_removals(self, culprit_sets: Sequence[frozenset[T]]) -> None:
+    def confirm_single_removals(
+        self, culprit_sets: Sequence[frozenset[T]], fix: frozenset[T] | None = None
+    ) -> None:
         """An interacting pair claims that each of its rules passes alone: two trainings of each,
-        three for a rule in two pairs (``Claims.weak_single_removals``)."""
+        three for a rule in two pairs, the passing ``fix``'s trainings counting for the rules it
+        keeps on (``Claims.weak_single_removals``)."""
         while True:
-            weak = self._claims.weak_single_removals(culprit_sets)
+            weak = self._claims.weak_single_removals(culprit_sets, fix)
             if not weak:
                 return
             self._votes.retest(weak)

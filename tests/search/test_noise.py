@@ -521,3 +521,40 @@ def test_strict_backs_every_claim_by_two_trainings_of_its_own(interacting) -> No
     for claim in claims:
         own = oracle.trials(claim)
         assert len(own) >= 2 and len({o.outcome for o in own}) == 1, sorted(claim)
+
+
+def test_the_fix_s_trainings_back_the_pair_rule_it_keeps_on_and_the_other_is_trained_again() -> None:
+    # A clean interacting pair: "passes alone" is claimed of both rules. The fix switches one off;
+    # the other stays on in it, so the fix's two passing trainings back that rule's claim.
+    model = sets_model([[10, 40]])
+    oracle = SimulatedOracle(model, repeats=True)
+    result = find_culprits(range(64), oracle, STRATEGIES["bisect"])
+    assert sets_of(result) == [[10, 40]] and result.fix_verified and not result.flaky
+    (off,) = F(range(64)) - result.fix
+    (kept,) = F({10, 40}) - {off}
+    assert len(oracle.trials(result.fix)) == 2
+    assert len(oracle.trials(F({kept}))) == 1  # backed by the fix's trainings
+    assert len(oracle.trials(F({off}))) == 2  # no passing fix holds it: its own second training
+
+
+def test_a_lone_culprit_flipped_to_pass_alone_is_still_caught_when_the_fix_keeps_it_on() -> None:
+    # The kept-on rule of a spurious pair is the real lone culprit: the fix holds it, so its
+    # trainings truly fail, and the fix's support is never the wrong claim's only backing.
+    for culprit in (5, 40, 63):
+        oracle = SimulatedOracle(or_model([culprit]), noise=scheduled_flips([(F({culprit}), 0)]))
+        result = find_culprits(range(64), oracle, STRATEGIES["bisect"])
+        assert sets_of(result) == [[culprit]] and result.fix_verified and not or_model([culprit])(result.fix)
+
+
+@settings(deadline=None, max_examples=40)
+@given(data=st.data(), n=st.integers(3, 64))
+def test_an_interacting_pair_under_any_single_flip_never_hands_over_a_failing_fix_as_verified(data, n: int) -> None:
+    pair = F(data.draw(st.permutations(range(n)))[:2])
+    model = sets_model([pair])
+    clean = SimulatedOracle(model, repeats=True)
+    find_culprits(range(n), clean, STRATEGIES["bisect"])
+    k = data.draw(st.integers(0, clean.trainings))
+    oracle = SimulatedOracle(model, noise=kth_flip(k, {F(), F(range(n))}))
+    result = find_culprits(range(n), oracle, STRATEGIES["bisect"])
+    assert not (result.fix_verified and model(result.fix))
+    assert not result.confirmed or sets_of(result) == [sorted(pair)]
