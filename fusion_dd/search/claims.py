@@ -270,7 +270,7 @@ class Claims(Generic[T]):
 
         def backed(removal: frozenset[T]) -> int:
             own = self.support(removal, False, direct=True)
-            return own + fix_support if own and fix is not None and removal <= fix else own
+            return own + fix_support if own and fix_support and removal <= fix else own
 
         return [
             rules - {rule}
